@@ -1,0 +1,148 @@
+// ucm/store.h: the block store (format: formats/store/store_v1.md).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ucm/namespace.h"
+#include "ucm/status.h"
+#include "ucm/types.h"
+
+namespace ucm {
+
+struct OpenOptions {
+  enum class Mode { kReadOnly, kReadWrite };
+  Mode mode = Mode::kReadOnly;
+  /// Read-write only: create the store (like `ucm build`) when `path` is missing or an empty dir.
+  bool create_if_missing = false;
+  /// Threads doing block I/O for load and dump tasks.
+  uint32_t io_threads = 8;
+  /// Read payloads with O_DIRECT when the file system allows it (falls back to buffered).
+  bool direct_io = true;
+  /// Read-only: how often the background thread catches up with the writer (ms). 0 = never
+  /// (only explicit refresh()). Visibility bound = this + catch-up time; default keeps it < 5 s.
+  uint32_t refresh_interval_ms = 1000;
+};
+
+/// Index entry of one block (store_v1.md §5.3).
+struct BlockInfo {
+  NamespaceId ns{};
+  BlockHash hash{};
+  BlockHash parent{};
+  uint32_t token_count = 0;
+  uint32_t kv_file = 0;
+  uint64_t kv_offset = 0, kv_length = 0, kv_checksum = 0;
+  bool has_repr = false;
+  uint32_t repr_file = 0;
+  uint64_t repr_offset = 0, repr_length = 0, repr_checksum = 0;
+  uint64_t created_ms = 0, last_access_ms = 0;
+};
+
+/// KV-head range [begin, end) to load; end == 0 means all heads.
+struct HeadRange {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+};
+
+/// Where loaded blocks go (caller-owned host memory; must stay valid until the task finishes).
+struct LoadDest {
+  enum class Kind {
+    /// ptrs[i] -> block i: [L][2][T][h1-h0][D] elements of the namespace dtype.
+    kContiguous,
+    /// ptrs[(i * L + l) * 2 + kv] -> [T][h1-h0][D] for block i, layer l, kv (0 = K, 1 = V):
+    /// one page of a paged KV cache.
+    kPaged,
+  };
+  Kind kind = Kind::kContiguous;
+  HeadRange heads;
+  std::vector<void*> ptrs;
+};
+
+/// Source of one block to dump. All KV heads are required.
+struct DumpItem {
+  BlockHash hash{};
+  BlockHash parent{};   ///< root_hash(ns) for the first block of a chain
+  uint32_t token_count = 0;  ///< == block_size of the namespace
+  /// Either `kv` ([L][2][T][H][D], payload_bytes() bytes) or `kv_pages` (L*2 pointers to [T][H][D]).
+  const void* kv = nullptr;
+  const void* const* kv_pages = nullptr;
+  /// Optional representations payload (store_v1.md §4.3), `repr_len` bytes.
+  const void* repr = nullptr;
+  size_t repr_len = 0;
+};
+
+/// An async load or dump. Thread-safe.
+class Task {
+ public:
+  virtual ~Task() = default;
+  /// True once every block is finished (ok or failed).
+  virtual bool done() const = 0;
+  /// Waits up to timeout_ms (< 0: forever). Pending if not done in time; else OK if every block
+  /// succeeded, or the first block error (per-block detail in block_status()).
+  virtual Status wait(int timeout_ms = -1) = 0;
+  /// Per-block result, valid once done(). Load: NotFound (miss), Corruption (checksum: destination
+  /// untouched), IOError. Dump: OK also when the block already existed (no-op).
+  virtual const std::vector<Status>& block_status() const = 0;
+};
+
+struct DocumentEntry {
+  std::string id;
+  BlockHash first_block{}, last_block{};
+  uint32_t blocks = 0;
+  uint64_t tokens = 0;
+  std::string source;
+  uint64_t created_ms = 0;
+};
+
+class Store {
+ public:
+  /// Opens (or with create_if_missing, creates) the store at `path`.
+  /// Errors: InvalidArgument (missing path, not a store), Version (newer format), Busy (another
+  /// writer; message names pid/host), Corruption (bad superblock), IOError.
+  static Status Open(const std::string& path, const OpenOptions& opts, std::unique_ptr<Store>* out);
+  virtual ~Store() = default;
+
+  virtual const std::string& path() const = 0;
+  virtual bool read_only() const = 0;
+
+  // --- namespaces
+  /// Writer: registers `desc` (idempotent: same fingerprint -> same id). InvalidArgument if the
+  /// name is taken by a different fingerprint.
+  virtual Status register_namespace(const NamespaceDesc& desc, NamespaceId* id) = 0;
+  /// By name, or by 32-hex id.
+  virtual Status find_namespace(const std::string& name_or_id, NamespaceDesc* desc, NamespaceId* id) = 0;
+  virtual std::vector<NamespaceDesc> namespaces() = 0;
+  /// Writer: stores a named blob with the namespace (e.g. "r4_projection"). Replaces same name.
+  virtual Status put_attachment(const NamespaceId& ns, const std::string& name, const void* data, size_t len) = 0;
+  virtual Status get_attachment(const NamespaceId& ns, const std::string& name, std::string* data) = 0;
+
+  // --- blocks
+  /// present[i] = 1 if hashes[i] is stored in ns; *prefix_blocks = number of leading present blocks.
+  virtual Status lookup(const NamespaceId& ns, const BlockHash* hashes, size_t n, uint8_t* present,
+                        size_t* prefix_blocks) = 0;
+  /// Loads n blocks asynchronously. Invalid dest/head range -> returns a finished task whose
+  /// wait() is InvalidArgument and touches nothing.
+  virtual std::shared_ptr<Task> load(const NamespaceId& ns, const BlockHash* hashes, size_t n,
+                                     const LoadDest& dest) = 0;
+  /// Loads representations payloads: dst[i] gets repr_length bytes (cap[i] bytes available).
+  virtual std::shared_ptr<Task> load_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n,
+                                          void* const* dst, const size_t* cap) = 0;
+  /// Writer: dumps n blocks asynchronously. Durable (fsync'd data + synced index) when done.
+  virtual std::shared_ptr<Task> dump(const NamespaceId& ns, const DumpItem* items, size_t n) = 0;
+  virtual Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) = 0;
+
+  // --- document registry (store_v1.md §5.6)
+  virtual Status put_document(const NamespaceId& ns, const DocumentEntry& doc) = 0;
+  virtual Status get_document(const NamespaceId& ns, const std::string& id, DocumentEntry* doc) = 0;
+  virtual std::vector<DocumentEntry> documents(const NamespaceId& ns) = 0;
+
+  // --- misc
+  /// Read-only: catch up with the writer now. Writer: no-op.
+  virtual Status refresh() = 0;
+  /// Prometheus text exposition of the counters and histograms of this handle.
+  virtual std::string metrics_text() const = 0;
+};
+
+}  // namespace ucm
