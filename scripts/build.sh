@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Configures and builds ucm into build/ (override with BUILD_DIR). Extra args go to cmake.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} "$@" >"$BUILD_DIR.configure.log" 2>&1 \
+  || { cat "$BUILD_DIR.configure.log"; exit 1; }
+cmake --build "$BUILD_DIR" -j"$JOBS"

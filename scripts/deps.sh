@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything ucm needs on a fresh Debian 12 machine: apt packages and a Python venv
+# (.venv) with the development-time tools used to fetch and convert the default model.
+# Idempotent: skips what is already installed. Needs root (or sudo) for apt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake pkg-config git python3 python3-venv
+  libcli11-dev librocksdb-dev libtbb-dev libspdlog-dev libtorch-dev libgtest-dev
+  libopenblas0-pthread nlohmann-json3-dev libxxhash-dev libssl-dev libyaml-cpp-dev
+  liburing-dev libpcre2-dev
+  python3.11-doc
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "deps: creating .venv" >&2
+  $PY -m venv .venv
+fi
+if ! .venv/bin/python -c "import gguf, numpy, safetensors" 2>/dev/null; then
+  echo "deps: pip install gguf numpy safetensors" >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check gguf numpy safetensors
+fi

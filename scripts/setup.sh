@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The main job, end to end on a fresh machine: install, build, fetch the default model and
+# corpus, precompute the KV cache of the first documents of the corpus into a store, inspect it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DOCS=${DOCS:-20}
+STORE=${STORE:-stores/python311-doc}
+CORPUS=${CORPUS:-/usr/share/doc/python3.11/html/_sources}
+scripts/deps.sh
+scripts/build.sh
+.venv/bin/python scripts/fetch_model.py --out models/SmolLM2-135M-Instruct
+bin=${BUILD_DIR:-build}/bin/ucm
+"$bin" --version
+"$bin" precompute --model models/SmolLM2-135M-Instruct --corpus "$CORPUS" --corpus-suffix .rst.txt \
+  --store "$STORE" --template configs/template_chat.txt --limit "$DOCS" --resume --progress
+"$bin" inspect "$STORE" --docs
+"$bin" inspect "$STORE"
