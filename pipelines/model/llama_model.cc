@@ -1,0 +1,381 @@
+#include "llama_model.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "safetensors/safetensors.h"
+
+namespace ucm::model {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+namespace st = ucm::safetensors;
+
+[[noreturn]] void cfg_fail(const std::string& path, const std::string& what) {
+  throw ModelError("model config " + path + ": " + what);
+}
+
+// Required positive integer field.
+int64_t req_int(const json& j, const std::string& key, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) cfg_fail(path, "missing field \"" + key + "\"");
+  if (!j[key].is_number_integer() || j[key].get<int64_t>() <= 0)
+    cfg_fail(path, "field \"" + key + "\" must be a positive integer, got " + j[key].dump());
+  return j[key].get<int64_t>();
+}
+
+int64_t opt_int(const json& j, const std::string& key, int64_t def, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  return req_int(j, key, path);
+}
+
+double opt_num(const json& j, const std::string& key, double def, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  if (!j[key].is_number()) cfg_fail(path, "field \"" + key + "\" must be a number, got " + j[key].dump());
+  return j[key].get<double>();
+}
+
+bool opt_bool(const json& j, const std::string& key, bool def, const std::string& path) {
+  if (!j.contains(key) || j[key].is_null()) return def;
+  if (!j[key].is_boolean()) cfg_fail(path, "field \"" + key + "\" must be true/false, got " + j[key].dump());
+  return j[key].get<bool>();
+}
+
+std::string shape_str(c10::IntArrayRef s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+  return o + "]";
+}
+
+c10::ScalarType torch_dtype(st::DType d, const std::string& name, const std::string& dir) {
+  switch (d) {
+    case st::DType::F32: return torch::kFloat;
+    case st::DType::F16: return torch::kHalf;
+    case st::DType::BF16: return torch::kBFloat16;
+    case st::DType::F64: return torch::kDouble;
+    default:
+      throw ModelError("model " + dir + ": tensor '" + name + "' has dtype " + st::dtype_name(d) +
+                       "; only F32, F16, BF16, F64 weights are supported");
+  }
+}
+
+std::string md5_hex(const st::Collection& c) {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_md5(), nullptr) != 1) throw ModelError("OpenSSL MD5 init failed");
+  const char zero = '\0';
+  for (const auto& name : c.names()) {  // names() is sorted byte-wise (std::string <)
+    auto e = c.at(name);
+    const char* dt = st::dtype_name(e.info->dtype);
+    auto d = e.data();
+    EVP_DigestUpdate(ctx.get(), name.data(), name.size());
+    EVP_DigestUpdate(ctx.get(), &zero, 1);
+    EVP_DigestUpdate(ctx.get(), dt, std::strlen(dt));
+    EVP_DigestUpdate(ctx.get(), &zero, 1);
+    EVP_DigestUpdate(ctx.get(), d.data(), d.size());
+  }
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), out, &n) != 1) throw ModelError("OpenSSL MD5 final failed");
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned int i = 0; i < n; ++i) {
+    s += hex[out[i] >> 4];
+    s += hex[out[i] & 15];
+  }
+  return s;
+}
+
+// Copies tensor `name` (checked to have shape `expect`) into `dst` (fp32, any device).
+void load_into(const st::Collection& c, const std::string& name, std::vector<int64_t> expect, torch::Tensor dst,
+               const std::string& dir) {
+  auto e = c.find(name);
+  if (!e) throw ModelError("model " + dir + ": missing tensor '" + name + "' (expected shape " + shape_str(expect) + ")");
+  if (e->info->shape != expect)
+    throw ModelError("model " + dir + ": tensor '" + name + "' has shape " + shape_str(e->info->shape) +
+                     ", expected " + shape_str(expect) + " from config.json");
+  auto dt = torch_dtype(e->info->dtype, name, dir);
+  auto bytes = e->data();
+  auto src = torch::from_blob(const_cast<std::byte*>(bytes.data()), expect, torch::TensorOptions().dtype(dt));
+  dst.copy_(src.view(dst.sizes()));
+}
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  // transformers LlamaRMSNorm: w * (x * rsqrt(mean(x^2) + eps)), in fp32.
+  auto var = x.pow(2).mean(-1, /*keepdim=*/true);
+  return w * (x * (var + eps).rsqrt());
+}
+
+// x: [B, T, n, hd] (any strides); cos/sin: [T, hd/2]. Returns contiguous rotated copy.
+// transformers: x * cos + rotate_half(x) * sin with cos = cat(c, c), rotate_half = cat(-x2, x1).
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t half = x.size(3) / 2;
+  auto c = cos.view({1, cos.size(0), 1, half});
+  auto s = sin.view({1, sin.size(0), 1, half});
+  auto x1 = x.narrow(3, 0, half);
+  auto x2 = x.narrow(3, half, half);
+  auto out = torch::empty(x.sizes(), x.options());
+  auto lo = out.narrow(3, 0, half);
+  auto hi = out.narrow(3, half, half);
+  torch::mul_out(lo, x1, c);
+  lo.sub_(x2 * s);
+  torch::mul_out(hi, x2, c);
+  hi.add_(x1 * s);
+  return out;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) cfg_fail(path, "cannot open (a Hugging Face model directory needs config.json)");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    cfg_fail(path, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) cfg_fail(path, "not a JSON object");
+  ModelConfig c;
+  if (!j.contains("model_type") || !j["model_type"].is_string()) cfg_fail(path, "missing string field \"model_type\"");
+  c.model_type = j["model_type"].get<std::string>();
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
+    cfg_fail(path, "unsupported model_type \"" + c.model_type + "\" (supported: llama, mistral, qwen2)");
+  if (j.contains("hidden_act") && !j["hidden_act"].is_null() && j["hidden_act"] != "silu")
+    cfg_fail(path, "unsupported hidden_act " + j["hidden_act"].dump() + " (only \"silu\")");
+  if (opt_bool(j, "mlp_bias", false, path)) cfg_fail(path, "mlp_bias=true is not supported");
+  c.hidden_size = req_int(j, "hidden_size", path);
+  c.num_hidden_layers = req_int(j, "num_hidden_layers", path);
+  c.num_attention_heads = req_int(j, "num_attention_heads", path);
+  c.num_key_value_heads = opt_int(j, "num_key_value_heads", c.num_attention_heads, path);
+  c.intermediate_size = req_int(j, "intermediate_size", path);
+  c.vocab_size = req_int(j, "vocab_size", path);
+  c.max_position_embeddings = req_int(j, "max_position_embeddings", path);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    cfg_fail(path, "num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                       ") is not a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    c.head_dim = req_int(j, "head_dim", path);
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      cfg_fail(path, "hidden_size is not a multiple of num_attention_heads and head_dim is absent");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.head_dim % 2 != 0) cfg_fail(path, "head_dim must be even for RoPE");
+  c.rms_norm_eps = opt_num(j, "rms_norm_eps", 1e-6, path);
+  c.rope_theta = opt_num(j, "rope_theta", 10000.0, path);
+  c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", false, path);
+  c.attention_bias = c.model_type == "qwen2" ? true : opt_bool(j, "attention_bias", false, path);
+  if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
+
+  if (c.model_type == "mistral") {
+    // transformers' MistralConfig defaults sliding_window to 4096 when the key is absent.
+    if (!j.contains("sliding_window")) c.sliding_window = 4096;
+    else if (!j["sliding_window"].is_null()) c.sliding_window = req_int(j, "sliding_window", path);
+  } else if (c.model_type == "qwen2" && opt_bool(j, "use_sliding_window", false, path)) {
+    cfg_fail(path, "qwen2 with use_sliding_window=true is not supported");
+  }
+
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    const auto& r = j["rope_scaling"];
+    if (!r.is_object()) cfg_fail(path, "rope_scaling must be null or an object");
+    std::string type;
+    if (r.contains("rope_type") && r["rope_type"].is_string()) type = r["rope_type"].get<std::string>();
+    else if (r.contains("type") && r["type"].is_string()) type = r["type"].get<std::string>();
+    else cfg_fail(path, "rope_scaling has no string \"rope_type\"/\"type\"");
+    if (type == "default") {
+      c.rope_scaling.type = RopeScaling::Type::None;
+    } else if (type == "linear" || type == "llama3") {
+      c.rope_scaling.type = type == "linear" ? RopeScaling::Type::Linear : RopeScaling::Type::Llama3;
+      if (!r.contains("factor") || !r["factor"].is_number() || r["factor"].get<double>() <= 0)
+        cfg_fail(path, "rope_scaling." + type + " needs a positive number \"factor\"");
+      c.rope_scaling.factor = r["factor"].get<double>();
+      if (type == "llama3") {
+        c.rope_scaling.low_freq_factor = opt_num(r, "low_freq_factor", 1.0, path);
+        c.rope_scaling.high_freq_factor = opt_num(r, "high_freq_factor", 4.0, path);
+        c.rope_scaling.original_max_position_embeddings =
+            opt_int(r, "original_max_position_embeddings", 8192, path);
+        if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
+          cfg_fail(path, "rope_scaling.llama3 needs high_freq_factor > low_freq_factor");
+      }
+    } else {
+      cfg_fail(path, "unsupported rope_scaling type \"" + type + "\" (supported: null, default, linear, llama3)");
+    }
+  }
+  return c;
+}
+
+torch::Tensor LlamaModel::rope_inv_freq() const {
+  // transformers _compute_default_rope_parameters: 1 / base^(arange(0, d, 2) / d), fp32.
+  const int64_t d = cfg_.head_dim;
+  auto inv = 1.0 / torch::pow(torch::tensor(cfg_.rope_theta, torch::kFloat),
+                              torch::arange(0, d, 2, torch::kLong).to(torch::kFloat) / static_cast<double>(d));
+  const auto& rs = cfg_.rope_scaling;
+  if (rs.type == RopeScaling::Type::Linear) {
+    inv = inv / rs.factor;
+  } else if (rs.type == RopeScaling::Type::Llama3) {
+    // transformers _compute_llama3_parameters.
+    const double old_ctx = static_cast<double>(rs.original_max_position_embeddings);
+    const double low_wavelen = old_ctx / rs.low_freq_factor;
+    const double high_wavelen = old_ctx / rs.high_freq_factor;
+    auto wavelen = 2 * std::numbers::pi / inv;
+    auto inv_l = torch::where(wavelen > low_wavelen, inv / rs.factor, inv);
+    auto smooth = (old_ctx / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+    auto smoothed = (1 - smooth) * inv_l / rs.factor + smooth * inv_l;
+    auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+    inv = torch::where(medium, smoothed, inv_l);
+  }
+  return inv.contiguous();
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, torch::Device dev) {
+  if (!fs::is_directory(dir))
+    throw ModelError("model directory " + dir + " does not exist (for the default model run scripts/fetch_model.py)");
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->dir_ = dir;
+  m->dev_ = dev;
+  m->cfg_ = ModelConfig::from_json_file((fs::path(dir) / "config.json").string());
+  const auto& c = m->cfg_;
+
+  st::Collection w;
+  try {
+    w = st::Collection::open_dir(dir);
+  } catch (const st::Error& e) {
+    throw ModelError(std::string("model ") + dir + ": " + e.what());
+  }
+  c10::InferenceMode guard;
+  const auto opt = torch::TensorOptions().dtype(torch::kFloat).device(dev);
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = c.head_dim;
+  const int64_t nq = c.num_attention_heads * hd, nkv = c.num_key_value_heads * hd;
+
+  m->embed_ = torch::empty({V, H}, opt);
+  load_into(w, "model.embed_tokens.weight", {V, H}, m->embed_, dir);
+  m->norm_ = torch::empty({H}, opt);
+  load_into(w, "model.norm.weight", {H}, m->norm_, dir);
+  if (c.tie_word_embeddings) {
+    m->lm_head_ = m->embed_;
+  } else {
+    m->lm_head_ = torch::empty({V, H}, opt);
+    load_into(w, "lm_head.weight", {V, H}, m->lm_head_, dir);
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Layer L;
+    L.ln1 = torch::empty({H}, opt);
+    L.ln2 = torch::empty({H}, opt);
+    load_into(w, p + "input_layernorm.weight", {H}, L.ln1, dir);
+    load_into(w, p + "post_attention_layernorm.weight", {H}, L.ln2, dir);
+    L.wqkv = torch::empty({nq + 2 * nkv, H}, opt);
+    load_into(w, p + "self_attn.q_proj.weight", {nq, H}, L.wqkv.narrow(0, 0, nq), dir);
+    load_into(w, p + "self_attn.k_proj.weight", {nkv, H}, L.wqkv.narrow(0, nq, nkv), dir);
+    load_into(w, p + "self_attn.v_proj.weight", {nkv, H}, L.wqkv.narrow(0, nq + nkv, nkv), dir);
+    if (c.attention_bias) {
+      L.bqkv = torch::empty({nq + 2 * nkv}, opt);
+      load_into(w, p + "self_attn.q_proj.bias", {nq}, L.bqkv.narrow(0, 0, nq), dir);
+      load_into(w, p + "self_attn.k_proj.bias", {nkv}, L.bqkv.narrow(0, nq, nkv), dir);
+      load_into(w, p + "self_attn.v_proj.bias", {nkv}, L.bqkv.narrow(0, nq + nkv, nkv), dir);
+    }
+    L.wo = torch::empty({H, nq}, opt);
+    load_into(w, p + "self_attn.o_proj.weight", {H, nq}, L.wo, dir);
+    L.wgate_up = torch::empty({2 * I, H}, opt);
+    load_into(w, p + "mlp.gate_proj.weight", {I, H}, L.wgate_up.narrow(0, 0, I), dir);
+    load_into(w, p + "mlp.up_proj.weight", {I, H}, L.wgate_up.narrow(0, I, I), dir);
+    L.wdown = torch::empty({H, I}, opt);
+    load_into(w, p + "mlp.down_proj.weight", {H, I}, L.wdown, dir);
+    m->layers_.push_back(std::move(L));
+  }
+  m->inv_freq_ = m->rope_inv_freq().to(dev);
+  m->digest_ = md5_hex(w);
+  return m;
+}
+
+LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch::Tensor& lengths,
+                                       bool want_logits) const {
+  const auto& c = cfg_;
+  auto bad = [&](const std::string& what) { throw ModelError("LlamaModel::forward (" + dir_ + "): " + what); };
+  if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong) bad("tokens must be int64 [B, T]");
+  if (lengths.dim() != 1 || lengths.scalar_type() != torch::kLong) bad("lengths must be int64 [B]");
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  if (B == 0 || T == 0) bad("tokens is empty: " + shape_str(tokens.sizes()));
+  if (lengths.size(0) != B) bad("lengths has " + std::to_string(lengths.size(0)) + " entries for batch " + std::to_string(B));
+  if (T > c.max_position_embeddings)
+    bad("sequence length " + std::to_string(T) + " exceeds max_position_embeddings " +
+        std::to_string(c.max_position_embeddings));
+  c10::InferenceMode guard;
+  {
+    auto lc = lengths.cpu();
+    if (lc.min().item<int64_t>() < 1 || lc.max().item<int64_t>() > T) bad("lengths must be in [1, T=" + std::to_string(T) + "]");
+    auto tc = tokens.cpu();
+    if (tc.min().item<int64_t>() < 0 || tc.max().item<int64_t>() >= c.vocab_size)
+      bad("token ids (padding included) must be in [0, vocab_size=" + std::to_string(c.vocab_size) + ")");
+  }
+  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t G = nh / nkv, I = c.intermediate_size, BT = B * T;
+  const double eps = c.rms_norm_eps;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const auto fopt = torch::TensorOptions().dtype(torch::kFloat).device(dev_);
+
+  // Positions are 0..T-1 for every row (right padding); cos/sin: [T, hd/2].
+  auto freqs = torch::outer(torch::arange(T, fopt), inv_freq_);
+  auto cos = freqs.cos(), sin = freqs.sin();
+
+  // Query chunk size for the bounded score block [B, nkv, G*C, <=T].
+  const int64_t chunk = std::clamp<int64_t>(kScoreBudget / std::max<int64_t>(1, B * nh * T), 16, T);
+  // Causal (and sliding-window) mask pieces.
+  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(dev_));
+
+  Output out;
+  out.k.reserve(c.num_hidden_layers);
+  out.v.reserve(c.num_hidden_layers);
+  auto x = embed_.index_select(0, tokens.to(dev_).reshape({BT}));  // [BT, H], fresh
+  for (const auto& L : layers_) {
+    auto h = rms_norm(x, L.ln1, eps);
+    auto qkv = L.bqkv.defined() ? torch::addmm(L.bqkv, h, L.wqkv.t()) : torch::mm(h, L.wqkv.t());
+    auto q = apply_rope(qkv.narrow(1, 0, nh * hd).view({B, T, nh, hd}), cos, sin);
+    auto k = apply_rope(qkv.narrow(1, nh * hd, nkv * hd).view({B, T, nkv, hd}), cos, sin);
+    auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).reshape({B, T, nkv, hd}).contiguous();
+
+    // Attention, GQA without repeating K/V: query head h uses kv head h / G.
+    auto qh = q.view({B, T, nkv, G, hd}).permute({0, 2, 3, 1, 4});  // [B, nkv, G, T, hd]
+    auto kt = k.permute({0, 2, 3, 1}).contiguous();                 // [B, nkv, hd, T]
+    auto vh = v.permute({0, 2, 1, 3}).contiguous();                 // [B, nkv, T, hd]
+    auto attn = torch::empty({B, T, nkv, G, hd}, fopt);
+    for (int64_t s = 0; s < T; s += chunk) {
+      const int64_t n = std::min(chunk, T - s), e = s + n;
+      auto qc = qh.narrow(3, s, n).reshape({B, nkv, G * n, hd});
+      auto sc = torch::matmul(qc, kt.narrow(3, 0, e));  // [B, nkv, G*n, e]
+      sc.mul_(scale);
+      auto qi = pos.narrow(0, s, n).unsqueeze(1);  // [n, 1]
+      auto kj = pos.narrow(0, 0, e).unsqueeze(0);  // [1, e]
+      auto mask = kj > qi;
+      if (c.sliding_window) mask = mask.logical_or(qi - kj >= *c.sliding_window);
+      sc.view({B, nkv, G, n, e}).masked_fill_(mask, -std::numeric_limits<float>::infinity());
+      auto p = sc.softmax(-1);
+      auto o = torch::matmul(p, vh.narrow(2, 0, e));  // [B, nkv, G*n, hd]
+      attn.narrow(1, s, n).copy_(o.view({B, nkv, G, n, hd}).permute({0, 3, 1, 2, 4}));
+    }
+    x.addmm_(attn.view({BT, nh * hd}), L.wo.t());
+
+    h = rms_norm(x, L.ln2, eps);
+    auto gu = torch::mm(h, L.wgate_up.t());  // [BT, 2I]
+    auto act = torch::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));
+    x.addmm_(act, L.wdown.t());
+
+    out.k.push_back(std::move(k));
+    out.v.push_back(std::move(v));
+  }
+  if (want_logits) {
+    auto h = rms_norm(x, norm_, eps);
+    out.logits = torch::mm(h, lm_head_.t()).view({B, T, c.vocab_size});
+  }
+  return out;
+}
+
+}  // namespace ucm::model

@@ -1,0 +1,130 @@
+// Llama-family decoder runner on libtorch (prefill only): produces the post-RoPE K/V
+// of every layer (the payload ucm stores) and, optionally, logits.
+//
+// Supported Hugging Face model directories (config.json + model.safetensors or
+// model.safetensors.index.json): model_type "llama", "mistral", "qwen2" with
+// hidden_act "silu", RMSNorm, rotate_half RoPE (rope_scaling null/"default",
+// "linear", "llama3"), grouped-query attention, optional q/k/v bias (qwen2, or
+// attention_bias=true), optional tied embeddings, mistral's sliding_window.
+// The math follows transformers' modeling_llama.py (eager attention) in fp32.
+//
+// Compute: fp32 on the given device (weights of any float dtype are converted to
+// fp32 at load). Threads: whatever libtorch/OpenBLAS use (at::get_num_threads());
+// nothing global is set, except that forward() runs under c10::InferenceMode.
+//
+// Memory bound of forward() for tokens [B, T]: besides the weights (~4 bytes per
+// parameter) and the returned K/V (2 * L * B * T * n_kv * head_dim * 4 bytes), the
+// live activations are O(B * T * max(intermediate_size, hidden_size)) floats plus
+// one attention-score block of at most kScoreBudget floats (64 MiB): queries are
+// processed in chunks of C = max(16, kScoreBudget / (B * n_heads * T)) rows, so
+// attention memory does not grow as T^2. Logits (if requested) add B * T * vocab floats.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ucm::model {
+
+/// Bad/missing config field, missing or mis-shaped tensor, unsupported architecture,
+/// bad forward() arguments. what() names the field/tensor and the model directory.
+class ModelError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct RopeScaling {
+  enum class Type { None, Linear, Llama3 };
+  Type type = Type::None;
+  double factor = 1.0;
+  // llama3 only:
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string model_type;  // "llama" | "mistral" | "qwen2"
+  int64_t hidden_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // config "head_dim", else hidden_size / num_attention_heads
+  int64_t intermediate_size = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;       // q/k/v bias (always true for qwen2)
+  std::optional<int64_t> sliding_window;  // mistral only; nullopt = full causal
+  std::string torch_dtype = "float32";    // as stored; compute is fp32 regardless
+
+  /// Parses a Hugging Face config.json. Throws ModelError naming the file and the
+  /// field for a missing/invalid field, unsupported model_type, hidden_act other than
+  /// silu, or unsupported rope_scaling (e.g. "dynamic", "yarn").
+  static ModelConfig from_json_file(const std::string& path);
+};
+
+class LlamaModel {
+ public:
+  /// Loads `dir` (config.json + safetensors weights) onto `dev`. Throws ModelError
+  /// for a missing directory/file, bad config, missing tensor, or a tensor whose
+  /// shape differs from the config (message names tensor, expected and actual shape).
+  static std::unique_ptr<LlamaModel> load(const std::string& dir, torch::Device dev = torch::kCPU);
+
+  const ModelConfig& config() const { return cfg_; }
+  const std::string& dir() const { return dir_; }
+  torch::Device device() const { return dev_; }
+
+  /// Hex MD5 over the weights as stored: for every tensor in the safetensors
+  /// files (all shards), in byte-wise ascending order of name: the name's UTF-8
+  /// bytes, one NUL byte, the dtype name as in the header (e.g. "F32"), one NUL
+  /// byte, then the tensor's raw data bytes. Computed once at load.
+  const std::string& weights_digest() const { return digest_; }
+
+  struct Output {
+    std::vector<torch::Tensor> k;  // per layer: fp32 [B, T, num_kv_heads, head_dim], post-RoPE
+    std::vector<torch::Tensor> v;  // per layer: fp32 [B, T, num_kv_heads, head_dim]
+    torch::Tensor logits;          // fp32 [B, T, vocab_size] if want_logits, else undefined
+  };
+
+  /// Prefill. tokens: int64 [B, T], right-padded; lengths: int64 [B], 1 <= length <= T.
+  /// Row b uses positions 0..length[b]-1; outputs at positions >= length[b] are
+  /// garbage (causal attention keeps them from affecting valid positions).
+  /// T must be <= max_position_embeddings. Token ids must be in [0, vocab_size).
+  /// Throws ModelError on bad arguments.
+  Output forward(const torch::Tensor& tokens, const torch::Tensor& lengths, bool want_logits = false) const;
+
+  /// Score-block budget (floats) for chunked attention; see the header comment.
+  static constexpr int64_t kScoreBudget = int64_t{1} << 24;
+
+ private:
+  struct Layer {
+    torch::Tensor ln1, ln2;    // [H]
+    torch::Tensor wqkv;        // [(nh + 2 nkv) * hd, H] (q, k, v rows concatenated)
+    torch::Tensor bqkv;        // [(nh + 2 nkv) * hd] or undefined
+    torch::Tensor wo;          // [H, nh * hd]
+    torch::Tensor wgate_up;    // [2 I, H] (gate rows then up rows)
+    torch::Tensor wdown;       // [H, I]
+  };
+  LlamaModel() = default;
+  torch::Tensor rope_inv_freq() const;
+
+  ModelConfig cfg_;
+  std::string dir_;
+  std::string digest_;
+  torch::Device dev_ = torch::kCPU;
+  torch::Tensor embed_;   // [V, H]
+  torch::Tensor lm_head_; // [V, H] (same storage as embed_ when tied)
+  torch::Tensor norm_;    // [H]
+  torch::Tensor inv_freq_;  // [hd/2] fp32
+  std::vector<Layer> layers_;
+};
+
+}  // namespace ucm::model
