@@ -1,0 +1,750 @@
+// formats/store/records.cc: see records.h and store_v1.md.
+#include "formats/store/records.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+namespace ucm::fmt {
+
+namespace {
+constexpr char kSuperMagic[8] = {'U', 'C', 'M', 'S', 'T', 'O', 'R', 'E'};
+constexpr char kDataMagic[8] = {'U', 'C', 'M', 'D', 'A', 'T', 'A', '1'};
+constexpr char kRecMagic[4] = {'U', 'C', 'M', 'R'};
+
+std::string at(const std::string& where, uint64_t off) {
+  return where + " at offset " + std::to_string(off);
+}
+}  // namespace
+
+uint64_t xxh3(const void* data, size_t len) { return XXH3_64bits(data, len); }
+
+uint64_t now_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+void put_le16(uint8_t* p, uint16_t v) { for (int i = 0; i < 2; ++i) p[i] = uint8_t(v >> (8 * i)); }
+void put_le32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i)); }
+void put_le64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * i)); }
+uint16_t get_le16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
+uint32_t get_le32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+uint64_t get_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+void put_be32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * (3 - i))); }
+void put_be64(uint8_t* p, uint64_t v) { for (int i = 0; i < 8; ++i) p[i] = uint8_t(v >> (8 * (7 - i))); }
+uint32_t get_be32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v = (v << 8) | p[i];
+  return v;
+}
+uint64_t get_be64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+std::string superblock_path(const std::string& s) { return s + "/UCMSTORE"; }
+std::string lock_path(const std::string& s) { return s + "/LOCK"; }
+std::string index_dir(const std::string& s) { return s + "/index"; }
+std::string data_dir(const std::string& s) { return s + "/data"; }
+std::string access_dir(const std::string& s) { return s + "/access"; }
+std::string readers_dir(const std::string& s) { return s + "/readers"; }
+std::string tmp_dir(const std::string& s) { return s + "/tmp"; }
+std::string data_file_path(const std::string& s, uint32_t id) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "/%08u.ucmd", id);
+  return data_dir(s) + buf;
+}
+bool parse_data_file_name(std::string_view name, uint32_t* id) {
+  if (name.size() != 13 || name.substr(8) != ".ucmd") return false;
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    v = v * 10 + uint64_t(name[i] - '0');
+  }
+  *id = uint32_t(v);
+  return true;
+}
+std::string host_name() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+Status fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open directory " + dir);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::FromErrno(err, "fsync directory " + dir);
+  return Status::OK();
+}
+Status make_dirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError("cannot create directory " + dir + ": " + ec.message() +
+                                 "; check the path and its permissions");
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------
+void encode_superblock(const Superblock& sb, uint8_t out[kSuperblockSize]) {
+  std::memset(out, 0, kSuperblockSize);
+  std::memcpy(out, kSuperMagic, 8);
+  put_le32(out + 8, sb.format_version);
+  put_le32(out + 12, sb.min_reader_version);
+  put_le64(out + 16, sb.created_ms);
+  std::memcpy(out + 24, sb.created_by.data(), std::min<size_t>(32, sb.created_by.size()));
+  put_le64(out + 56, xxh3(out, 56));
+}
+
+Status decode_superblock(const uint8_t* b, size_t len, const std::string& where, Superblock* sb) {
+  if (len < kSuperblockSize)
+    return Status::Corruption("superblock " + where + " is " + std::to_string(len) +
+                              " bytes, expected 64; the store is damaged (ucm build --rebuild-index "
+                              "cannot fix a superblock: restore it from a copy)");
+  if (std::memcmp(b, kSuperMagic, 8) != 0)
+    return Status::Corruption("superblock " + where + " has a bad magic (not \"UCMSTORE\")");
+  if (get_le64(b + 56) != xxh3(b, 56))
+    return Status::Corruption("superblock " + where + " checksum mismatch; the store is damaged");
+  sb->format_version = get_le32(b + 8);
+  sb->min_reader_version = get_le32(b + 12);
+  sb->created_ms = get_le64(b + 16);
+  const char* s = reinterpret_cast<const char*>(b + 24);
+  sb->created_by.assign(s, strnlen(s, 32));
+  return Status::OK();
+}
+
+Status read_superblock(const std::string& store, Superblock* sb) {
+  struct stat st;
+  if (::stat(store.c_str(), &st) != 0)
+    return Status::InvalidArgument("store " + store + " does not exist; create it with `ucm build " +
+                                   store + "` (or open with create)");
+  if (!S_ISDIR(st.st_mode))
+    return Status::InvalidArgument(store + " is not a ucm store (not a directory)");
+  std::string p = superblock_path(store);
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT)
+      return Status::InvalidArgument(store + " is not a ucm store (no UCMSTORE superblock); "
+                                     "create one with `ucm build` in an empty directory");
+    return Status::FromErrno(errno, "open " + p);
+  }
+  uint8_t buf[kSuperblockSize];
+  size_t got = 0;
+  Status s = pread_full(fd, buf, sizeof buf, 0, &got, p);
+  ::close(fd);
+  if (!s.ok()) return s;
+  s = decode_superblock(buf, got, p, sb);
+  if (!s.ok()) return s;
+  if (sb->format_version > kFormatVersion)
+    return Status::Version("store format version " + std::to_string(sb->format_version) +
+                           " is newer than this ucm supports (max " + std::to_string(kFormatVersion) +
+                           "); upgrade ucm");
+  if (sb->format_version == 0)
+    return Status::Corruption("superblock " + p + " has format_version 0");
+  return Status::OK();
+}
+
+Status write_superblock(const std::string& store, const Superblock& sb) {
+  Status s = make_dirs(tmp_dir(store));
+  if (!s.ok()) return s;
+  std::string tmp = tmp_dir(store) + "/UCMSTORE.tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno(errno, "create " + tmp);
+  uint8_t buf[kSuperblockSize];
+  encode_superblock(sb, buf);
+  s = pwrite_full(fd, buf, sizeof buf, 0, tmp);
+  if (s.ok() && ::fsync(fd) != 0) s = Status::FromErrno(errno, "fsync " + tmp);
+  ::close(fd);
+  if (!s.ok()) return s;
+  std::string dst = superblock_path(store);
+  if (::rename(tmp.c_str(), dst.c_str()) != 0) return Status::FromErrno(errno, "rename " + tmp + " to " + dst);
+  s = fsync_dir(tmp_dir(store));
+  if (!s.ok()) return s;
+  return fsync_dir(store);
+}
+
+Status create_store_skeleton(const std::string& store, Superblock* sb_out) {
+  struct stat st;
+  if (::stat(store.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(store + " exists and is not a directory");
+    std::error_code ec;
+    bool empty = std::filesystem::is_empty(store, ec);
+    if (ec) return Status::IOError("cannot list " + store + ": " + ec.message());
+    if (!empty)
+      return Status::InvalidArgument(store + " is not empty and not a ucm store; a store is created "
+                                     "only in a missing or empty directory");
+  }
+  for (const auto& d : {store, data_dir(store), access_dir(store), readers_dir(store), tmp_dir(store)}) {
+    Status s = make_dirs(d);
+    if (!s.ok()) return s;
+  }
+  Superblock sb;
+  sb.created_ms = now_ms();
+  Status s = write_superblock(store, sb);
+  if (!s.ok()) return s;
+  if (sb_out) *sb_out = sb;
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------
+namespace {
+std::string iso_time(uint64_t ms) {
+  time_t t = time_t(ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+}  // namespace
+
+Status WriterLock::Acquire(const std::string& store, std::unique_ptr<WriterLock>* out) {
+  std::string p = lock_path(store);
+  int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno(errno, "open lock file " + p);
+  int rc;
+  do rc = ::flock(fd, LOCK_EX | LOCK_NB);
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    int err = errno;
+    std::string text(256, '\0');
+    size_t got = 0;
+    (void)pread_full(fd, text.data(), text.size(), 0, &got, p);
+    ::close(fd);
+    if (err != EWOULDBLOCK) return Status::FromErrno(err, "flock " + p);
+    text.resize(got);
+    std::string pid = "?", host = "?", since = "?";
+    auto field = [&](const char* k) -> std::string {
+      size_t a = text.find(k);
+      if (a == std::string::npos) return "?";
+      a += std::strlen(k);
+      size_t b = text.find_first_of(" \n", a);
+      return text.substr(a, b == std::string::npos ? std::string::npos : b - a);
+    };
+    pid = field("pid=");
+    host = field("host=");
+    since = field("since=");
+    std::string since_text = since;
+    if (since != "?") since_text = iso_time(std::strtoull(since.c_str(), nullptr, 10));
+    return Status::Busy("store " + store + " is locked by pid " + pid + " on host " + host + " since " +
+                        since_text + "; wait for it or stop it");
+  }
+  std::string text = "pid=" + std::to_string(::getpid()) + " host=" + host_name() +
+                     " since=" + std::to_string(now_ms()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || !pwrite_full(fd, text.data(), text.size(), 0, p).ok()) {
+    int err = errno;
+    ::close(fd);
+    return Status::FromErrno(err, "write lock file " + p);
+  }
+  (void)::fdatasync(fd);
+  out->reset(new WriterLock(fd));
+  return Status::OK();
+}
+
+WriterLock::~WriterLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+// ---------------------------------------------------------------------------------------------
+void encode_file_header(const FileHeader& h, uint8_t out[kPage]) {
+  std::memset(out, 0, kPage);
+  std::memcpy(out, kDataMagic, 8);
+  put_le32(out + 8, h.format_version);
+  put_le32(out + 12, h.file_id);
+  put_le64(out + 16, h.created_ms);
+  put_le64(out + 4088, xxh3(out, 4088));
+}
+
+Status decode_file_header(const uint8_t* p, const std::string& where, FileHeader* h) {
+  if (std::memcmp(p, kDataMagic, 8) != 0)
+    return Status::Corruption("data file " + where + " has a bad header magic (not \"UCMDATA1\")");
+  if (get_le64(p + 4088) != xxh3(p, 4088))
+    return Status::Corruption("data file " + where + " header checksum mismatch");
+  h->format_version = get_le32(p + 8);
+  h->file_id = get_le32(p + 12);
+  h->created_ms = get_le64(p + 16);
+  if (h->format_version > kFormatVersion)
+    return Status::Version("data file " + where + " has format version " +
+                           std::to_string(h->format_version) + ", newer than this ucm supports (max " +
+                           std::to_string(kFormatVersion) + "); upgrade ucm");
+  return Status::OK();
+}
+
+const char* record_type_name(RecordType t) {
+  switch (t) {
+    case RecordType::kBlockKV: return "BLOCK_KV";
+    case RecordType::kBlockRepr: return "BLOCK_REPR";
+    case RecordType::kNamespace: return "NAMESPACE";
+    case RecordType::kNsAttachment: return "NS_ATTACHMENT";
+    case RecordType::kDocument: return "DOCUMENT";
+  }
+  return "UNKNOWN";
+}
+
+void encode_record_header(const RecordHeader& h, uint8_t* p) {
+  std::memset(p, 0, kPage);
+  std::memcpy(p, kRecMagic, 4);
+  put_le16(p + 4, h.record_version);
+  put_le16(p + 6, static_cast<uint16_t>(h.type));
+  put_le32(p + 8, uint32_t(kPage));
+  put_le32(p + 12, h.flags);
+  std::memcpy(p + 16, h.ns.data(), 16);
+  std::memcpy(p + 32, h.key.data(), 16);
+  std::memcpy(p + 48, h.parent.data(), 16);
+  put_le64(p + 64, h.payload_length);
+  put_le64(p + 72, h.payload_checksum);
+  put_le32(p + 80, h.token_count);
+  put_le64(p + 88, h.created_ms);
+  put_le64(p + 120, xxh3(p, 120));
+}
+
+Status decode_record_header(const uint8_t* p, const std::string& where, RecordHeader* h) {
+  if (std::memcmp(p, kRecMagic, 4) != 0) return Status::Corruption(where + ": no record header (bad magic)");
+  if (get_le64(p + 120) != xxh3(p, 120)) return Status::Corruption(where + ": record header checksum mismatch");
+  h->record_version = get_le16(p + 4);
+  if (h->record_version != 1)
+    return Status::Corruption(where + ": unknown record version " + std::to_string(h->record_version));
+  uint16_t t = get_le16(p + 6);
+  if (t < 1 || t > 5) return Status::Corruption(where + ": unknown record type " + std::to_string(t));
+  h->type = static_cast<RecordType>(t);
+  if (get_le32(p + 8) != kPage) return Status::Corruption(where + ": header_size is not 4096");
+  h->flags = get_le32(p + 12);
+  std::memcpy(h->ns.data(), p + 16, 16);
+  std::memcpy(h->key.data(), p + 32, 16);
+  std::memcpy(h->parent.data(), p + 48, 16);
+  h->payload_length = get_le64(p + 64);
+  h->payload_checksum = get_le64(p + 72);
+  h->token_count = get_le32(p + 80);
+  h->created_ms = get_le64(p + 88);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------
+AlignedBuffer::~AlignedBuffer() { std::free(p_); }
+bool AlignedBuffer::reserve(size_t n) {
+  if (n <= cap_) return true;
+  size_t c = round_up_page(n);
+  void* np = nullptr;
+  if (posix_memalign(&np, kPage, c) != 0) return false;
+  std::free(p_);
+  p_ = static_cast<uint8_t*>(np);
+  cap_ = c;
+  return true;
+}
+
+Status pread_full(int fd, void* buf, size_t len, uint64_t offset, size_t* got, const std::string& where) {
+  size_t done = 0;
+  auto* b = static_cast<uint8_t*>(buf);
+  while (done < len) {
+    ssize_t r = ::pread(fd, b + done, len - done, off_t(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      *got = done;
+      if (err == EINVAL) return Status::IOError("EINVAL: read " + at(where, offset + done));
+      return Status::FromErrno(err, "read " + at(where, offset + done));
+    }
+    if (r == 0) break;
+    done += size_t(r);
+    // O_DIRECT reads past EOF return short counts that are not page multiples: stop at EOF.
+  }
+  *got = done;
+  return Status::OK();
+}
+
+Status pwrite_full(int fd, const void* buf, size_t len, uint64_t offset, const std::string& where) {
+  size_t done = 0;
+  auto* b = static_cast<const uint8_t*>(buf);
+  while (done < len) {
+    ssize_t r = ::pwrite(fd, b + done, len - done, off_t(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "write " + at(where, offset + done));
+    }
+    if (r == 0) return Status::IOError("write " + at(where, offset + done) + " wrote nothing");
+    done += size_t(r);
+  }
+  return Status::OK();
+}
+
+Status read_record(int fd, uint64_t offset, const RecordExpect& e, AlignedBuffer* buf, const std::string& where) {
+  const uint64_t total = record_size(e.payload_length);
+  if (!buf->reserve(total)) return Status::Internal("out of memory reading " + at(where, offset));
+  size_t got = 0;
+  Status s = pread_full(fd, buf->data(), total, offset, &got, where);
+  if (!s.ok()) return s;
+  const uint64_t need = kPage + e.payload_length;
+  if (got < need)
+    return Status::Corruption("record of " + at(where, offset) + " is truncated: file ends " +
+                              std::to_string(need - got) + " bytes early; run `ucm gc` or `ucm build "
+                              "--rebuild-index` to drop it");
+  RecordHeader h;
+  s = decode_record_header(buf->data(), at(where, offset), &h);
+  if (!s.ok()) return s;
+  auto mismatch = [&](const char* what) {
+    return Status::Corruption(at(where, offset) + ": record " + what +
+                              " does not match the index; the block is not served (run `ucm inspect "
+                              "--verify`)");
+  };
+  if (h.type != e.type) return mismatch("type");
+  if (e.check_ids && (h.ns != e.ns || h.key != e.key)) return mismatch("namespace/key");
+  if (h.payload_length != e.payload_length) return mismatch("payload length");
+  if (h.payload_checksum != e.payload_checksum) return mismatch("checksum field");
+  if (xxh3(buf->data() + kPage, e.payload_length) != e.payload_checksum)
+    return Status::Corruption(at(where, offset) + ": payload checksum mismatch (" +
+                              record_type_name(e.type) + "); the block is not served (run `ucm inspect "
+                              "--verify`, then `ucm gc` to drop corrupt blocks)");
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------
+struct DataFileWriter::State {
+  std::atomic<uint64_t> size{0};
+};
+
+DataFileWriter::DataFileWriter(int fd, uint32_t id, std::string path, uint64_t size)
+    : fd_(fd), file_id_(id), path_(std::move(path)), st_(new State) {
+  st_->size = size;
+}
+DataFileWriter::~DataFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status DataFileWriter::Create(const std::string& store, uint32_t file_id, std::unique_ptr<DataFileWriter>* out) {
+  std::string p = data_file_path(store, file_id);
+  int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST)
+      return Status::InvalidArgument("data file " + p + " already exists; the index's next_file_id is "
+                                     "behind the data files: run `ucm build --rebuild-index`");
+    return Status::FromErrno(errno, "create data file " + p);
+  }
+  alignas(16) uint8_t page[kPage];
+  FileHeader h;
+  h.file_id = file_id;
+  h.created_ms = now_ms();
+  encode_file_header(h, page);
+  Status s = pwrite_full(fd, page, kPage, 0, p);
+  if (s.ok() && ::fdatasync(fd) != 0) s = Status::FromErrno(errno, "fdatasync " + p);
+  if (s.ok()) s = fsync_dir(data_dir(store));
+  if (!s.ok()) {
+    ::close(fd);
+    ::unlink(p.c_str());
+    return s;
+  }
+  out->reset(new DataFileWriter(fd, file_id, p, kPage));
+  return Status::OK();
+}
+
+Status DataFileWriter::append(RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces,
+                              uint64_t* offset) {
+  uint64_t len = 0;
+  XXH3_state_t* xs = XXH3_createState();
+  if (!xs) return Status::Internal("out of memory (xxh3 state)");
+  XXH3_64bits_reset(xs);
+  for (const auto& [p, n] : pieces) {
+    XXH3_64bits_update(xs, p, n);
+    len += n;
+  }
+  h->payload_checksum = XXH3_64bits_digest(xs);
+  XXH3_freeState(xs);
+  h->payload_length = len;
+  if (h->created_ms == 0) h->created_ms = now_ms();
+  const uint64_t total = record_size(len);
+  std::vector<uint8_t> buf(total, 0);
+  encode_record_header(*h, buf.data());
+  uint64_t pos = kPage;
+  for (const auto& [p, n] : pieces) {
+    if (n) std::memcpy(buf.data() + pos, p, n);
+    pos += n;
+  }
+  const uint64_t off = st_->size.fetch_add(total);
+  Status s = pwrite_full(fd_, buf.data(), total, off, path_);
+  if (!s.ok()) return s;
+  *offset = off;
+  return Status::OK();
+}
+
+Status DataFileWriter::sync() {
+  if (::fdatasync(fd_) != 0) return Status::FromErrno(errno, "fdatasync " + path_);
+  return Status::OK();
+}
+
+uint64_t DataFileWriter::size() const { return st_->size.load(); }
+
+// ---------------------------------------------------------------------------------------------
+DataFileScanner::DataFileScanner(int fd, std::string path, uint64_t size, FileHeader h)
+    : fd_(fd), path_(std::move(path)), size_(size), header_(h) {}
+DataFileScanner::~DataFileScanner() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status DataFileScanner::Open(const std::string& path, std::unique_ptr<DataFileScanner>* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open data file " + path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Status::FromErrno(err, "stat " + path);
+  }
+  std::string page(kPage, '\0');
+  size_t got = 0;
+  Status s = pread_full(fd, page.data(), kPage, 0, &got, path);
+  if (s.ok() && got < kPage)
+    s = Status::Corruption("data file " + path + " is shorter than its 4096-byte header");
+  FileHeader h;
+  if (s.ok()) s = decode_file_header(reinterpret_cast<const uint8_t*>(page.data()), path, &h);
+  if (!s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  out->reset(new DataFileScanner(fd, path, uint64_t(st.st_size), h));
+  return Status::OK();
+}
+
+bool DataFileScanner::next(ScannedRecord* rec, std::string* payload, bool verify_payload) {
+  if (!status_.ok()) return false;
+  *rec = ScannedRecord{};
+  page_.resize(kPage);
+  uint64_t bad_start = UINT64_MAX;
+  std::string bad_error;
+  while (pos_ < size_) {
+    size_t got = 0;
+    Status s = pread_full(fd_, page_.data(), kPage, pos_, &got, path_);
+    if (!s.ok()) {
+      status_ = s;
+      return false;
+    }
+    RecordHeader h;
+    Status hs = got < kPage ? Status::Corruption(at(path_, pos_) + ": partial page at end of file")
+                            : decode_record_header(reinterpret_cast<const uint8_t*>(page_.data()),
+                                                   at(path_, pos_), &h);
+    if (!hs.ok()) {
+      if (bad_start == UINT64_MAX) {
+        bad_start = pos_;
+        bad_error = hs.message();
+      }
+      pos_ += kPage;
+      continue;
+    }
+    if (bad_start != UINT64_MAX) {
+      // Report the bad run first; the good header is picked up by the next call.
+      rec->state = ScannedRecord::State::kCorrupt;
+      rec->offset = bad_start;
+      rec->length = pos_ - bad_start;
+      rec->error = bad_error;
+      return true;
+    }
+    const uint64_t total = record_size(h.payload_length);
+    rec->offset = pos_;
+    rec->header = h;
+    rec->header_ok = true;
+    if (h.payload_length > size_ || pos_ + kPage + h.payload_length > size_) {
+      rec->state = ScannedRecord::State::kTornTail;
+      rec->length = size_ - pos_;
+      rec->error = at(path_, pos_) + ": record runs past the end of the file (torn tail)";
+      pos_ = size_;
+      return true;
+    }
+    rec->length = total;
+    if (verify_payload) {
+      std::string local;
+      std::string& buf = payload ? *payload : local;
+      buf.resize(h.payload_length);
+      size_t pg = 0;
+      s = pread_full(fd_, buf.data(), h.payload_length, pos_ + kPage, &pg, path_);
+      if (!s.ok()) {
+        status_ = s;
+        return false;
+      }
+      if (pg != h.payload_length || xxh3(buf.data(), h.payload_length) != h.payload_checksum) {
+        rec->state = ScannedRecord::State::kCorrupt;
+        rec->error = at(path_, pos_) + ": payload checksum mismatch";
+        pos_ += std::min(total, size_ - pos_);
+        return true;
+      }
+    }
+    rec->state = ScannedRecord::State::kValid;
+    pos_ += std::min(total, size_ - pos_);
+    return true;
+  }
+  if (bad_start != UINT64_MAX) {
+    rec->state = ScannedRecord::State::kTornTail;
+    rec->offset = bad_start;
+    rec->length = size_ - bad_start;
+    rec->error = bad_error + " (no valid record after it: torn tail)";
+    return true;
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+std::string encode_block_record(const BlockRecord& r) {
+  std::string v(kBlockRecordSize, '\0');
+  auto* p = reinterpret_cast<uint8_t*>(v.data());
+  put_le16(p, r.version);
+  put_le16(p + 2, r.flags);
+  put_le32(p + 4, r.token_count);
+  std::memcpy(p + 8, r.parent.data(), 16);
+  put_le32(p + 24, r.kv_file);
+  put_le32(p + 28, r.repr_file);
+  put_le64(p + 32, r.kv_offset);
+  put_le64(p + 40, r.kv_length);
+  put_le64(p + 48, r.kv_checksum);
+  put_le64(p + 56, r.repr_offset);
+  put_le64(p + 64, r.repr_length);
+  put_le64(p + 72, r.repr_checksum);
+  put_le64(p + 80, r.created_ms);
+  put_le64(p + 88, r.last_access_ms);
+  return v;
+}
+
+Status decode_block_record(std::string_view v, BlockRecord* r) {
+  if (v.size() != kBlockRecordSize)
+    return Status::Corruption("index block record is " + std::to_string(v.size()) +
+                              " bytes, expected 96; run `ucm build --rebuild-index`");
+  auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  r->version = get_le16(p);
+  if (r->version != 1)
+    return Status::Corruption("index block record has unknown version " + std::to_string(r->version));
+  r->flags = get_le16(p + 2);
+  r->token_count = get_le32(p + 4);
+  std::memcpy(r->parent.data(), p + 8, 16);
+  r->kv_file = get_le32(p + 24);
+  r->repr_file = get_le32(p + 28);
+  r->kv_offset = get_le64(p + 32);
+  r->kv_length = get_le64(p + 40);
+  r->kv_checksum = get_le64(p + 48);
+  r->repr_offset = get_le64(p + 56);
+  r->repr_length = get_le64(p + 64);
+  r->repr_checksum = get_le64(p + 72);
+  r->created_ms = get_le64(p + 80);
+  r->last_access_ms = get_le64(p + 88);
+  return Status::OK();
+}
+
+std::string encode_file_record(const FileRecord& r) {
+  std::string v(kFileRecordSize, '\0');
+  auto* p = reinterpret_cast<uint8_t*>(v.data());
+  put_le64(p, r.size);
+  put_le64(p + 8, r.live_bytes);
+  put_le32(p + 16, static_cast<uint32_t>(r.state));
+  put_le64(p + 20, r.retired_ms);
+  return v;
+}
+
+Status decode_file_record(std::string_view v, FileRecord* r) {
+  if (v.size() != kFileRecordSize)
+    return Status::Corruption("index file record is " + std::to_string(v.size()) + " bytes, expected 28");
+  auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  r->size = get_le64(p);
+  r->live_bytes = get_le64(p + 8);
+  uint32_t st = get_le32(p + 16);
+  if (st > 2) return Status::Corruption("index file record has unknown state " + std::to_string(st));
+  r->state = static_cast<FileState>(st);
+  r->retired_ms = get_le64(p + 20);
+  return Status::OK();
+}
+
+std::string encode_journal_entry(const JournalEntry& e) {
+  std::string v(kJournalEntrySize, '\0');
+  v[0] = char(e.op);
+  std::memcpy(v.data() + 1, e.ns.data(), 16);
+  std::memcpy(v.data() + 17, e.hash.data(), 16);
+  return v;
+}
+
+Status decode_journal_entry(std::string_view v, JournalEntry* e) {
+  if (v.size() != kJournalEntrySize || (v[0] != 1 && v[0] != 2))
+    return Status::Corruption("index journal entry is malformed (" + std::to_string(v.size()) + " bytes)");
+  e->op = static_cast<JournalOp>(v[0]);
+  std::memcpy(e->ns.data(), v.data() + 1, 16);
+  std::memcpy(e->hash.data(), v.data() + 17, 16);
+  return Status::OK();
+}
+
+std::string block_key(const NamespaceId& ns, const BlockHash& h) {
+  std::string k(32, '\0');
+  std::memcpy(k.data(), ns.data(), 16);
+  std::memcpy(k.data() + 16, h.data(), 16);
+  return k;
+}
+bool parse_block_key(std::string_view k, NamespaceId* ns, BlockHash* h) {
+  if (k.size() != 32) return false;
+  std::memcpy(ns->data(), k.data(), 16);
+  std::memcpy(h->data(), k.data() + 16, 16);
+  return true;
+}
+std::string ns_key(const NamespaceId& ns) { return std::string(reinterpret_cast<const char*>(ns.data()), 16); }
+std::string file_key(uint32_t id) {
+  std::string k(4, '\0');
+  put_be32(reinterpret_cast<uint8_t*>(k.data()), id);
+  return k;
+}
+uint32_t parse_file_key(std::string_view k) {
+  return k.size() == 4 ? get_be32(reinterpret_cast<const uint8_t*>(k.data())) : 0;
+}
+std::string journal_key(uint64_t seq) {
+  std::string k(8, '\0');
+  put_be64(reinterpret_cast<uint8_t*>(k.data()), seq);
+  return k;
+}
+uint64_t parse_journal_key(std::string_view k) {
+  return k.size() == 8 ? get_be64(reinterpret_cast<const uint8_t*>(k.data())) : 0;
+}
+std::string doc_key(const NamespaceId& ns, std::string_view id) { return ns_key(ns) + std::string(id); }
+
+void encode_access_record(const AccessRecord& r, uint8_t out[kAccessRecordSize]) {
+  std::memcpy(out, r.ns.data(), 16);
+  std::memcpy(out + 16, r.hash.data(), 16);
+  put_le64(out + 32, r.access_ms);
+}
+AccessRecord decode_access_record(const uint8_t* in) {
+  AccessRecord r;
+  std::memcpy(r.ns.data(), in, 16);
+  std::memcpy(r.hash.data(), in + 16, 16);
+  r.access_ms = get_le64(in + 32);
+  return r;
+}
+
+uint64_t block_fingerprint(const NamespaceId& ns, const BlockHash& h) {
+  uint8_t buf[32];
+  std::memcpy(buf, ns.data(), 16);
+  std::memcpy(buf + 16, h.data(), 16);
+  return XXH3_64bits(buf, 32);
+}
+
+BlockHash md5(const void* data, size_t len) {
+  BlockHash out{};
+  unsigned int n = 0;
+  EVP_Digest(data, len, out.data(), &n, EVP_md5(), nullptr);
+  return out;
+}
+
+}  // namespace ucm::fmt

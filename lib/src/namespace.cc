@@ -1,0 +1,121 @@
+// lib/src/namespace.cc: namespace descriptors and ids (store_v1.md §7).
+#include "ucm/namespace.h"
+
+#include <openssl/evp.h>
+
+#include <nlohmann/json.hpp>
+
+namespace ucm {
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::kBF16: return "bf16";
+    case DType::kFP16: return "fp16";
+    case DType::kFP32: return "fp32";
+  }
+  return "unknown";
+}
+
+Status parse_dtype(std::string_view s, DType* out) {
+  if (s == "bf16") *out = DType::kBF16;
+  else if (s == "fp16") *out = DType::kFP16;
+  else if (s == "fp32") *out = DType::kFP32;
+  else return Status::InvalidArgument("unknown dtype \"" + std::string(s) + "\"; use bf16, fp16 or fp32");
+  return Status::OK();
+}
+
+size_t dtype_size(DType d) { return d == DType::kFP32 ? 4 : 2; }
+
+namespace {
+// nlohmann::json (std::map based) keeps keys sorted, so dump() is canonical.
+nlohmann::json fingerprint_json(const NamespaceDesc& d) {
+  nlohmann::json j;
+  j["model_id"] = d.model_id;
+  j["weights_digest"] = d.weights_digest;
+  j["dtype"] = dtype_name(d.dtype);
+  j["block_size"] = d.block_size;
+  j["num_layers"] = d.num_layers;
+  j["num_kv_heads"] = d.num_kv_heads;
+  j["head_dim"] = d.head_dim;
+  j["layout"] = d.layout;
+  j["hash_scheme"] = d.hash_scheme;
+  nlohmann::json extra = nlohmann::json::parse(d.extra_json.empty() ? "{}" : d.extra_json, nullptr, false);
+  j["extra"] = extra.is_discarded() ? nlohmann::json(d.extra_json) : extra;
+  return j;
+}
+}  // namespace
+
+std::string NamespaceDesc::canonical_json() const { return fingerprint_json(*this).dump(); }
+
+NamespaceId NamespaceDesc::id() const {
+  std::string c = canonical_json();
+  NamespaceId out{};
+  unsigned int n = 0;
+  EVP_Digest(c.data(), c.size(), out.data(), &n, EVP_md5(), nullptr);
+  return out;
+}
+
+std::string NamespaceDesc::display_name() const {
+  if (!name.empty()) return name;
+  return model_id + "/" + dtype_name(dtype) + "/b" + std::to_string(block_size) + "/" + to_hex(id()).substr(0, 8);
+}
+
+uint64_t NamespaceDesc::payload_bytes() const {
+  return uint64_t(num_layers) * 2 * block_size * num_kv_heads * head_dim * dtype_size(dtype);
+}
+
+Status NamespaceDesc::validate() const {
+  if (model_id.empty()) return Status::InvalidArgument("namespace: model_id is empty");
+  if (block_size == 0 || num_layers == 0 || num_kv_heads == 0 || head_dim == 0)
+    return Status::InvalidArgument("namespace " + model_id + ": block_size, num_layers, num_kv_heads and head_dim "
+                                   "must all be > 0 (got " + std::to_string(block_size) + ", " +
+                                   std::to_string(num_layers) + ", " + std::to_string(num_kv_heads) + ", " +
+                                   std::to_string(head_dim) + ")");
+  if (block_size > 65536 || num_layers > 4096 || num_kv_heads > 4096 || head_dim > 4096)
+    return Status::InvalidArgument("namespace " + model_id + ": a dimension is implausibly large");
+  if (layout != 1) return Status::InvalidArgument("namespace " + model_id + ": unknown layout " + std::to_string(layout) + " (only 1 exists)");
+  if (hash_scheme != "md5-chain-v1")
+    return Status::InvalidArgument("namespace " + model_id + ": unknown hash_scheme \"" + hash_scheme + "\" (only md5-chain-v1)");
+  auto e = nlohmann::json::parse(extra_json.empty() ? "{}" : extra_json, nullptr, false);
+  if (e.is_discarded() || !e.is_object())
+    return Status::InvalidArgument("namespace " + model_id + ": extra must be a JSON object, got " + extra_json);
+  if (dtype != DType::kBF16 && dtype != DType::kFP16 && dtype != DType::kFP32)
+    return Status::InvalidArgument("namespace " + model_id + ": bad dtype");
+  return Status::OK();
+}
+
+std::string NamespaceDesc::to_json() const {
+  nlohmann::json j = fingerprint_json(*this);
+  j["name"] = display_name();
+  return j.dump();
+}
+
+Status NamespaceDesc::from_json(std::string_view json, NamespaceDesc* out) {
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return Status::InvalidArgument("namespace descriptor is not a JSON object: " + std::string(json.substr(0, 200)));
+  NamespaceDesc d;
+  try {
+    d.model_id = j.at("model_id").get<std::string>();
+    d.weights_digest = j.value("weights_digest", std::string());
+    Status s = parse_dtype(j.value("dtype", std::string("bf16")), &d.dtype);
+    if (!s.ok()) return s;
+    d.block_size = j.value("block_size", 16u);
+    d.num_layers = j.at("num_layers").get<uint32_t>();
+    d.num_kv_heads = j.at("num_kv_heads").get<uint32_t>();
+    d.head_dim = j.at("head_dim").get<uint32_t>();
+    d.layout = j.value("layout", 1u);
+    d.hash_scheme = j.value("hash_scheme", std::string("md5-chain-v1"));
+    d.extra_json = j.contains("extra") ? j["extra"].dump() : "{}";
+    d.name = j.value("name", std::string());
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("namespace descriptor: ") + e.what() +
+                                   " (needs model_id, num_layers, num_kv_heads, head_dim)");
+  }
+  Status s = d.validate();
+  if (!s.ok()) return s;
+  *out = std::move(d);
+  return Status::OK();
+}
+
+}  // namespace ucm
