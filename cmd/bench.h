@@ -1,0 +1,16 @@
+// cmd/bench.h: the `ucm bench` command group (docs/benchmarks.md).
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace ucm::cli {
+
+/// Adds `bench` with its subcommands (`store`) to `app`; returns the `bench` subcommand.
+CLI::App* setup_bench(CLI::App& app);
+
+/// Adds `store` to an existing `bench` subcommand:
+///   ucm bench store [--store DIR] [--keep] [--blocks N] [--block-bytes B] [--json] ...
+/// Exit codes: 0 when the run completed (targets met or not: see the report, or pass
+/// --fail-on-miss to exit 1 on a missed target), 1 on an error, 2 on bad usage.
+void setup_bench_store(CLI::App& bench);
+
+}  // namespace ucm::cli

@@ -1,0 +1,702 @@
+// bench/store_bench.cc: `ucm bench store` (see store_bench.h and docs/benchmarks.md).
+#include "bench/store_bench.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "bench/raw_io.h"
+#include "ucm/hash.h"
+#include "ucm/namespace.h"
+#include "ucm/store.h"
+
+namespace ucm::bench {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr double kDumpTarget = 0.8;
+constexpr double kLoadTarget = 0.8;
+constexpr double kLookupTarget = 1e6;
+constexpr uint32_t kChainLen = 64;  // blocks per hash chain of the dump/load data
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+using AlignedBuf = std::unique_ptr<uint8_t, AlignedFree>;
+
+Status alloc_aligned(size_t n, AlignedBuf* out) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, n) != 0) {
+    return Status::IOError("out of memory allocating " + std::to_string(n) + " bytes");
+  }
+  out->reset(static_cast<uint8_t*>(p));
+  return Status::OK();
+}
+
+Status with_phase(const char* phase, const Status& s) {
+  if (s.ok()) return s;
+  return Status(s.code(), std::string(phase) + ": " + s.message());
+}
+
+std::string fmt_int(uint64_t v) {
+  std::string s = std::to_string(v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+/// Namespace whose payload is exactly `block_bytes`: SmolLM2-135M's dims for 368,640, else
+/// 1 layer x 16 tokens x 1 head x (block_bytes / 64) dims of bf16.
+NamespaceDesc data_namespace(uint64_t block_bytes) {
+  NamespaceDesc d;
+  d.model_id = "ucm-bench";
+  d.weights_digest = "00000000000000000000000000000000";
+  d.dtype = DType::kBF16;
+  d.block_size = 16;
+  if (block_bytes == 368640) {
+    d.num_layers = 30;
+    d.num_kv_heads = 3;
+    d.head_dim = 64;
+  } else {
+    d.num_layers = 1;
+    d.num_kv_heads = 1;
+    d.head_dim = static_cast<uint32_t>(block_bytes / 64);
+  }
+  d.name = "bench";
+  return d;
+}
+
+/// Tiny-payload namespace of the lookup index: 1 layer x 16 tokens x 1 head x 1 dim (64 bytes).
+NamespaceDesc lookup_namespace() {
+  NamespaceDesc d;
+  d.model_id = "ucm-bench-lookup";
+  d.weights_digest = "00000000000000000000000000000000";
+  d.dtype = DType::kBF16;
+  d.block_size = 16;
+  d.num_layers = 1;
+  d.num_kv_heads = 1;
+  d.head_dim = 1;
+  d.name = "bench-lookup";
+  return d;
+}
+
+/// Real chained hashes (ucm::hash_blocks) of random token sequences: chains of `chain_len`
+/// blocks, `n` blocks in all. parents[i] is the previous block's hash or root_hash(ns).
+void make_chains(const NamespaceId& ns, uint64_t n, uint32_t chain_len, uint32_t block_size,
+                 std::mt19937_64& rng, std::vector<BlockHash>* hashes,
+                 std::vector<BlockHash>* parents) {
+  hashes->clear();
+  parents->clear();
+  hashes->reserve(n);
+  parents->reserve(n);
+  const BlockHash root = root_hash(ns);
+  std::vector<uint32_t> tokens;
+  while (hashes->size() < n) {
+    uint64_t len = std::min<uint64_t>(chain_len, n - hashes->size());
+    tokens.resize(len * block_size);
+    for (auto& t : tokens) t = static_cast<uint32_t>(rng() % 49152);
+    size_t first = hashes->size();
+    hash_blocks(root, tokens.data(), tokens.size(), block_size, hashes);
+    for (size_t i = first; i < hashes->size(); ++i) {
+      parents->push_back(i == first ? root : (*hashes)[i - 1]);
+    }
+  }
+}
+
+/// Dumps blocks [0, n) in tasks of `batch`, `inflight` tasks outstanding. payload(i) gives the
+/// source of block i. Returns the wall time from the first submission to the last completion.
+Status dump_all(Store* store, const NamespaceId& ns, const std::vector<BlockHash>& hashes,
+                const std::vector<BlockHash>& parents, uint32_t token_count,
+                const std::function<const void*(uint64_t)>& payload, uint32_t batch,
+                uint32_t inflight, const std::function<void(uint64_t)>& on_done, double* seconds) {
+  struct Pending {
+    std::vector<DumpItem> items;
+    std::shared_ptr<Task> task;
+    uint64_t first = 0;
+  };
+  std::deque<Pending> q;
+  const uint64_t n = hashes.size();
+  uint64_t next = 0, finished = 0;
+  double t0 = now_s();
+  while (next < n || !q.empty()) {
+    while (next < n && q.size() < inflight) {
+      Pending p;
+      p.first = next;
+      uint64_t cnt = std::min<uint64_t>(batch, n - next);
+      p.items.resize(cnt);
+      for (uint64_t k = 0; k < cnt; ++k) {
+        DumpItem& it = p.items[k];
+        it.hash = hashes[next + k];
+        it.parent = parents[next + k];
+        it.token_count = token_count;
+        it.kv = payload(next + k);
+      }
+      p.task = store->dump(ns, p.items.data(), p.items.size());
+      q.push_back(std::move(p));
+      next += cnt;
+    }
+    Pending& front = q.front();
+    Status s = front.task->wait(-1);
+    if (!s.ok()) {
+      // Drain the others so no task outlives the sources it points at.
+      for (auto& p : q) p.task->wait(-1);
+      return Status(s.code(), "dump of blocks " + std::to_string(front.first) + ".." +
+                                  std::to_string(front.first + front.items.size() - 1) +
+                                  " failed: " + s.message());
+    }
+    finished += front.items.size();
+    q.pop_front();
+    if (on_done) on_done(finished);
+  }
+  *seconds = now_s() - t0;
+  return Status::OK();
+}
+
+std::vector<std::string> data_files(const std::string& store) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(fs::path(store) / "data", ec)) {
+    if (e.path().extension() == ".ucmd") out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+uint64_t data_bytes(const std::string& store) {
+  uint64_t total = 0;
+  for (auto& f : data_files(store)) {
+    std::error_code ec;
+    auto sz = fs::file_size(f, ec);
+    if (!ec) total += sz;
+  }
+  return total;
+}
+
+/// fdatasync + posix_fadvise(DONTNEED) on every data file.
+Status drop_data_cache(const std::string& store) {
+  for (auto& f : data_files(store)) {
+    int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, "open " + f);
+    ::fdatasync(fd);
+    int rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+    if (rc != 0) return Status::FromErrno(rc, "posix_fadvise(DONTNEED) " + f);
+  }
+  return Status::OK();
+}
+
+/// Fraction of the data files' pages resident in the page cache (mincore).
+double resident_fraction(const std::string& store) {
+  const long page = sysconf(_SC_PAGESIZE);
+  uint64_t pages = 0, resident = 0;
+  std::vector<unsigned char> vec;
+  for (auto& f : data_files(store)) {
+    int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat sb;
+    if (::fstat(fd, &sb) == 0 && sb.st_size > 0) {
+      size_t len = static_cast<size_t>(sb.st_size);
+      void* m = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+      if (m != MAP_FAILED) {
+        size_t np = (len + page - 1) / page;
+        vec.assign(np, 0);
+        if (::mincore(m, len, vec.data()) == 0) {
+          pages += np;
+          for (unsigned char c : vec) resident += c & 1;
+        }
+        ::munmap(m, len);
+      }
+    }
+    ::close(fd);
+  }
+  return pages ? static_cast<double>(resident) / pages : 0.0;
+}
+
+/// Pins the calling thread to the last CPU it may run on; returns that CPU (-1 on failure).
+int pin_to_one_cpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0) return -1;
+  int cpu = -1;
+  for (int c = CPU_SETSIZE - 1; c >= 0; --c) {
+    if (CPU_ISSET(c, &set)) {
+      cpu = c;
+      break;
+    }
+  }
+  if (cpu < 0) return -1;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) return -1;
+  return cpu;
+}
+
+/// Removes the temporary store on every exit path unless disarmed.
+struct RemoveGuard {
+  std::string path;
+  bool armed = false;
+  ~RemoveGuard() {
+    if (armed && !path.empty()) {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  }
+};
+
+}  // namespace
+
+double StoreBenchReport::dump_ratio() const {
+  return raw_seq_write.gbps() > 0 ? dump.gbps() / raw_seq_write.gbps() : 0;
+}
+double StoreBenchReport::load_ratio() const {
+  return raw_rand_read.gbps() > 0 ? load.gbps() / raw_rand_read.gbps() : 0;
+}
+bool StoreBenchReport::all_pass() const {
+  return std::all_of(targets.begin(), targets.end(), [](const Target& t) { return t.pass; });
+}
+
+std::string StoreBenchReport::to_json() const {
+  using J = nlohmann::ordered_json;
+  auto fig = [](const Figure& f) {
+    J j;
+    j["seconds"] = f.seconds;
+    j["bytes"] = f.bytes;
+    j["count"] = f.count;
+    j["gbps"] = f.gbps();
+    return j;
+  };
+  J j;
+  j["store"] = store_path;
+  j["kept"] = kept;
+  j["blocks"] = blocks;
+  j["block_bytes"] = block_bytes;
+  j["data_bytes"] = blocks * block_bytes;
+  j["queue_depth"] = queue_depth;
+  j["io_threads"] = io_threads;
+  j["batch_blocks"] = batch;
+  j["inflight_tasks"] = inflight;
+  j["raw"] = {{"engine", raw_engine},
+              {"o_direct", true},
+              {"seq_write", fig(raw_seq_write)},
+              {"rand_read", fig(raw_rand_read)}};
+  J d = fig(dump);
+  d["disk_bytes"] = dump_disk_bytes;
+  d["ratio_vs_raw_seq_write"] = dump_ratio();
+  j["dump"] = d;
+  J l = fig(load);
+  l["cache_policy"] = cache_policy;
+  l["resident_before_load"] = resident_before_load;
+  l["verified_samples"] = load_verified_samples;
+  l["ratio_vs_raw_rand_read"] = load_ratio();
+  j["load"] = l;
+  J k;
+  k["index_blocks"] = lookup_index_blocks;
+  k["index_build_s"] = lookup_index_build_s;
+  k["open_s"] = lookup_open_s;
+  k["batch"] = lookup_batch;
+  k["cpu"] = lookup_cpu;
+  k["lookups"] = lookup.count;
+  k["seconds"] = lookup.seconds;
+  k["cpu_s"] = lookup_cpu_s;
+  k["misses"] = lookup_misses;
+  k["lookups_per_s"] = lookups_per_s();
+  k["lookups_per_cpu_s"] = lookups_per_cpu_s();
+  j["lookup"] = k;
+  J t = J::array();
+  for (auto& x : targets) {
+    t.push_back({{"name", x.name}, {"rule", x.rule}, {"value", x.value},
+                 {"threshold", x.threshold}, {"pass", x.pass}});
+  }
+  j["targets"] = t;
+  j["pass"] = all_pass();
+  return j.dump(2);
+}
+
+std::string StoreBenchReport::to_text() const {
+  std::string s;
+  s += "ucm bench store: " + fmt_int(blocks) + " blocks x " + fmt_int(block_bytes) + " B (" +
+       fmt("%.2f", blocks * block_bytes / 1e9) + " GB) in " + store_path +
+       (kept ? " (kept)" : " (removed at the end)") + "\n";
+  s += "raw disk: " + raw_engine + ", O_DIRECT, queue depth " + std::to_string(queue_depth) +
+       ", scratch file in the store's tmp/\n";
+  s += "store: io_threads " + std::to_string(io_threads) + ", tasks of " + std::to_string(batch) +
+       " blocks, " + std::to_string(inflight) + " in flight\n";
+  s += "page cache: " + cache_policy + "; resident before load: " +
+       fmt("%.1f", resident_before_load * 100) + "%\n\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-34s %12s %12s %8s %9s  %s\n", "figure", "value", "raw",
+                "ratio", "target", "result");
+  s += line;
+  auto row = [&](const char* name, const std::string& v, const std::string& raw,
+                 const std::string& ratio, const std::string& tgt, const char* res) {
+    std::snprintf(line, sizeof line, "%-34s %12s %12s %8s %9s  %s\n", name, v.c_str(),
+                  raw.c_str(), ratio.c_str(), tgt.c_str(), res);
+    s += line;
+  };
+  auto result = [&](const std::string& name) -> const char* {
+    for (auto& t : targets)
+      if (t.name == name) return t.pass ? "PASS" : "FAIL";
+    return "-";
+  };
+  row("raw sequential write", fmt("%.2f GB/s", raw_seq_write.gbps()), "", "", "", "");
+  row("raw random read", fmt("%.2f GB/s", raw_rand_read.gbps()), "", "", "", "");
+  row("dump (durable)", fmt("%.2f GB/s", dump.gbps()), fmt("%.2f GB/s", raw_seq_write.gbps()),
+      fmt("%.2fx", dump_ratio()), fmt(">=%.2fx", kDumpTarget), result("dump"));
+  row("load (verified, cold, random)", fmt("%.2f GB/s", load.gbps()),
+      fmt("%.2f GB/s", raw_rand_read.gbps()), fmt("%.2fx", load_ratio()),
+      fmt(">=%.2fx", kLoadTarget), result("load"));
+  if (lookup_index_blocks) {
+    row("lookups (1 thread, wall)", fmt("%.2f M/s", lookups_per_s() / 1e6), "", "",
+        fmt(">=%.1f M/s", kLookupTarget / 1e6), result("lookup"));
+    row("lookups (per CPU second)", fmt("%.2f M/s", lookups_per_cpu_s() / 1e6), "", "", "", "");
+    s += "\nlookup: " + fmt_int(lookup_index_blocks) + "-block index (built in " +
+         fmt("%.1f", lookup_index_build_s) + " s, read-only open " + fmt("%.2f", lookup_open_s) +
+         " s), prefix batches of " + std::to_string(lookup_batch) + " hashes, CPU " +
+         std::to_string(lookup_cpu) + ", " + fmt_int(lookup.count) + " lookups in " +
+         fmt("%.2f", lookup.seconds) + " s, misses " + fmt_int(lookup_misses) + "\n";
+  }
+  s += "dump: " + fmt_int(dump_disk_bytes) + " bytes added to the data files (" +
+       fmt("%.2f", dump.seconds) + " s); load: " + fmt("%.2f", load.seconds) + " s, " +
+       fmt_int(load_verified_samples) + " blocks byte-compared with their source\n";
+  s += std::string("overall: ") + (all_pass() ? "PASS" : "FAIL") + "\n";
+  return s;
+}
+
+Status run_store_bench(const StoreBenchOptions& o, StoreBenchReport* r) {
+  auto progress = [&](const std::string& m) {
+    if (o.progress) o.progress(m);
+  };
+  if (o.blocks == 0) return Status::InvalidArgument("--blocks must be at least 1");
+  if (o.block_bytes == 0 || o.block_bytes % 4096 != 0) {
+    return Status::InvalidArgument("--block-bytes " + std::to_string(o.block_bytes) +
+                                   " must be a positive multiple of 4096 (the raw passes use "
+                                   "O_DIRECT; the default model's block is 368640)");
+  }
+  if (o.queue_depth == 0 || o.batch == 0 || o.inflight == 0) {
+    return Status::InvalidArgument("queue depth, batch and inflight must be at least 1");
+  }
+  *r = StoreBenchReport{};
+  r->blocks = o.blocks;
+  r->block_bytes = o.block_bytes;
+  r->queue_depth = o.queue_depth;
+  r->io_threads = o.io_threads ? o.io_threads : o.queue_depth;
+  r->batch = o.batch;
+  r->inflight = o.inflight;
+  r->kept = o.keep;
+
+  // ---- where
+  std::string base = o.dir;
+  if (base.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    base = (t && *t) ? t : ".";
+  }
+  std::string path = o.keep && !o.dir.empty()
+                         ? o.dir
+                         : (fs::path(base) / ("ucm-bench-" + std::to_string(::getpid()))).string();
+  RemoveGuard guard;
+  std::error_code ec;
+  if (!o.keep) {
+    if (fs::exists(path, ec)) {
+      return Status::InvalidArgument(path + " already exists; remove it or pass another --store");
+    }
+    fs::create_directories(base, ec);
+    guard.path = path;
+    guard.armed = true;
+  }
+  r->store_path = fs::absolute(path, ec).string();
+
+  uint64_t seed = o.seed;
+  if (seed == 0) seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  std::mt19937_64 rng(seed);
+
+  OpenOptions wopts;
+  wopts.mode = OpenOptions::Mode::kReadWrite;
+  wopts.create_if_missing = true;
+  wopts.io_threads = r->io_threads;
+  wopts.direct_io = true;
+  OpenOptions ropts;
+  ropts.mode = OpenOptions::Mode::kReadOnly;
+  ropts.io_threads = r->io_threads;
+  ropts.direct_io = true;
+  ropts.refresh_interval_ms = 1000;
+
+  std::unique_ptr<Store> store;
+  Status s = Store::Open(path, wopts, &store);
+  if (!s.ok()) return with_phase("open store (writer)", s);
+
+  // ---- raw disk, same directory, same block size and queue depth
+  {
+    fs::create_directories(fs::path(path) / "tmp", ec);
+    std::string scratch =
+        (fs::path(path) / "tmp" / ("bench-raw-" + std::to_string(::getpid()) + ".dat")).string();
+    struct Unlink {
+      std::string p;
+      ~Unlink() { ::unlink(p.c_str()); }
+    } unlink_scratch{scratch};
+    RawIoEngine eng;
+    progress("raw: sequential write of " + fmt_int(o.blocks) + " x " + fmt_int(o.block_bytes) +
+             " B, O_DIRECT, queue depth " + std::to_string(o.queue_depth));
+    RawIoResult w, rd;
+    s = raw_seq_write(scratch, o.block_bytes, o.blocks, o.queue_depth, eng, &w, &r->raw_engine);
+    if (!s.ok()) return with_phase("raw sequential write", s);
+    progress("raw: random read of " + fmt_int(o.blocks) + " x " + fmt_int(o.block_bytes) + " B");
+    s = raw_rand_read(scratch, o.block_bytes, o.blocks, o.queue_depth, rng(), eng, &rd,
+                      &r->raw_engine);
+    if (!s.ok()) return with_phase("raw random read", s);
+    r->raw_seq_write = {w.seconds, w.bytes, w.ios};
+    r->raw_rand_read = {rd.seconds, rd.bytes, rd.ios};
+  }
+
+  // ---- dump
+  NamespaceDesc desc = data_namespace(o.block_bytes);
+  NamespaceId ns{};
+  s = store->register_namespace(desc, &ns);
+  if (!s.ok()) {
+    return with_phase("register namespace \"bench\" (a --keep store must have been benched with "
+                      "the same --block-bytes)", s);
+  }
+  if (desc.payload_bytes() != o.block_bytes) {
+    return Status::Internal("bench namespace payload " + std::to_string(desc.payload_bytes()) +
+                            " != block bytes " + std::to_string(o.block_bytes));
+  }
+  std::vector<BlockHash> hashes, parents;
+  make_chains(ns, o.blocks, kChainLen, desc.block_size, rng, &hashes, &parents);
+  constexpr uint64_t kPool = 64;
+  const uint64_t pool_n = std::min<uint64_t>(kPool, o.blocks);
+  std::vector<AlignedBuf> src(pool_n);
+  for (auto& b : src) {
+    s = alloc_aligned(o.block_bytes, &b);
+    if (!s.ok()) return s;
+    auto* w = reinterpret_cast<uint64_t*>(b.get());
+    for (uint64_t k = 0; k < o.block_bytes / 8; ++k) w[k] = rng();
+  }
+  uint64_t before = data_bytes(path);
+  progress("dump: " + fmt_int(o.blocks) + " blocks into namespace \"bench\"");
+  double last_progress = now_s();
+  s = dump_all(
+      store.get(), ns, hashes, parents, desc.block_size,
+      [&](uint64_t i) -> const void* { return src[i % pool_n].get(); }, o.batch, o.inflight,
+      [&](uint64_t done) {
+        if (now_s() - last_progress > 2) {
+          last_progress = now_s();
+          progress("dump: " + fmt_int(done) + " / " + fmt_int(o.blocks));
+        }
+      },
+      &r->dump.seconds);
+  if (!s.ok()) return with_phase("dump", s);
+  r->dump.bytes = o.blocks * o.block_bytes;
+  r->dump.count = o.blocks;
+  r->dump_disk_bytes = data_bytes(path) - before;
+  store.reset();
+
+  // ---- load, cold, random order, from a read-only handle
+  s = drop_data_cache(path);
+  if (!s.ok()) return with_phase("drop page cache", s);
+  r->resident_before_load = resident_fraction(path);
+  r->cache_policy =
+      "data files fdatasync'd and dropped with posix_fadvise(DONTNEED) after the dump; the store "
+      "loads with O_DIRECT (OpenOptions::direct_io=true)";
+  {
+    std::unique_ptr<Store> reader;
+    s = Store::Open(path, ropts, &reader);
+    if (!s.ok()) return with_phase("open store (read-only) for load", s);
+    std::vector<uint64_t> order(o.blocks);
+    for (uint64_t i = 0; i < o.blocks; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    const uint64_t slots = static_cast<uint64_t>(o.batch) * o.inflight;
+    std::vector<AlignedBuf> dst(slots);
+    for (auto& b : dst) {
+      s = alloc_aligned(o.block_bytes, &b);
+      if (!s.ok()) return s;
+    }
+    struct Pending {
+      std::shared_ptr<Task> task;
+      std::vector<BlockHash> hashes;
+      uint64_t first = 0;  // index into order
+      uint32_t slot = 0;
+      LoadDest dest;
+    };
+    std::deque<Pending> q;
+    std::vector<uint32_t> free_slots;
+    for (uint32_t k = 0; k < o.inflight; ++k) free_slots.push_back(k);
+    progress("load: " + fmt_int(o.blocks) + " blocks in random order");
+    uint64_t next = 0;
+    double t0 = now_s();
+    last_progress = t0;
+    while (next < o.blocks || !q.empty()) {
+      while (next < o.blocks && !free_slots.empty()) {
+        Pending p;
+        p.slot = free_slots.back();
+        free_slots.pop_back();
+        p.first = next;
+        uint64_t cnt = std::min<uint64_t>(o.batch, o.blocks - next);
+        p.hashes.resize(cnt);
+        p.dest.kind = LoadDest::Kind::kContiguous;
+        for (uint64_t k = 0; k < cnt; ++k) {
+          p.hashes[k] = hashes[order[next + k]];
+          p.dest.ptrs.push_back(dst[p.slot * o.batch + k].get());
+        }
+        p.task = reader->load(ns, p.hashes.data(), cnt, p.dest);
+        q.push_back(std::move(p));
+        next += cnt;
+      }
+      Pending& f = q.front();
+      Status ws = f.task->wait(-1);
+      if (!ws.ok()) {
+        for (auto& p : q) p.task->wait(-1);
+        return with_phase("load", ws);
+      }
+      // Sample check: the first block of every task equals its source.
+      uint64_t bi = order[f.first];
+      if (std::memcmp(dst[f.slot * o.batch].get(), src[bi % pool_n].get(), o.block_bytes) != 0) {
+        for (auto& p : q) p.task->wait(-1);
+        return Status::Internal("load: block " + to_hex(hashes[bi]) +
+                                " came back with bytes different from those dumped");
+      }
+      ++r->load_verified_samples;
+      free_slots.push_back(f.slot);
+      q.pop_front();
+      if (now_s() - last_progress > 2) {
+        last_progress = now_s();
+        progress("load: " + fmt_int(next) + " / " + fmt_int(o.blocks));
+      }
+    }
+    r->load.seconds = now_s() - t0;
+    r->load.bytes = o.blocks * o.block_bytes;
+    r->load.count = o.blocks;
+  }
+
+  // ---- lookup
+  r->lookup_index_blocks = o.lookup_blocks;
+  if (o.lookup_blocks > 0) {
+    const uint32_t chain =
+        static_cast<uint32_t>(std::min<uint64_t>(std::max<uint32_t>(o.lookup_batch, 1), o.lookup_blocks));
+    r->lookup_batch = chain;
+    NamespaceDesc ldesc = lookup_namespace();
+    NamespaceId lns{};
+    std::vector<BlockHash> lh, lp;
+    {
+      s = Store::Open(path, wopts, &store);
+      if (!s.ok()) return with_phase("open store (writer) for the lookup index", s);
+      s = store->register_namespace(ldesc, &lns);
+      if (!s.ok()) return with_phase("register namespace \"bench-lookup\"", s);
+      make_chains(lns, o.lookup_blocks, chain, ldesc.block_size, rng, &lh, &lp);
+      AlignedBuf tiny;
+      s = alloc_aligned(4096, &tiny);
+      if (!s.ok()) return s;
+      std::memset(tiny.get(), 0x5a, 4096);
+      progress("lookup: building a " + fmt_int(o.lookup_blocks) +
+               "-block index (namespace \"bench-lookup\", " + fmt_int(ldesc.payload_bytes()) +
+               "-byte payloads)");
+      last_progress = now_s();
+      s = dump_all(
+          store.get(), lns, lh, lp, ldesc.block_size,
+          [&](uint64_t) -> const void* { return tiny.get(); }, 4096, 2,
+          [&](uint64_t done) {
+            if (now_s() - last_progress > 2) {
+              last_progress = now_s();
+              progress("lookup index: " + fmt_int(done) + " / " + fmt_int(o.lookup_blocks));
+            }
+          },
+          &r->lookup_index_build_s);
+      if (!s.ok()) return with_phase("lookup index dump", s);
+      store.reset();
+    }
+    std::unique_ptr<Store> reader;
+    double t0 = now_s();
+    s = Store::Open(path, ropts, &reader);
+    if (!s.ok()) return with_phase("open store (read-only) for lookups", s);
+    r->lookup_open_s = now_s() - t0;
+    const uint64_t chains = (o.lookup_blocks + chain - 1) / chain;
+    progress("lookup: " + fmt("%.1f", o.lookup_seconds) + " s of " + std::to_string(chain) +
+             "-hash prefix lookups on one pinned thread");
+    Status ls;
+    std::thread th([&] {
+      r->lookup_cpu = pin_to_one_cpu();
+      std::mt19937_64 lrng(seed ^ 0x9e3779b97f4a7c15ull);
+      std::vector<uint8_t> present(chain);
+      auto one = [&](uint64_t c) -> Status {
+        uint64_t first = c * chain;
+        uint64_t len = std::min<uint64_t>(chain, o.lookup_blocks - first);
+        size_t prefix = 0;
+        Status st = reader->lookup(lns, &lh[first], len, present.data(), &prefix);
+        if (st.ok() && prefix != len) ++r->lookup_misses;
+        return st;
+      };
+      for (int w = 0; w < 1000; ++w) {  // warm-up, not counted
+        ls = one(lrng() % chains);
+        if (!ls.ok()) return;
+      }
+      r->lookup_misses = 0;
+      uint64_t probes = 0;
+      double c0 = thread_cpu_s();
+      double w0 = now_s();
+      double w1 = w0;
+      for (;;) {
+        for (int k = 0; k < 64; ++k) {
+          uint64_t c = lrng() % chains;
+          ls = one(c);
+          if (!ls.ok()) return;
+          probes += std::min<uint64_t>(chain, o.lookup_blocks - c * chain);
+        }
+        w1 = now_s();
+        if (w1 - w0 >= o.lookup_seconds) break;
+      }
+      r->lookup_cpu_s = thread_cpu_s() - c0;
+      r->lookup.seconds = w1 - w0;
+      r->lookup.count = probes;
+    });
+    th.join();
+    if (!ls.ok()) return with_phase("lookup", ls);
+  }
+
+  // ---- targets
+  r->targets.push_back({"dump", "dump >= 0.80 x raw sequential write", r->dump_ratio(),
+                        kDumpTarget, r->dump_ratio() >= kDumpTarget});
+  r->targets.push_back({"load", "load >= 0.80 x raw random read", r->load_ratio(), kLoadTarget,
+                        r->load_ratio() >= kLoadTarget});
+  if (o.lookup_blocks > 0) {
+    r->targets.push_back({"lookup", "lookups >= 1,000,000 per second on one core",
+                          r->lookups_per_s(), kLookupTarget,
+                          r->lookups_per_s() >= kLookupTarget && r->lookup_misses == 0});
+  }
+  if (!o.keep) progress("removing " + path);
+  return Status::OK();
+}
+
+}  // namespace ucm::bench
