@@ -1,0 +1,318 @@
+// lib/src/c_api.cc: the C ABI (ucm/ucm.h) over ucm::Store. No exception crosses this boundary.
+#include "ucm/ucm.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "formats/store/records.h"
+#include "ucm/hash.h"
+#include "ucm/store.h"
+
+struct ucm_store {
+  std::unique_ptr<ucm::Store> s;
+};
+struct ucm_task {
+  std::shared_ptr<ucm::Task> t;
+};
+
+namespace {
+thread_local std::string g_last_error;
+
+int fail(const ucm::Status& s) {
+  g_last_error = s.ToString();
+  return static_cast<int>(s.code());
+}
+int fail(int code, const std::string& msg) {
+  g_last_error = std::string(ucm::code_name(static_cast<ucm::Code>(code))) + ": " + msg;
+  return code;
+}
+int ok() {
+  g_last_error.clear();
+  return UCM_OK;
+}
+
+template <class F>
+int guarded(const char* fn, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return fail(UCM_E_INTERNAL, std::string(fn) + ": out of memory");
+  } catch (const std::exception& e) {
+    return fail(UCM_E_INTERNAL, std::string(fn) + ": " + e.what());
+  } catch (...) {
+    return fail(UCM_E_INTERNAL, std::string(fn) + ": unknown exception");
+  }
+}
+
+ucm::NamespaceId ns_of(const uint8_t* p) {
+  ucm::NamespaceId n{};
+  std::memcpy(n.data(), p, 16);
+  return n;
+}
+const ucm::BlockHash* hashes_of(const uint8_t* p) {
+  static_assert(sizeof(ucm::BlockHash) == 16, "BlockHash must be 16 packed bytes");
+  return reinterpret_cast<const ucm::BlockHash*>(p);
+}
+
+int finish_task(std::shared_ptr<ucm::Task> t, ucm_task_t** out) {
+  if (t->done()) {
+    // A task that failed before any I/O (bad argument) is reported at once, like the C++ API,
+    // but still handed out so per-block status can be read.
+    ucm::Status s = t->wait(0);
+    if (!s.ok() && (s.code() == ucm::Code::kInvalidArgument)) {
+      return fail(s);
+    }
+  }
+  *out = new ucm_task{std::move(t)};
+  return ok();
+}
+}  // namespace
+
+extern "C" {
+
+UCM_API const char* ucm_version(void) { return "0.1.0"; }
+UCM_API uint32_t ucm_format_version(void) { return ucm::fmt::kFormatVersion; }
+UCM_API const char* ucm_last_error(void) { return g_last_error.c_str(); }
+
+UCM_API const char* ucm_strerror(int code) {
+  switch (code) {
+    case UCM_OK: return "UCM_OK";
+    case UCM_E_NOT_FOUND: return "UCM_E_NOT_FOUND";
+    case UCM_E_CORRUPTION: return "UCM_E_CORRUPTION";
+    case UCM_E_INVALID: return "UCM_E_INVALID";
+    case UCM_E_IO: return "UCM_E_IO";
+    case UCM_E_BUSY: return "UCM_E_BUSY";
+    case UCM_E_VERSION: return "UCM_E_VERSION";
+    case UCM_E_NOT_SUPPORTED: return "UCM_E_NOT_SUPPORTED";
+    case UCM_E_NO_SPACE: return "UCM_E_NO_SPACE";
+    case UCM_E_PENDING: return "UCM_E_PENDING";
+    case UCM_E_INTERNAL: return "UCM_E_INTERNAL";
+    default: return "UCM_E_UNKNOWN";
+  }
+}
+
+UCM_API int ucm_store_open(const char* path, int mode, ucm_store_t** out) {
+  return guarded("ucm_store_open", [&] {
+    if (!path || !out) return fail(UCM_E_INVALID, "ucm_store_open: path and out must not be NULL");
+    *out = nullptr;
+    ucm::OpenOptions o;
+    switch (mode) {
+      case UCM_OPEN_READ_ONLY: o.mode = ucm::OpenOptions::Mode::kReadOnly; break;
+      case UCM_OPEN_READ_WRITE: o.mode = ucm::OpenOptions::Mode::kReadWrite; break;
+      case UCM_OPEN_CREATE:
+        o.mode = ucm::OpenOptions::Mode::kReadWrite;
+        o.create_if_missing = true;
+        break;
+      default: return fail(UCM_E_INVALID, "ucm_store_open: unknown mode " + std::to_string(mode) + " (use UCM_OPEN_*)");
+    }
+    std::unique_ptr<ucm::Store> s;
+    ucm::Status st = ucm::Store::Open(path, o, &s);
+    if (!st.ok()) return fail(st);
+    *out = new ucm_store{std::move(s)};
+    return ok();
+  });
+}
+
+UCM_API void ucm_store_close(ucm_store_t* store) {
+  try {
+    delete store;
+  } catch (...) {
+  }
+}
+
+UCM_API int ucm_store_refresh(ucm_store_t* store) {
+  return guarded("ucm_store_refresh", [&] {
+    if (!store) return fail(UCM_E_INVALID, "ucm_store_refresh: store is NULL");
+    ucm::Status s = store->s->refresh();
+    return s.ok() ? ok() : fail(s);
+  });
+}
+
+UCM_API int ucm_store_namespace_find(ucm_store_t* store, const char* name_or_id, uint8_t* ns_out, char* desc_json,
+                                     size_t desc_cap, size_t* desc_len) {
+  return guarded("ucm_store_namespace_find", [&] {
+    if (!store || !name_or_id) return fail(UCM_E_INVALID, "ucm_store_namespace_find: store and name_or_id must not be NULL");
+    ucm::NamespaceDesc d;
+    ucm::NamespaceId id;
+    ucm::Status s = store->s->find_namespace(name_or_id, &d, &id);
+    if (!s.ok()) return fail(s);
+    if (ns_out) std::memcpy(ns_out, id.data(), 16);
+    const std::string j = d.to_json();
+    if (desc_len) *desc_len = j.size();
+    if (desc_json) {
+      if (desc_cap < j.size() + 1)
+        return fail(UCM_E_INVALID, "ucm_store_namespace_find: desc_cap " + std::to_string(desc_cap) + " too small, need " +
+                                       std::to_string(j.size() + 1));
+      std::memcpy(desc_json, j.c_str(), j.size() + 1);
+    }
+    return ok();
+  });
+}
+
+UCM_API int ucm_store_namespace_register(ucm_store_t* store, const char* desc_json, uint8_t* ns_out) {
+  return guarded("ucm_store_namespace_register", [&] {
+    if (!store || !desc_json) return fail(UCM_E_INVALID, "ucm_store_namespace_register: store and desc_json must not be NULL");
+    ucm::NamespaceDesc d;
+    ucm::Status s = ucm::NamespaceDesc::from_json(desc_json, &d);
+    if (!s.ok()) return fail(s);
+    ucm::NamespaceId id;
+    s = store->s->register_namespace(d, &id);
+    if (!s.ok()) return fail(s);
+    if (ns_out) std::memcpy(ns_out, id.data(), 16);
+    return ok();
+  });
+}
+
+UCM_API int ucm_store_attachment_get(ucm_store_t* store, const uint8_t* ns, const char* name, void* buf, size_t cap,
+                                     size_t* len) {
+  return guarded("ucm_store_attachment_get", [&] {
+    if (!store || !ns || !name) return fail(UCM_E_INVALID, "ucm_store_attachment_get: store, ns and name must not be NULL");
+    std::string data;
+    ucm::Status s = store->s->get_attachment(ns_of(ns), name, &data);
+    if (!s.ok()) return fail(s);
+    if (len) *len = data.size();
+    if (data.size() > cap || (!buf && !data.empty()))
+      return fail(UCM_E_INVALID, "ucm_store_attachment_get: attachment \"" + std::string(name) + "\" is " +
+                                     std::to_string(data.size()) + " bytes, buffer holds " + std::to_string(cap));
+    if (!data.empty()) std::memcpy(buf, data.data(), data.size());
+    return ok();
+  });
+}
+
+UCM_API int ucm_hash_blocks(const uint8_t* ns, const uint8_t* parent, const uint32_t* tokens, size_t n_tokens,
+                            uint32_t block_size, uint8_t* out_hashes, size_t max_blocks, size_t* n_blocks) {
+  return guarded("ucm_hash_blocks", [&] {
+    if (!ns && !parent) return fail(UCM_E_INVALID, "ucm_hash_blocks: ns (or parent) must not be NULL");
+    if (block_size == 0) return fail(UCM_E_INVALID, "ucm_hash_blocks: block_size is 0");
+    if (n_tokens && !tokens) return fail(UCM_E_INVALID, "ucm_hash_blocks: tokens is NULL");
+    const size_t nb = n_tokens / block_size;
+    if (n_blocks) *n_blocks = nb;
+    if (nb > max_blocks)
+      return fail(UCM_E_INVALID, "ucm_hash_blocks: " + std::to_string(nb) + " full blocks, out_hashes holds " +
+                                     std::to_string(max_blocks));
+    if (nb && !out_hashes) return fail(UCM_E_INVALID, "ucm_hash_blocks: out_hashes is NULL");
+    ucm::BlockHash p = parent ? ns_of(parent) : ucm::root_hash(ns_of(ns));
+    std::vector<ucm::BlockHash> hs;
+    ucm::hash_blocks(p, tokens, nb * block_size, block_size, &hs);
+    if (!hs.empty()) std::memcpy(out_hashes, hs.data(), hs.size() * 16);
+    return ok();
+  });
+}
+
+UCM_API int ucm_store_lookup(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n, uint8_t* present,
+                             size_t* prefix_blocks) {
+  return guarded("ucm_store_lookup", [&] {
+    if (!store || !ns || (n && !hashes)) return fail(UCM_E_INVALID, "ucm_store_lookup: store, ns and hashes must not be NULL");
+    size_t prefix = 0;
+    ucm::Status s = store->s->lookup(ns_of(ns), hashes_of(hashes), n, present, &prefix);
+    if (!s.ok()) return fail(s);
+    if (prefix_blocks) *prefix_blocks = prefix;
+    return ok();
+  });
+}
+
+UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n, int dest_kind,
+                           void* const* ptrs, uint32_t head_begin, uint32_t head_end, ucm_task_t** task) {
+  return guarded("ucm_store_load", [&] {
+    if (!store || !ns || !task || (n && (!hashes || !ptrs)))
+      return fail(UCM_E_INVALID, "ucm_store_load: store, ns, hashes, ptrs and task must not be NULL");
+    *task = nullptr;
+    ucm::NamespaceDesc d;
+    ucm::Status s = store->s->find_namespace(ucm::to_hex(ns_of(ns)), &d, nullptr);
+    if (!s.ok() && store->s->read_only()) {
+      (void)store->s->refresh();
+      s = store->s->find_namespace(ucm::to_hex(ns_of(ns)), &d, nullptr);
+    }
+    if (!s.ok()) return fail(s);
+    ucm::LoadDest dest;
+    size_t np;
+    if (dest_kind == UCM_DEST_CONTIGUOUS) {
+      dest.kind = ucm::LoadDest::Kind::kContiguous;
+      np = n;
+    } else if (dest_kind == UCM_DEST_PAGED) {
+      dest.kind = ucm::LoadDest::Kind::kPaged;
+      np = n * size_t(d.num_layers) * 2;
+    } else {
+      return fail(UCM_E_INVALID, "ucm_store_load: unknown dest_kind " + std::to_string(dest_kind) + " (use UCM_DEST_*)");
+    }
+    dest.heads = {head_begin, head_end};
+    if (np) dest.ptrs.assign(ptrs, ptrs + np);
+    return finish_task(store->s->load(ns_of(ns), hashes_of(hashes), n, dest), task);
+  });
+}
+
+UCM_API int ucm_store_dump(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, const uint8_t* parents,
+                           size_t n, const void* const* kv, ucm_task_t** task) {
+  return guarded("ucm_store_dump", [&] {
+    if (!store || !ns || !task || (n && (!hashes || !parents || !kv)))
+      return fail(UCM_E_INVALID, "ucm_store_dump: store, ns, hashes, parents, kv and task must not be NULL");
+    *task = nullptr;
+    ucm::NamespaceDesc d;
+    ucm::Status s = store->s->find_namespace(ucm::to_hex(ns_of(ns)), &d, nullptr);
+    if (!s.ok())
+      return fail(UCM_E_INVALID, "ucm_store_dump: namespace " + ucm::to_hex(ns_of(ns)) +
+                                     " is not registered; register it first (ucm_store_namespace_register)");
+    std::vector<ucm::DumpItem> items(n);
+    for (size_t i = 0; i < n; ++i) {
+      std::memcpy(items[i].hash.data(), hashes + 16 * i, 16);
+      std::memcpy(items[i].parent.data(), parents + 16 * i, 16);
+      items[i].token_count = d.block_size;
+      items[i].kv = kv[i];
+    }
+    return finish_task(store->s->dump(ns_of(ns), items.data(), n), task);
+  });
+}
+
+UCM_API int ucm_task_check(ucm_task_t* task) {
+  if (!task) return 1;
+  try {
+    return task->t->done() ? 1 : 0;
+  } catch (...) {
+    return 1;
+  }
+}
+
+UCM_API int ucm_task_wait(ucm_task_t* task, int timeout_ms) {
+  return guarded("ucm_task_wait", [&] {
+    if (!task) return fail(UCM_E_INVALID, "ucm_task_wait: task is NULL");
+    ucm::Status s = task->t->wait(timeout_ms);
+    return s.ok() ? ok() : fail(s);
+  });
+}
+
+UCM_API int ucm_task_block_status(ucm_task_t* task, size_t i) {
+  return guarded("ucm_task_block_status", [&] {
+    if (!task) return fail(UCM_E_INVALID, "ucm_task_block_status: task is NULL");
+    if (!task->t->done()) return fail(UCM_E_PENDING, "ucm_task_block_status: task not finished");
+    const auto& v = task->t->block_status();
+    if (i >= v.size())
+      return fail(UCM_E_INVALID, "ucm_task_block_status: index " + std::to_string(i) + " out of range (task has " +
+                                     std::to_string(v.size()) + " blocks)");
+    return v[i].ok() ? UCM_OK : fail(v[i]);
+  });
+}
+
+UCM_API void ucm_task_free(ucm_task_t* task) {
+  if (!task) return;
+  try {
+    (void)task->t->wait(-1);
+    delete task;
+  } catch (...) {
+  }
+}
+
+UCM_API int ucm_store_metrics(ucm_store_t* store, char* buf, size_t cap, size_t* len) {
+  return guarded("ucm_store_metrics", [&] {
+    if (!store) return fail(UCM_E_INVALID, "ucm_store_metrics: store is NULL");
+    const std::string m = store->s->metrics_text();
+    if (len) *len = m.size();
+    if (!buf || cap < m.size() + 1)
+      return fail(UCM_E_INVALID, "ucm_store_metrics: buffer of " + std::to_string(cap) + " bytes, need " +
+                                     std::to_string(m.size() + 1));
+    std::memcpy(buf, m.c_str(), m.size() + 1);
+    return ok();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,65 @@
+// lib/src/metrics.cc: see metrics.h.
+#include "metrics.h"
+
+#include <cstdio>
+
+namespace ucm {
+
+void LatencyHistogram::observe_ns(uint64_t ns) {
+  const double s = double(ns) * 1e-9;
+  size_t i = 0;
+  while (i < kBounds.size() && s > kBounds[i]) ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(ns, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+namespace {
+std::string num(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+void counter(std::string* o, const char* name, const char* help, uint64_t v) {
+  *o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " +
+        std::to_string(v) + "\n";
+}
+}  // namespace
+
+void LatencyHistogram::render(std::string* o, const char* name, const char* help) const {
+  *o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cum = 0;
+  for (size_t i = 0; i < kBounds.size(); ++i) {
+    cum += buckets_[i].load(std::memory_order_relaxed);
+    *o += std::string(name) + "_bucket{le=\"" + num(kBounds[i]) + "\"} " + std::to_string(cum) + "\n";
+  }
+  cum += buckets_[kBounds.size()].load(std::memory_order_relaxed);
+  *o += std::string(name) + "_bucket{le=\"+Inf\"} " + std::to_string(cum) + "\n";
+  *o += std::string(name) + "_sum " + num(double(sum_ns_.load()) * 1e-9) + "\n";
+  *o += std::string(name) + "_count " + std::to_string(count_.load()) + "\n";
+}
+
+std::string Metrics::render(uint64_t index_blocks) const {
+  std::string o;
+  counter(&o, "ucm_lookups_total", "Block hashes looked up.", lookups.load());
+  counter(&o, "ucm_lookup_hits_total", "Looked-up block hashes found present.", lookup_hits.load());
+  counter(&o, "ucm_blocks_loaded_total", "Blocks loaded (checksum verified) into caller memory.", blocks_loaded.load());
+  counter(&o, "ucm_bytes_loaded_total", "Bytes copied into caller memory by loads.", bytes_loaded.load());
+  counter(&o, "ucm_blocks_dumped_total", "Blocks written and committed by dumps.", blocks_dumped.load());
+  counter(&o, "ucm_bytes_dumped_total", "Payload and representation bytes written by dumps.", bytes_dumped.load());
+  counter(&o, "ucm_dump_skipped_total", "Dumped blocks that were already present (no-ops).", dump_skipped.load());
+  counter(&o, "ucm_refreshes_total", "Catch-ups with the writer (read-only handles).", refreshes.load());
+  o += "# HELP ucm_errors_total Per-block and per-call errors by code.\n# TYPE ucm_errors_total counter\n";
+  for (int c = 1; c < int(errors.size()); ++c) {
+    if (c == int(Code::kPending)) continue;
+    o += std::string("ucm_errors_total{code=\"") + code_name(Code(c)) + "\"} " + std::to_string(errors[c].load()) + "\n";
+  }
+  o += "# HELP ucm_index_blocks Blocks in this handle's lookup table.\n# TYPE ucm_index_blocks gauge\n";
+  o += "ucm_index_blocks " + std::to_string(index_blocks) + "\n";
+  lookup.render(&o, "ucm_lookup_seconds", "Latency of a lookup call.");
+  load_task.render(&o, "ucm_load_task_seconds", "Latency of a load task, submission to completion.");
+  dump_task.render(&o, "ucm_dump_task_seconds", "Latency of a dump task, submission to durable commit.");
+  return o;
+}
+
+}  // namespace ucm
