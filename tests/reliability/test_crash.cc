@@ -1,0 +1,188 @@
+// Crash safety (docs/reliability.md §1): SIGKILL a writer at random moments during dump, gc and
+// migrate, then check that the store opens, verifies clean, serves only correct bytes and still
+// has every block whose dump was acknowledged. Seed: $UCM_RELIABILITY_SEED (printed).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "rel_check.h"
+#include "rel_common.h"
+#include "rel_proc.h"
+
+namespace {
+
+constexpr uint64_t kDumpCount = 400;   // blocks per namespace a dump child would write
+constexpr uint64_t kDumpBatch = 8;
+constexpr uint64_t kStride = 1000;     // index range of dump iteration k: [k*kStride, +kDumpCount)
+
+uint64_t seed_from_env() {
+  if (const char* s = std::getenv("UCM_RELIABILITY_SEED")) return std::strtoull(s, nullptr, 10);
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) % 1000000007ull;
+}
+
+// Parses "ack A B" lines into `acked`; returns the "err" lines.
+std::string parse_child(const rel::Child& c, std::set<uint64_t>* acked) {
+  std::string errs;
+  for (const std::string& l : c.lines()) {
+    std::istringstream in(l);
+    std::string w;
+    in >> w;
+    if (w == "ack") {
+      uint64_t a, b;
+      in >> a >> b;
+      for (uint64_t i = a; i <= b; ++i) acked->insert(i);
+    } else if (w == "err") {
+      errs += l + "\n";
+    }
+  }
+  return errs;
+}
+
+TEST(ReliabilityCrash, SigkillDuringDumpGcMigrate) {
+  const uint64_t seed = seed_from_env();
+  std::printf("[ reliability ] crash seed=%llu (rerun with UCM_RELIABILITY_SEED=%llu)\n",
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
+  RecordProperty("seed", std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::string root = rel::make_temp_dir("ucm-crash");
+  ASSERT_FALSE(root.empty());
+  const std::string S = root + "/store", D = root + "/migrated";
+
+  std::set<uint64_t> acked;  // keep-namespace indices acknowledged durable in S
+  uint64_t next_base = 0;
+
+  // Setup: one uninterrupted dump creates the store (kills during creation are not this test).
+  {
+    rel::Child c;
+    ASSERT_TRUE(rel::spawn_child({"dump", S, "0", "64", "8"}, &c));
+    c.reap();
+    ASSERT_TRUE(c.exited_ok()) << c.output;
+    ASSERT_EQ(parse_child(c, &acked), "");
+    ASSERT_EQ(acked.size(), 64u);
+    next_base = kStride;
+  }
+
+  std::map<char, int> target{{'D', 25}, {'G', 15}, {'M', 10}}, kills, completed;
+  const std::string pattern = "DDGDMDGDMG";
+  std::set<uint64_t> acked_in_d;  // acked blocks of S known to be in D (after a completed migrate)
+  const auto t0 = std::chrono::steady_clock::now();
+  int iter = 0;
+  for (; iter < 200; ++iter) {
+    bool need = false;
+    for (auto& [m, n] : target) need |= kills[m] < n;
+    if (!need) break;
+    char mode = pattern[static_cast<size_t>(iter) % pattern.size()];
+    if (kills[mode] >= target[mode]) {
+      for (auto& [m, n] : target)
+        if (kills[m] < n) { mode = m; break; }
+    }
+    const int delay_ms = static_cast<int>(rng() % 51);
+    const bool from_ready = (rng() & 1) != 0;  // delay counted from spawn or from "ready"
+    std::vector<std::string> args;
+    std::set<uint64_t> acked_before = acked;
+    if (mode == 'D') {
+      args = {"dump", S, std::to_string(next_base), std::to_string(kDumpCount), std::to_string(kDumpBatch)};
+      next_base += kStride;
+    } else if (mode == 'G') {
+      args = {"gc", S, (iter % 2) ? "1" : "0"};
+    } else {
+      args = {"migrate", S, D};
+    }
+    const std::string label = "iter " + std::to_string(iter) + " mode " + mode + " delay " +
+                              std::to_string(delay_ms) + "ms" + (from_ready ? " after ready" : " after spawn");
+    rel::Child c;
+    ASSERT_TRUE(rel::spawn_child(args, &c)) << label;
+    if (from_ready) c.wait_for("ready\n", 20000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    const bool killed = c.kill_and_reap();
+    const std::string errs = parse_child(c, &acked);
+    EXPECT_EQ(errs, "") << label << ": the child reported an error before the kill:\n" << c.output;
+    if (killed) ++kills[mode];
+    else {
+      ++completed[mode];
+      EXPECT_TRUE(c.exited_ok()) << label << ": child exited with status " << c.status << "\n" << c.output;
+      if (mode == 'M' && c.exited_ok()) acked_in_d = acked_before;
+    }
+    // The store the killed process was writing.
+    const std::string target_store = mode == 'M' ? D : S;
+    struct stat st;
+    if (mode == 'M' && stat((D + "/UCMSTORE").c_str(), &st) != 0) {
+      // Killed before DST had a superblock: nothing to check yet (the next migrate must cope).
+      continue;
+    }
+    rel::check_verify(target_store, label);
+    rel::StoreCheck sc;
+    rel::check_blocks(target_store, next_base, mode == 'M' ? acked_in_d : acked, label, &sc);
+    if (HasFatalFailure() || HasFailure()) {
+      std::printf("[ reliability ] stopping at %s; child output:\n%s\n", label.c_str(), c.output.c_str());
+      break;
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ reliability ] %d iterations in %.1f s: kills dump=%d gc=%d migrate=%d; completed before "
+              "the kill dump=%d gc=%d migrate=%d; acknowledged keep blocks=%zu\n",
+              iter, secs, kills['D'], kills['G'], kills['M'], completed['D'], completed['G'],
+              completed['M'], acked.size());
+  RecordProperty("kills", std::to_string(kills['D'] + kills['G'] + kills['M']));
+  ASSERT_FALSE(HasFailure());
+  EXPECT_GE(kills['D'], 25);
+  EXPECT_GE(kills['G'], 15);
+  EXPECT_GE(kills['M'], 10);
+
+  // A final uninterrupted migrate must bring D up to date with S.
+  {
+    rel::Child c;
+    ASSERT_TRUE(rel::spawn_child({"migrate", S, D}, &c));
+    c.reap();
+    EXPECT_TRUE(c.exited_ok()) << "final migrate: " << c.output;
+  }
+
+  // Leftovers of the killed writers must be reclaimed by gc (grace 0), and verify stays clean.
+  for (const std::string& store : {S, D}) {
+    ucm::admin::InspectReport before, after;
+    rel::check_verify(store, store + " before final gc", &before);
+    const uint64_t disk_before = rel::dir_bytes(store + "/data");
+    ucm::admin::GcOptions go;
+    go.grace_ms = 0;
+    go.compact_dead_ratio = 0.01;
+    go.verify = true;
+    ucm::admin::GcReport gr;
+    ucm::Status s = ucm::admin::gc(store, go, &gr);
+    ASSERT_TRUE(s.ok()) << store << ": final gc: " << s.ToString();
+    rel::check_verify(store, store + " after final gc", &after);
+    const uint64_t disk_after = rel::dir_bytes(store + "/data");
+    std::printf("[ reliability ] final gc of %s: data/ %llu -> %llu bytes on disk; index dead bytes %llu -> "
+                "%llu; report: reclaimed=%llu files_deleted=%llu unreferenced_files_deleted=%llu "
+                "compacted=%llu corrupt_removed=%llu\n",
+                store.c_str(), (unsigned long long)disk_before, (unsigned long long)disk_after,
+                (unsigned long long)before.dead_bytes, (unsigned long long)after.dead_bytes,
+                (unsigned long long)gr.bytes_reclaimed, (unsigned long long)gr.files_deleted,
+                (unsigned long long)gr.unreferenced_files_deleted, (unsigned long long)gr.files_compacted,
+                (unsigned long long)gr.corrupt_removed);
+    EXPECT_EQ(gr.corrupt_removed, 0u) << store;
+    EXPECT_LE(after.dead_bytes, after.data_bytes / 100) << store << ": dead bytes left after gc";
+    // Everything on disk is accounted for by the index: no leftover of a killed writer remains.
+    EXPECT_EQ(disk_after, after.data_bytes) << store << ": data/ holds bytes the index does not know";
+    if (store == S) {
+      EXPECT_LT(disk_after, disk_before) << "gc reclaimed nothing although writers were killed";
+    }
+    rel::StoreCheck sc;
+    rel::check_blocks(store, next_base, acked, store + " after final gc", &sc);
+    EXPECT_GE(sc.present_keep, acked.size()) << store;
+  }
+  if (!HasFailure()) {
+    rel::rm_rf(root);
+  } else {
+    std::printf("[ reliability ] store kept for inspection: %s\n", root.c_str());
+  }
+}
+
+}  // namespace
