@@ -68,8 +68,12 @@ Status with_phase(const char* phase, const Status& s) {
 }
 
 std::string fmt_int(uint64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  const std::string d = std::to_string(v);
+  std::string s;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0 && (d.size() - i) % 3 == 0) s.push_back(',');
+    s.push_back(d[i]);
+  }
   return s;
 }
 
