@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ucm/tok/tokenizer.hpp"
@@ -181,6 +182,25 @@ TEST_F(SmolLM2, RoundTripAndSpecials) {
   if (emoji.size() > 1) {
     EXPECT_NE(tok_->decode({emoji[0]}).find("\xEF\xBF\xBD"), std::string::npos);
   }
+}
+
+TEST_F(SmolLM2, ConcurrentEncodeMatchesSerial) {
+  const auto cases = nlohmann::json::parse(slurp(golden_dir() + "/tokens_cases.json"));
+  std::vector<std::string> texts;
+  for (const auto& c : cases) texts.push_back(c.at("text").get<std::string>());
+  for (int i = 0; i < 200; ++i) texts.push_back("word" + std::to_string(i) + " thread_" + std::to_string(i * 7919));
+  std::vector<std::vector<int32_t>> serial;
+  for (const auto& t : texts) serial.push_back(tok_->encode(t));
+  std::vector<std::thread> threads;
+  std::vector<int> bad(4, 0);
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int rep = 0; rep < 20; ++rep)
+        for (std::size_t i = 0; i < texts.size(); ++i) bad[static_cast<std::size_t>(k)] += tok_->encode(texts[i]) != serial[i];
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(bad[static_cast<std::size_t>(k)], 0) << "thread " << k;
 }
 
 // ---- Synthetic tokenizers (independent of the model) ------------------------------------------
