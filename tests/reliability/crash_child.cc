@@ -13,6 +13,11 @@
 //       compacts files more than 5% dead, grace 0, full verify pass when VERIFY is 1.
 //   ucm_crash_child migrate SRC DST
 //       Prints "ready", then migrate SRC -> DST (all namespaces, same dtype).
+//   ucm_crash_child fill STORE
+//       Opens STORE read-write (creating it) and dumps batches of 16 keep blocks from index 0 until
+//       a dump fails, printing "ack FIRST LAST" after each successful wait() and then
+//       "full CODE STATUS" with the failing dump's status and "block CODE" for each block
+//       status; then tries one more single-block dump and prints "again CODE STATUS".
 //   ucm_crash_child writer STORE DURATION_MS BASE BATCH INTERVAL_MS PHASE_MS MAX_BYTES GRACE_MS
 //       For DURATION_MS: open read-write, dump batches of BATCH new keep blocks every INTERVAL_MS
 //       for PHASE_MS, printing "commit FIRST LAST T_MS" after each wait() OK (T = commit time,
@@ -150,6 +155,30 @@ int mode_migrate(int argc, char** argv) {
   return 0;
 }
 
+int mode_fill(int argc, char** argv) {
+  if (argc != 3) return 2;
+  Writer w;
+  ucm::Status s = open_writer(argv[2], &w);
+  if (!s.ok()) return fail("open", s);
+  say("ready");
+  for (uint64_t first = 0; first < 10000000; first += 16) {
+    Batch b;
+    start_batch(w.store.get(), w.keep, first, 16, &b);
+    s = b.task->wait();
+    if (!s.ok()) {
+      say("full " + std::to_string(static_cast<int>(s.code())) + " " + s.ToString());
+      for (const auto& bs : b.task->block_status()) say("block " + std::to_string(static_cast<int>(bs.code())));
+      Batch one;
+      start_batch(w.store.get(), w.keep, 9999999, 1, &one);
+      ucm::Status a = one.task->wait();
+      say("again " + std::to_string(static_cast<int>(a.code())) + " " + a.ToString());
+      return 0;
+    }
+    say("ack " + std::to_string(first) + " " + std::to_string(first + 15));
+  }
+  return fail("fill", ucm::Status::Internal("never ran out of space"));
+}
+
 int mode_writer(int argc, char** argv) {
   if (argc != 10) return 2;
   const std::string path = argv[2];
@@ -281,6 +310,7 @@ int main(int argc, char** argv) {
   if (m == "dump") rc = mode_dump(argc, argv);
   else if (m == "gc") rc = mode_gc(argc, argv);
   else if (m == "migrate") rc = mode_migrate(argc, argv);
+  else if (m == "fill") rc = mode_fill(argc, argv);
   else if (m == "writer") rc = mode_writer(argc, argv);
   else if (m == "reader") rc = mode_reader(argc, argv);
   if (rc == 2) std::fprintf(stderr, "ucm_crash_child: bad usage of mode '%s'\n", m.c_str());

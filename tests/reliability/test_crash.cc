@@ -74,7 +74,7 @@ TEST(ReliabilityCrash, SigkillDuringDumpGcMigrate) {
   const std::string pattern = "DDGDMDGDMG";
   std::set<uint64_t> acked_in_d;  // acked blocks of S known to be in D (after a completed migrate)
   const auto t0 = std::chrono::steady_clock::now();
-  int iter = 0;
+  int iter = 0, half_created = 0;
   for (; iter < 200; ++iter) {
     bool need = false;
     for (auto& [m, n] : target) need |= kills[m] < n;
@@ -118,10 +118,19 @@ TEST(ReliabilityCrash, SigkillDuringDumpGcMigrate) {
       // Killed before DST had a superblock: nothing to check yet (the next migrate must cope).
       continue;
     }
+    if (mode == 'M' && stat((D + "/index/CURRENT").c_str(), &st) != 0) {
+      // Killed after DST's superblock but before its index existed: a half-created store.
+      // store_v1.md: a crash at any moment leaves a store that opens. Reported once; the run
+      // goes on so that the next migrate (which must repair it) is exercised.
+      if (half_created++ == 0)
+        ADD_FAILURE() << label << ": the migrate destination was left with a superblock but no index "
+                      << "(index/CURRENT missing): it does not open read-only";
+      continue;
+    }
     rel::check_verify(target_store, label);
     rel::StoreCheck sc;
     rel::check_blocks(target_store, next_base, mode == 'M' ? acked_in_d : acked, label, &sc);
-    if (HasFatalFailure() || HasFailure()) {
+    if (HasFailure() && half_created == 0) {
       std::printf("[ reliability ] stopping at %s; child output:\n%s\n", label.c_str(), c.output.c_str());
       break;
     }
@@ -131,8 +140,9 @@ TEST(ReliabilityCrash, SigkillDuringDumpGcMigrate) {
               "the kill dump=%d gc=%d migrate=%d; acknowledged keep blocks=%zu\n",
               iter, secs, kills['D'], kills['G'], kills['M'], completed['D'], completed['G'],
               completed['M'], acked.size());
+  std::printf("[ reliability ] migrate destinations left half-created (superblock, no index): %d\n", half_created);
   RecordProperty("kills", std::to_string(kills['D'] + kills['G'] + kills['M']));
-  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(!HasFailure() || half_created > 0);
   EXPECT_GE(kills['D'], 25);
   EXPECT_GE(kills['G'], 15);
   EXPECT_GE(kills['M'], 10);
