@@ -1,8 +1,17 @@
 // ucm/admin.h: store administration (ucm build / inspect / gc / migrate), as library calls.
 // The `ucm` binary only parses arguments and calls these; tests call them in-process.
 // Every report renders as JSON (to_json) and as human text (to_text).
+// Format: formats/store/store_v1.md. CLI reference and exit codes: docs/cli.md.
+//
+// Changes from the first draft of this header (all additive):
+//  - every options struct has `progress` (a callback for progress lines, never on stdout);
+//  - InspectReport::corrupt is a list of CorruptBlock {ns_hex, block_hex, reason};
+//  - InspectReport has last-access percentiles; NamespaceStats has the model dims;
+//  - GcOptions::verify (corrupt-block removal by a full verify pass); GcReport has more counters;
+//  - StoreConfig + load_config (configs/store.yaml), exit_code() (CLI exit-code mapping).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,87 +20,171 @@
 
 namespace ucm::admin {
 
+/// Receives one human-readable progress line (no trailing newline). Called from the calling
+/// thread, at most a few times per second. Null = no progress.
+using ProgressFn = std::function<void(const std::string& line)>;
+
+/// Process exit codes of the `ucm` binary (docs/cli.md).
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitError = 1,        ///< any error; the message on stderr says what and what to do
+  kExitUsage = 2,        ///< bad command line (CLI11)
+  kExitCorruption = 3,   ///< inspect --verify found corrupt blocks (or a corrupt superblock)
+  kExitBusy = 4,         ///< another writer holds the store
+  kExitVersion = 5,      ///< the store's format version is newer than this ucm supports
+};
+/// OK -> 0, Corruption -> 3, Busy -> 4, Version -> 5, anything else -> 1.
+int exit_code(const Status& s);
+
+/// Store settings from a YAML file (configs/store.yaml). Missing keys keep these defaults.
+///   io_threads: 8            # block I/O threads of an open handle
+///   direct_io: true          # O_DIRECT payload reads when the file system allows it
+///   gc: { max_bytes: "2TiB", max_age: "30d", grace: "60s", compact_dead_ratio: 0.5 }
+/// Sizes accept parse_bytes syntax (or a plain integer), durations parse_duration syntax.
+struct StoreConfig {
+  uint32_t io_threads = 8;
+  bool direct_io = true;
+  std::optional<uint64_t> gc_max_bytes;
+  std::optional<uint64_t> gc_max_age_ms;
+  uint64_t gc_grace_ms = 60000;
+  double gc_compact_dead_ratio = 0.5;
+};
+/// InvalidArgument names the file and the bad key (unknown keys are errors, to catch typos);
+/// IOError if the file cannot be read.
+Status load_config(const std::string& path, StoreConfig* out);
+
+// ------------------------------------------------------------------------------------- build
 struct BuildOptions {
   std::string config_path;   ///< optional YAML config (configs/store.yaml); empty = defaults
   bool rebuild_index = false;///< rebuild index/ from the data files (store_v1.md §3)
+  ProgressFn progress;
 };
 struct BuildReport {
   bool created = false;      ///< false: the store already existed and nothing changed
+  bool rebuilt = false;      ///< --rebuild-index ran
+  std::string format_message;///< e.g. "created store format version 1" / "store exists; unchanged"
+  std::string moved_index_to;///< rebuild: where the old index/ was moved (empty if there was none)
   uint64_t blocks_indexed = 0, files_scanned = 0, corrupt_records = 0;  ///< rebuild only
+  uint64_t duplicate_records = 0, namespaces = 0, documents = 0, torn_bytes = 0;  ///< rebuild
+  /// rebuild: valid records skipped because their namespace's NAMESPACE record is lost, or
+  /// attachments whose name is unknown
+  uint64_t unknown_namespace_records = 0;
   std::string to_json() const;
   std::string to_text() const;
 };
+/// Creates the store at `path` (missing or empty directory): superblock, LOCK, index with its
+/// column families, data/, access/, readers/, tmp/. On an existing store nothing changes
+/// (created = false). With rebuild_index: takes the writer lock, moves index/ to
+/// tmp/index.broken-<ms> and rebuilds it from the data files alone.
+/// Errors: InvalidArgument (path is a non-empty non-store directory or a file; bad config),
+/// Busy, Version, Corruption (bad superblock), IOError.
 Status build(const std::string& path, const BuildOptions& opts, BuildReport* report);
 
+// ----------------------------------------------------------------------------------- inspect
 struct InspectOptions {
-  bool verify = false;        ///< read every block and check its checksum
+  bool verify = false;        ///< read every block (KV + repr) and check checksum + header fields
   std::string block_hex;      ///< show one block's record (32 hex digits)
   std::string ns;             ///< restrict to one namespace (name or id)
   bool docs = false;          ///< list the document registry
+  ProgressFn progress;
 };
 struct NamespaceStats {
-  std::string name, id_hex, model_id, dtype;
-  uint64_t blocks = 0, bytes = 0;
-  uint32_t block_size = 0;
+  std::string name, id_hex, model_id, dtype, weights_digest, hash_seed_namespace;
+  uint64_t blocks = 0, bytes = 0, documents = 0;
+  uint32_t block_size = 0, num_layers = 0, num_kv_heads = 0, head_dim = 0;
+};
+struct CorruptBlock {
+  std::string ns_hex, block_hex;
+  std::string reason;         ///< e.g. "kv payload checksum mismatch", "data file 3 missing"
 };
 struct InspectReport {
+  std::string path;
   uint32_t format_version = 0;
   std::string created_by;
   uint64_t created_ms = 0;
   uint64_t blocks = 0, bytes = 0;          ///< bytes = payload + repr bytes of present blocks
-  uint64_t data_files = 0, data_bytes = 0, dead_bytes = 0;
+  uint64_t data_files = 0, data_bytes = 0, dead_bytes = 0, retired_files = 0;
   uint64_t oldest_created_ms = 0, newest_created_ms = 0;
   uint64_t oldest_access_ms = 0, newest_access_ms = 0;
+  /// last_access_ms percentiles (p10, p50, p90) over the blocks inspected; 0 when none.
+  uint64_t access_p10_ms = 0, access_p50_ms = 0, access_p90_ms = 0;
   std::vector<NamespaceStats> namespaces;
   bool verified_run = false;
   uint64_t verified = 0;                   ///< blocks whose checksums matched
-  std::vector<std::string> corrupt;        ///< "ns_hex:block_hex: reason"
+  std::vector<CorruptBlock> corrupt;
   std::string block_json;                  ///< --block: the record as JSON object text
+  bool docs_run = false;
   std::string docs_json;                   ///< --docs: JSON array text
   std::string to_json() const;
   std::string to_text() const;
 };
+/// Opens the store read-only (works while a writer holds it).
+/// Returns Corruption (with the report filled) when --verify found corrupt blocks;
+/// InvalidArgument for a malformed --block hash or unknown --namespace; NotFound when the block
+/// is absent.
 Status inspect(const std::string& path, const InspectOptions& opts, InspectReport* report);
 
+// ---------------------------------------------------------------------------------------- gc
 struct GcOptions {
   std::optional<uint64_t> max_bytes;       ///< evict LRU until bytes <= max_bytes
   std::optional<uint64_t> max_age_ms;      ///< evict blocks not accessed within this time
   std::string ns;                          ///< restrict eviction to one namespace
   bool dry_run = false;
   bool unreferenced = false;               ///< evict blocks no registered document reaches
+  bool verify = false;                     ///< also remove blocks a full checksum pass finds corrupt
   uint64_t grace_ms = 60000;               ///< retired data files are unlinked after this long
   double compact_dead_ratio = 0.5;         ///< compact files whose dead/size exceeds this
+  ProgressFn progress;
 };
 struct GcReport {
   bool dry_run = false;
+  uint64_t blocks_before = 0, bytes_before = 0;
   uint64_t evicted_blocks = 0, evicted_bytes = 0;
+  uint64_t evicted_descendants = 0;        ///< of evicted_blocks: children taken with a parent
+  uint64_t unreferenced_removed = 0;
   uint64_t orphans_removed = 0, corrupt_removed = 0;
-  uint64_t files_compacted = 0, files_deleted = 0, bytes_reclaimed = 0;
-  uint64_t access_logs_merged = 0, stale_dirs_removed = 0;
+  uint64_t files_compacted = 0, files_retired = 0, files_deleted = 0, bytes_reclaimed = 0;
+  uint64_t unreferenced_files_deleted = 0; ///< data files no index entry refers to (crashed writers)
+  uint64_t access_logs_merged = 0, access_logs_deleted = 0, stale_dirs_removed = 0;
   uint64_t blocks_after = 0, bytes_after = 0;
+  std::vector<std::string> would_evict;    ///< dry run: "ns_hex:block_hex" (first 1000)
   std::string to_json() const;
   std::string to_text() const;
 };
+/// Takes the writer lock (Busy names the holder). See docs/cli.md for the step order.
 Status gc(const std::string& path, const GcOptions& opts, GcReport* report);
 
+// ----------------------------------------------------------------------------------- migrate
 struct MigrateOptions {
   std::string ns;            ///< only this namespace (name or id); empty = all
   std::string dtype;         ///< "", "bf16", "fp16": convert payload dtype (new namespace)
   bool upgrade = false;      ///< rewrite SRC in place to the current format (dst unused)
+  ProgressFn progress;
 };
 struct MigrateReport {
   uint64_t blocks_copied = 0, blocks_skipped = 0, bytes_copied = 0, namespaces = 0, documents = 0;
+  uint64_t attachments = 0;
+  std::vector<std::string> dst_namespaces;  ///< ids (hex) written in DST
   bool upgraded = false;
   std::string message;
   std::string to_json() const;
   std::string to_text() const;
 };
+/// Copies namespaces, attachments, blocks (KV + repr) and documents from `src` (read-only) to
+/// `dst` (created if missing; writer lock), skipping blocks `dst` already has.
+/// dtype conversion (bf16 <-> fp16, fp32 -> either) writes a new namespace whose `extra` gets
+/// {"hash_seed_namespace": "<source id hex>"}, so block hashes stay those of the source
+/// (store_v1.md §7.1). Representations are copied unchanged.
 Status migrate(const std::string& src, const std::string& dst, const MigrateOptions& opts,
                MigrateReport* report);
 
-/// Parses "10G", "512MiB", "1000" (bytes; K/M/G/T = 1000^n, Ki/Mi/Gi/Ti = 1024^n).
+// ----------------------------------------------------------------------------------- helpers
+/// Parses "10G", "512MiB", "1000" (bytes; K/M/G/T/P = 1000^n, Ki/Mi/Gi/Ti/Pi = 1024^n; an optional
+/// trailing "B"; case-insensitive units; a decimal fraction like "1.5G" is allowed).
+/// InvalidArgument on anything else, on overflow and on negative values.
 Status parse_bytes(const std::string& s, uint64_t* out);
-/// Parses "30d", "12h", "15m", "45s", "500ms" into milliseconds.
+/// Parses "30d", "12h", "15m", "45s", "500ms", "1w", and sums like "1h30m"; a bare integer is
+/// seconds. InvalidArgument otherwise (the message shows the accepted forms).
 Status parse_duration(const std::string& s, uint64_t* out_ms);
 
 }  // namespace ucm::admin

@@ -1,0 +1,22 @@
+// cmd/build.h: `ucm build STORE [--config FILE] [--rebuild-index]` (docs/cli.md).
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "common.h"
+
+namespace ucm::cli {
+
+struct BuildCmdOptions {
+  std::string store;
+  std::string config;
+  bool rebuild_index = false;
+  CommonFlags common;
+};
+/// Adds the `build` subcommand to `app`; returns it.
+CLI::App* setup_build(CLI::App& app);
+/// Runs it (throws CLI::RuntimeError(exit code) on failure).
+void run_build(const BuildCmdOptions& opt);
+
+}  // namespace ucm::cli

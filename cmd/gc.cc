@@ -1,0 +1,75 @@
+// cmd/gc.cc: `ucm gc` parses arguments and calls ucm::admin::gc.
+#include "gc.h"
+
+#include <memory>
+
+namespace ucm::cli {
+
+CLI::App* setup_gc(CLI::App& app) {
+  auto opt = std::make_shared<GcCmdOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "gc", "Merge access logs, drop corrupt and orphan blocks, evict LRU / old / unreferenced "
+            "blocks, compact data files (takes the writer lock; safe while readers load)");
+  sub->add_option("STORE", opt->store, "Store directory")->required();
+  sub->add_option("--max-bytes", opt->max_bytes,
+                  "Evict least-recently-used blocks until payload+repr bytes <= N (10G, 512MiB)");
+  sub->add_option("--max-age", opt->max_age,
+                  "Evict blocks whose last access is older than this (30d, 12h, 15m)");
+  sub->add_option("--namespace", opt->ns,
+                  "Evict only in this namespace (--max-bytes then bounds that namespace)");
+  sub->add_flag("--dry-run", opt->dry_run, "Report what would be removed; change nothing");
+  sub->add_flag("--unreferenced", opt->unreferenced,
+                "Evict blocks that no registered document's chain reaches");
+  sub->add_flag("--verify", opt->verify,
+                "Also read every block and remove those whose checksum fails");
+  sub->add_option("--grace", opt->grace,
+                  "Unlink retired data files this long after compaction retired them (default "
+                  "60s; 0 for tests)");
+  sub->add_option("--config", opt->config, "YAML store settings; its gc: section gives defaults")
+      ->check(CLI::ExistingFile);
+  add_common_flags(sub, &opt->common);
+  sub->callback([opt] { run_gc(*opt); });
+  return sub;
+}
+
+void run_gc(const GcCmdOptions& opt) {
+  admin::GcOptions o;
+  admin::GcReport rep;
+  auto fail = [&](const Status& st) { finish("gc", opt.common, st, rep, false); };
+  if (!opt.config.empty()) {
+    admin::StoreConfig cfg;
+    Status st = admin::load_config(opt.config, &cfg);
+    if (!st.ok()) fail(st);
+    o.max_bytes = cfg.gc_max_bytes;
+    o.max_age_ms = cfg.gc_max_age_ms;
+    o.grace_ms = cfg.gc_grace_ms;
+    o.compact_dead_ratio = cfg.gc_compact_dead_ratio;
+  }
+  if (!opt.max_bytes.empty()) {
+    uint64_t v;
+    Status st = admin::parse_bytes(opt.max_bytes, &v);
+    if (!st.ok()) fail(Status::InvalidArgument("--max-bytes: " + st.message()));
+    o.max_bytes = v;
+  }
+  if (!opt.max_age.empty()) {
+    uint64_t v;
+    Status st = admin::parse_duration(opt.max_age, &v);
+    if (!st.ok()) fail(Status::InvalidArgument("--max-age: " + st.message()));
+    o.max_age_ms = v;
+  }
+  if (!opt.grace.empty()) {
+    uint64_t v;
+    Status st = admin::parse_duration(opt.grace, &v);
+    if (!st.ok()) fail(Status::InvalidArgument("--grace: " + st.message()));
+    o.grace_ms = v;
+  }
+  o.ns = opt.ns;
+  o.dry_run = opt.dry_run;
+  o.unreferenced = opt.unreferenced;
+  o.verify = opt.verify;
+  o.progress = make_progress("gc", opt.common);
+  Status st = admin::gc(opt.store, o, &rep);
+  finish("gc", opt.common, st, rep, st.ok());
+}
+
+}  // namespace ucm::cli

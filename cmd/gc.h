@@ -1,0 +1,25 @@
+// cmd/gc.h: `ucm gc STORE [--max-bytes N] [--max-age D] [--namespace NAME] [--dry-run]
+//                        [--unreferenced] [--verify] [--grace D] [--config FILE]`.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "common.h"
+
+namespace ucm::cli {
+
+struct GcCmdOptions {
+  std::string store;
+  std::string max_bytes, max_age, grace;  ///< parsed with admin::parse_bytes / parse_duration
+  std::string ns;
+  std::string config;
+  bool dry_run = false;
+  bool unreferenced = false;
+  bool verify = false;
+  CommonFlags common;
+};
+CLI::App* setup_gc(CLI::App& app);
+void run_gc(const GcCmdOptions& opt);
+
+}  // namespace ucm::cli

@@ -1,0 +1,124 @@
+// cmd/main.cc: the `ucm` binary. Each subcommand lives in its own file pair (CLI11's
+// subcom_in_files pattern) and is registered by one line in kSubcommands below.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "build.h"
+#include "formats/store/records.h"
+#include "gc.h"
+#include "inspect.h"
+#include "migrate.h"
+#include "ucm/admin.h"
+
+#if UCM_CLI_HAVE_BENCH
+#include "bench.h"
+#endif
+#if UCM_CLI_HAVE_PRECOMPUTE
+#include "precompute.h"
+#endif
+
+#ifndef UCM_VERSION
+#define UCM_VERSION "0.0.0"
+#endif
+#ifndef UCM_HAVE_TORCH
+#define UCM_HAVE_TORCH 0
+#endif
+#ifndef UCM_HAVE_CUDA
+#define UCM_HAVE_CUDA 0
+#endif
+
+namespace {
+
+using SetupFn = CLI::App* (*)(CLI::App&);
+
+/// One row per subcommand. setup == nullptr: not compiled into this build; the row is still
+/// listed in --help with its description and `missing` (why), and running it exits 1.
+struct SubcommandEntry {
+  const char* name;
+  SetupFn setup;
+  const char* description;  ///< only used when setup == nullptr
+  const char* missing;
+};
+
+const SubcommandEntry kSubcommands[] = {
+    {"build", ucm::cli::setup_build, nullptr, nullptr},
+    {"inspect", ucm::cli::setup_inspect, nullptr, nullptr},
+    {"gc", ucm::cli::setup_gc, nullptr, nullptr},
+    {"migrate", ucm::cli::setup_migrate, nullptr, nullptr},
+#if UCM_CLI_HAVE_BENCH
+    {"bench", ucm::cli::setup_bench, nullptr, nullptr},
+#else
+    {"bench", nullptr, "Measure ucm on this machine", "needs lib/bench"},
+#endif
+#if UCM_CLI_HAVE_PRECOMPUTE
+    {"precompute", ucm::cli::setup_precompute, nullptr, nullptr},
+#else
+    {"precompute", nullptr, "Compute and store the KV cache of a corpus with a model",
+     "needs libtorch"},
+#endif
+};
+
+constexpr const char* kFooter =
+    "Exit codes: 0 ok; 1 error (stderr says what was wrong and what to do); 2 usage error; "
+    "3 corruption found (inspect --verify); 4 store busy (locked by another writer); "
+    "5 store format version newer than this ucm supports.\n"
+    "Every subcommand accepts --json (report on stdout as JSON) and --progress (progress lines "
+    "on stderr even when it is not a terminal). Reference: docs/cli.md.";
+
+std::string version_text() {
+  std::string s = "ucm " UCM_VERSION "\n";
+  s += "store format version " + std::to_string(ucm::fmt::kFormatVersion) + "\n";
+  s += std::string("libtorch support: ") + (UCM_HAVE_TORCH ? "yes" : "no") + "\n";
+  s += std::string("CUDA support: ") + (UCM_HAVE_CUDA ? "yes" : "no") + "\n";
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ucm: a durable, indexed, checksummed store for LLM KV caches", "ucm"};
+  app.footer(kFooter);
+  app.require_subcommand(0, 1);
+  bool show_version = false;
+  app.add_flag("-V,--version", show_version,
+               "Print the ucm version, store format version and built-in CUDA / libtorch support");
+  for (const auto& e : kSubcommands) {
+    if (e.setup) {
+      e.setup(app);
+      continue;
+    }
+    std::string desc = std::string(e.description) + " (not built: " + e.missing + ")";
+    CLI::App* sub = app.add_subcommand(e.name, desc);
+    sub->allow_extras();
+    std::string name = e.name, missing = e.missing;
+    sub->callback([name, missing] {
+      std::fprintf(stderr,
+                   "ucm %s: this ucm was built without it (%s); rebuild ucm with that support\n",
+                   name.c_str(), missing.c_str());
+      throw CLI::RuntimeError(ucm::admin::kExitError);
+    });
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();  // the subcommand already printed its message
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return ucm::admin::kExitUsage;
+  }
+  if (show_version) {
+    std::fputs(version_text().c_str(), stdout);
+    return 0;
+  }
+  if (app.get_subcommands().empty()) {
+    std::fputs(app.help().c_str(), stderr);
+    std::fputs("ucm: a subcommand is required\n", stderr);
+    return ucm::admin::kExitUsage;
+  }
+  return 0;
+}

@@ -1,0 +1,22 @@
+// cmd/migrate.h: `ucm migrate SRC DST [--namespace NAME] [--dtype bf16|fp16]`,
+//                `ucm migrate STORE --upgrade`.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "common.h"
+
+namespace ucm::cli {
+
+struct MigrateCmdOptions {
+  std::string src, dst;
+  std::string ns;
+  std::string dtype;
+  bool upgrade = false;
+  CommonFlags common;
+};
+CLI::App* setup_migrate(CLI::App& app);
+void run_migrate(const MigrateCmdOptions& opt);
+
+}  // namespace ucm::cli

@@ -1,0 +1,121 @@
+// lib/admin/admin_internal.h: helpers shared by the admin commands. Internal; not installed.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/store/records.h"
+#include "lib/src/index.h"
+#include "ucm/admin.h"
+#include "ucm/namespace.h"
+#include "ucm/status.h"
+#include "ucm/types.h"
+
+namespace ucm::admin {
+
+std::string format_time_ms(uint64_t ms);
+std::string format_bytes(uint64_t b);
+
+/// A namespace as stored in the index (§5.2): its id, descriptor and the full JSON value.
+struct NsInfo {
+  NamespaceId id{};
+  NamespaceDesc desc;
+  nlohmann::json value;  ///< descriptor + blocks, bytes, record, attachments
+};
+Status load_namespaces(const Index& idx, std::vector<NsInfo>* out);
+/// By name or 32-hex id. InvalidArgument listing the known names when absent.
+Status resolve_namespace(const std::vector<NsInfo>& all, const std::string& name_or_id,
+                         const NsInfo** out);
+
+/// The namespace whose id seeds the block hash chain: extra.hash_seed_namespace when present
+/// (store_v1.md §7.1), else the namespace itself.
+NamespaceId hash_seed_namespace(const NamespaceDesc& desc, const NamespaceId& id);
+/// root_hash(hash_seed_namespace(desc, id)): the parent of the first block of every chain.
+BlockHash chain_root(const NamespaceDesc& desc, const NamespaceId& id);
+
+/// A read-only view of a store's index: a RocksDB secondary in STORE/readers/<host>-<pid>-<n>,
+/// removed on destruction. Checks the superblock first (Version / Corruption / not a store).
+class ReaderIndex {
+ public:
+  static Status Open(const std::string& store, std::unique_ptr<ReaderIndex>* out);
+  ~ReaderIndex();
+  Index& index() { return *idx_; }
+  const fmt::Superblock& superblock() const { return sb_; }
+
+ private:
+  ReaderIndex() = default;
+  std::unique_ptr<Index> idx_;
+  std::string secondary_dir_;
+  fmt::Superblock sb_;
+};
+
+/// The writer side: superblock check, WriterLock, primary index.
+struct WriterIndex {
+  fmt::Superblock sb;
+  std::unique_ptr<fmt::WriterLock> lock;
+  std::unique_ptr<Index> idx;
+  static Status Open(const std::string& store, std::unique_ptr<WriterIndex>* out);
+};
+
+/// Reads block records (KV or repr) of one store with checks; caches file descriptors.
+class RecordReader {
+ public:
+  explicit RecordReader(std::string store) : store_(std::move(store)) {}
+  ~RecordReader();
+  /// Reads and verifies the KV (repr = false) or repr record of `rec`: header fields, type,
+  /// ids, parent, token count, length, checksum. On OK, *payload points into an internal
+  /// buffer valid until the next call. Corruption / NotFound (data file missing) with a reason.
+  Status read(const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& rec, bool repr,
+              const uint8_t** payload, uint64_t* len);
+  /// Cheap check: the data file exists and is long enough to hold the record.
+  Status check_size(const fmt::BlockRecord& rec);
+  /// Size of data file `id`, or -1 when missing.
+  int64_t file_size(uint32_t id);
+
+ private:
+  int fd(uint32_t id, Status* st);
+  std::string store_;
+  std::map<uint32_t, int> fds_;
+  std::map<uint32_t, int64_t> sizes_;
+  fmt::AlignedBuffer buf_;
+};
+
+/// Reads and verifies the NS_ATTACHMENT record `name` of `ns` at (file, offset).
+Status read_attachment(const std::string& store, const NamespaceId& ns, const std::string& name,
+                       uint32_t file, uint64_t offset, uint64_t length, uint64_t checksum,
+                       std::string* out);
+
+/// Calls a ProgressFn at most once a second.
+class Progress {
+ public:
+  explicit Progress(const ProgressFn& fn) : fn_(fn) {}
+  void tick(const std::function<std::string()>& line, bool force = false);
+
+ private:
+  const ProgressFn& fn_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+/// Converts one payload between dtypes (round to nearest even). n = element count.
+/// `out` must hold n * dtype_size(to) bytes.
+void convert_dtype(const void* in, DType from, void* out, DType to, size_t n);
+uint16_t float_to_bf16(float f);
+uint16_t float_to_fp16(float f);
+float bf16_to_float(uint16_t h);
+float fp16_to_float(uint16_t h);
+
+/// Key "ns||hash" (32 bytes) for maps.
+inline std::string bkey(const NamespaceId& ns, const BlockHash& h) { return fmt::block_key(ns, h); }
+
+/// Block record JSON (inspect --block).
+nlohmann::ordered_json block_record_json(const NsInfo& ns, const BlockHash& h,
+                                         const fmt::BlockRecord& r);
+
+/// Rebuilds STORE/index from the data files (build --rebuild-index).
+Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildReport* report);
+
+}  // namespace ucm::admin

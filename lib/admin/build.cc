@@ -1,0 +1,326 @@
+// ucm build: create a store, or rebuild its index from the data files (ucm/admin.h).
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "admin_internal.h"
+#include "ucm/store.h"
+
+namespace ucm::admin {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+Status build(const std::string& path, const BuildOptions& opts, BuildReport* rep) {
+  *rep = BuildReport();
+  StoreConfig cfg;
+  if (!opts.config_path.empty()) {
+    Status st = load_config(opts.config_path, &cfg);
+    if (!st.ok()) return st;
+  }
+  if (opts.rebuild_index) return rebuild_index(path, opts, rep);
+
+  std::error_code ec;
+  if (fs::exists(fmt::superblock_path(path), ec)) {
+    fmt::Superblock sb;
+    Status st = fmt::read_superblock(path, &sb);
+    if (!st.ok()) return st;
+    rep->created = false;
+    rep->format_message = "store " + path + " already exists (format version " +
+                          std::to_string(sb.format_version) + ", created by " + sb.created_by +
+                          "); nothing changed";
+    return Status::OK();
+  }
+  if (fs::exists(path, ec) && !fs::is_directory(path, ec))
+    return Status::InvalidArgument(path + " exists and is not a directory; pick another path");
+  if (fs::is_directory(path, ec) && !fs::is_empty(path, ec))
+    return Status::InvalidArgument(path + " is a non-empty directory without a UCMSTORE "
+                                          "superblock: not a ucm store; pick an empty or missing "
+                                          "directory");
+  OpenOptions oo;
+  oo.mode = OpenOptions::Mode::kReadWrite;
+  oo.create_if_missing = true;
+  oo.io_threads = cfg.io_threads;
+  oo.direct_io = cfg.direct_io;
+  std::unique_ptr<Store> store;
+  Status st = Store::Open(path, oo, &store);
+  if (!st.ok()) return st;
+  store.reset();
+  rep->created = true;
+  rep->format_message = "created store " + path + " (format version " +
+                        std::to_string(fmt::kFormatVersion) + ")";
+  return Status::OK();
+}
+
+// ------------------------------------------------------------------------- rebuild-index
+namespace {
+
+struct Loc {
+  uint32_t file = 0;
+  uint64_t offset = 0, length = 0, checksum = 0, created_ms = 0;
+  BlockHash parent{};
+  uint32_t token_count = 0;
+  // newest wins: by created_ms, then by (file, offset)
+  bool newer_than(const Loc& o) const {
+    if (created_ms != o.created_ms) return created_ms > o.created_ms;
+    if (file != o.file) return file > o.file;
+    return offset > o.offset;
+  }
+};
+
+struct DocRec {
+  Loc loc;
+  std::string id;
+  std::string json;
+};
+
+const char* kKnownAttachments[] = {"r4_projection"};
+
+}  // namespace
+
+Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildReport* rep) {
+  rep->rebuilt = true;
+  fmt::Superblock sb;
+  Status st = fmt::read_superblock(path, &sb);
+  if (!st.ok()) return st;
+  std::unique_ptr<fmt::WriterLock> lock;
+  st = fmt::WriterLock::Acquire(path, &lock);
+  if (!st.ok()) return st;
+  Progress prog(opts.progress);
+
+  // Move the damaged / lost index aside.
+  std::error_code ec;
+  const std::string idir = fmt::index_dir(path);
+  st = fmt::make_dirs(fmt::tmp_dir(path));
+  if (!st.ok()) return st;
+  if (fs::exists(idir, ec)) {
+    std::string dest = fmt::tmp_dir(path) + "/index.broken-" + std::to_string(fmt::now_ms());
+    fs::rename(idir, dest, ec);
+    if (ec) return Status::IOError("cannot move " + idir + " to " + dest + ": " + ec.message());
+    fmt::fsync_dir(path);
+    fmt::fsync_dir(fmt::tmp_dir(path));
+    rep->moved_index_to = dest;
+  }
+
+  // Scan every data file.
+  std::vector<uint32_t> ids;
+  for (const auto& e : fs::directory_iterator(fmt::data_dir(path), ec)) {
+    uint32_t id;
+    if (fmt::parse_data_file_name(e.path().filename().string(), &id)) ids.push_back(id);
+  }
+  if (ec) return Status::IOError("cannot list " + fmt::data_dir(path) + ": " + ec.message());
+  std::sort(ids.begin(), ids.end());
+
+  std::map<std::string, Loc> kv, repr;                    // block key -> newest record
+  std::map<NamespaceId, std::pair<Loc, std::string>> nsrec;  // ns -> newest NAMESPACE record
+  std::map<std::string, Loc> attach;                       // ns||md5(name) -> newest
+  std::map<std::pair<NamespaceId, std::string>, DocRec> docs;
+  std::map<uint32_t, uint64_t> file_size;
+  std::set<std::string> attachment_names(std::begin(kKnownAttachments), std::end(kKnownAttachments));
+
+  auto keep = [&](std::map<std::string, Loc>& m, const std::string& k, const Loc& l) {
+    auto it = m.find(k);
+    if (it == m.end()) m.emplace(k, l);
+    else {
+      ++rep->duplicate_records;
+      if (l.newer_than(it->second)) it->second = l;
+    }
+  };
+
+  uint64_t scanned_bytes = 0;
+  for (uint32_t id : ids) {
+    std::string fpath = fmt::data_file_path(path, id);
+    std::unique_ptr<fmt::DataFileScanner> sc;
+    Status o = fmt::DataFileScanner::Open(fpath, &sc);
+    ++rep->files_scanned;
+    if (!o.ok()) {
+      ++rep->corrupt_records;  // the whole file is unreadable (bad header)
+      continue;
+    }
+    file_size[id] = sc->file_size();
+    fmt::ScannedRecord r;
+    std::string payload;
+    while (sc->next(&r, &payload, true)) {
+      if (r.state == fmt::ScannedRecord::State::kCorrupt) {
+        ++rep->corrupt_records;
+        continue;
+      }
+      if (r.state == fmt::ScannedRecord::State::kTornTail) {
+        rep->torn_bytes += r.length;
+        continue;
+      }
+      const auto& h = r.header;
+      Loc l;
+      l.file = id;
+      l.offset = r.offset;
+      l.length = h.payload_length;
+      l.checksum = h.payload_checksum;
+      l.created_ms = h.created_ms;
+      l.parent = h.parent;
+      l.token_count = h.token_count;
+      switch (h.type) {
+        case fmt::RecordType::kBlockKV: keep(kv, bkey(h.ns, h.key), l); break;
+        case fmt::RecordType::kBlockRepr: keep(repr, bkey(h.ns, h.key), l); break;
+        case fmt::RecordType::kNamespace: {
+          auto it = nsrec.find(h.ns);
+          if (it == nsrec.end() || l.newer_than(it->second.first)) nsrec[h.ns] = {l, payload};
+          json j = json::parse(payload, nullptr, false);
+          if (j.is_object() && j.contains("attachments") && j["attachments"].is_object())
+            for (auto& [name, v] : j["attachments"].items()) attachment_names.insert(name);
+          break;
+        }
+        case fmt::RecordType::kNsAttachment: keep(attach, bkey(h.ns, h.key), l); break;
+        case fmt::RecordType::kDocument: {
+          json j = json::parse(payload, nullptr, false);
+          if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) {
+            ++rep->corrupt_records;
+            break;
+          }
+          auto key = std::make_pair(h.ns, j["id"].get<std::string>());
+          auto it = docs.find(key);
+          if (it == docs.end() || l.newer_than(it->second.loc))
+            docs[key] = DocRec{l, key.second, payload};
+          break;
+        }
+        default: ++rep->corrupt_records; break;
+      }
+      scanned_bytes += r.length;
+      prog.tick([&] {
+        return "rebuild-index: file " + std::to_string(id) + ", " + format_bytes(scanned_bytes) +
+               " scanned, " + std::to_string(kv.size()) + " blocks";
+      });
+    }
+    if (!sc->status().ok()) return sc->status();
+  }
+
+  // Create the new index.
+  std::unique_ptr<Index> idx;
+  st = Index::OpenPrimary(idir, true, &idx);
+  if (!st.ok()) return st;
+  {
+    Index::Batch b;
+    b.put_meta_u32(kMetaFormatVersion, sb.format_version);
+    b.put_meta_u64(kMetaCreatedMs, sb.created_ms);
+    b.put_meta_string(kMetaCreatedBy, sb.created_by);
+    b.put_meta_u32(kMetaNextFileId, ids.empty() ? 1 : ids.back() + 1);
+    st = idx->write(b);
+    if (!st.ok()) return st;
+  }
+
+  // Namespaces known from their records.
+  std::map<NamespaceId, NamespaceDesc> descs;
+  for (auto& [id, rec] : nsrec) {
+    NamespaceDesc d;
+    if (!NamespaceDesc::from_json(rec.second, &d).ok() || d.id() != id) {
+      ++rep->corrupt_records;
+      continue;
+    }
+    descs[id] = d;
+  }
+
+  std::map<uint32_t, uint64_t> live;
+  std::map<NamespaceId, std::pair<uint64_t, uint64_t>> counts;
+  auto bp = std::make_unique<Index::Batch>();
+  size_t in_batch = 0;
+  auto flush = [&]() -> Status {
+    if (in_batch == 0) return Status::OK();
+    Status s = idx->write(*bp);
+    bp = std::make_unique<Index::Batch>();
+    in_batch = 0;
+    return s;
+  };
+  for (auto& [k, l] : kv) {
+    NamespaceId ns;
+    BlockHash h;
+    fmt::parse_block_key(k, &ns, &h);
+    if (!descs.count(ns)) {
+      ++rep->unknown_namespace_records;
+      continue;
+    }
+    fmt::BlockRecord br;
+    br.token_count = l.token_count;
+    br.parent = l.parent;
+    br.kv_file = l.file;
+    br.kv_offset = l.offset;
+    br.kv_length = l.length;
+    br.kv_checksum = l.checksum;
+    br.created_ms = l.created_ms;
+    br.last_access_ms = l.created_ms;
+    live[l.file] += fmt::record_size(l.length);
+    auto rit = repr.find(k);
+    if (rit != repr.end()) {
+      br.flags |= 1u;
+      br.repr_file = rit->second.file;
+      br.repr_offset = rit->second.offset;
+      br.repr_length = rit->second.length;
+      br.repr_checksum = rit->second.checksum;
+      live[rit->second.file] += fmt::record_size(rit->second.length);
+    }
+    bp->put_block(ns, h, br);
+    counts[ns].first += 1;
+    counts[ns].second += br.bytes();
+    ++rep->blocks_indexed;
+    if (++in_batch >= 4096) {
+      st = flush();
+      if (!st.ok()) return st;
+    }
+  }
+  for (auto& [id, d] : descs) {
+    const Loc& l = nsrec[id].first;
+    json v = json::parse(d.to_json());
+    v["blocks"] = counts[id].first;
+    v["bytes"] = counts[id].second;
+    v["record"] = {l.file, l.offset};
+    live[l.file] += fmt::record_size(l.length);
+    json att = json::object();
+    for (const auto& name : attachment_names) {
+      BlockHash key = fmt::md5(name.data(), name.size());
+      auto it = attach.find(bkey(id, key));
+      if (it == attach.end()) continue;
+      att[name] = {it->second.file, it->second.offset, it->second.length, it->second.checksum};
+      live[it->second.file] += fmt::record_size(it->second.length);
+      attach.erase(it);
+    }
+    v["attachments"] = att;
+    bp->put_namespace(id, v.dump());
+    ++rep->namespaces;
+    ++in_batch;
+  }
+  rep->unknown_namespace_records += attach.size();  // attachments whose name is not known
+  for (auto& [key, d] : docs) {
+    if (!descs.count(key.first)) {
+      ++rep->unknown_namespace_records;
+      continue;
+    }
+    bp->put_doc(key.first, key.second, d.json);
+    live[d.loc.file] += fmt::record_size(d.loc.length);
+    ++rep->documents;
+    if (++in_batch >= 4096) {
+      st = flush();
+      if (!st.ok()) return st;
+    }
+  }
+  for (auto& [id, size] : file_size) {
+    fmt::FileRecord fr;
+    fr.size = size;
+    fr.live_bytes = std::min(size, live[id]);
+    fr.state = fmt::FileState::kSealed;
+    bp->put_file(id, fr);
+    ++in_batch;
+  }
+  bp->put_meta_u32(kMetaNextFileId, ids.empty() ? 1 : ids.back() + 1);
+  ++in_batch;
+  st = flush();
+  if (!st.ok()) return st;
+  prog.tick([&] { return "rebuild-index: done, " + std::to_string(rep->blocks_indexed) + " blocks"; },
+            true);
+  rep->format_message = "rebuilt the index of " + path + " from " +
+                        std::to_string(rep->files_scanned) + " data files";
+  return Status::OK();
+}
+
+}  // namespace ucm::admin

@@ -1,0 +1,250 @@
+// JSON and text rendering of the admin reports (ucm/admin.h).
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <ctime>
+#include <sstream>
+#include <string>
+
+#include "admin_internal.h"
+#include "ucm/admin.h"
+
+namespace ucm::admin {
+
+using ojson = nlohmann::ordered_json;
+
+std::string format_time_ms(uint64_t ms) {
+  if (ms == 0) return "-";
+  std::time_t t = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<unsigned>(ms % 1000));
+  return buf;
+}
+
+std::string format_bytes(uint64_t b) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+// ------------------------------------------------------------------------------------ build
+std::string BuildReport::to_json() const {
+  ojson j;
+  j["created"] = created;
+  j["rebuilt"] = rebuilt;
+  j["message"] = format_message;
+  if (rebuilt) {
+    j["moved_index_to"] = moved_index_to;
+    j["files_scanned"] = files_scanned;
+    j["blocks_indexed"] = blocks_indexed;
+    j["corrupt_records"] = corrupt_records;
+    j["duplicate_records"] = duplicate_records;
+    j["torn_bytes"] = torn_bytes;
+    j["namespaces"] = namespaces;
+    j["documents"] = documents;
+    j["unknown_namespace_records"] = unknown_namespace_records;
+  }
+  return j.dump(2);
+}
+
+std::string BuildReport::to_text() const {
+  std::ostringstream o;
+  o << format_message << "\n";
+  if (rebuilt) {
+    if (!moved_index_to.empty()) o << "old index moved to " << moved_index_to << "\n";
+    o << "scanned " << files_scanned << " data files: " << blocks_indexed << " blocks, "
+      << namespaces << " namespaces, " << documents << " documents indexed; " << corrupt_records
+      << " corrupt records skipped, " << duplicate_records << " duplicates, " << torn_bytes
+      << " torn tail bytes, " << unknown_namespace_records
+      << " records of unknown namespaces\n";
+  }
+  return o.str();
+}
+
+// ---------------------------------------------------------------------------------- inspect
+std::string InspectReport::to_json() const {
+  ojson j;
+  j["path"] = path;
+  j["format_version"] = format_version;
+  j["created_by"] = created_by;
+  j["created_ms"] = created_ms;
+  j["created"] = format_time_ms(created_ms);
+  j["blocks"] = blocks;
+  j["bytes"] = bytes;
+  j["data_files"] = data_files;
+  j["data_bytes"] = data_bytes;
+  j["dead_bytes"] = dead_bytes;
+  j["retired_files"] = retired_files;
+  j["oldest_created_ms"] = oldest_created_ms;
+  j["newest_created_ms"] = newest_created_ms;
+  j["oldest_access_ms"] = oldest_access_ms;
+  j["newest_access_ms"] = newest_access_ms;
+  j["access_percentiles_ms"] = ojson{{"p10", access_p10_ms}, {"p50", access_p50_ms},
+                                     {"p90", access_p90_ms}};
+  ojson nss = ojson::array();
+  for (const auto& n : namespaces) {
+    ojson x;
+    x["name"] = n.name;
+    x["id"] = n.id_hex;
+    x["model_id"] = n.model_id;
+    x["dtype"] = n.dtype;
+    x["block_size"] = n.block_size;
+    x["num_layers"] = n.num_layers;
+    x["num_kv_heads"] = n.num_kv_heads;
+    x["head_dim"] = n.head_dim;
+    x["weights_digest"] = n.weights_digest;
+    if (!n.hash_seed_namespace.empty()) x["hash_seed_namespace"] = n.hash_seed_namespace;
+    x["blocks"] = n.blocks;
+    x["bytes"] = n.bytes;
+    x["documents"] = n.documents;
+    nss.push_back(std::move(x));
+  }
+  j["namespaces"] = std::move(nss);
+  if (verified_run) {
+    j["verified"] = verified;
+    ojson c = ojson::array();
+    for (const auto& b : corrupt)
+      c.push_back(ojson{{"namespace", b.ns_hex}, {"block", b.block_hex}, {"reason", b.reason}});
+    j["corrupt"] = std::move(c);
+  }
+  if (!block_json.empty()) j["block"] = ojson::parse(block_json);
+  if (docs_run) j["docs"] = docs_json.empty() ? ojson::array() : ojson::parse(docs_json);
+  return j.dump(2);
+}
+
+std::string InspectReport::to_text() const {
+  std::ostringstream o;
+  o << "store            " << path << "\n";
+  o << "format version   " << format_version << "\n";
+  o << "created          " << format_time_ms(created_ms) << " by " << created_by << "\n";
+  o << "blocks           " << blocks << " (" << format_bytes(bytes) << " payload+repr)\n";
+  o << "data files       " << data_files << " (" << format_bytes(data_bytes) << ", dead "
+    << format_bytes(dead_bytes);
+  if (data_bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " = %.1f%%", 100.0 * static_cast<double>(dead_bytes) /
+                                                    static_cast<double>(data_bytes));
+    o << buf;
+  }
+  o << "; " << retired_files << " retired)\n";
+  if (blocks) {
+    o << "block created    " << format_time_ms(oldest_created_ms) << " .. "
+      << format_time_ms(newest_created_ms) << "\n";
+    o << "last access      " << format_time_ms(oldest_access_ms) << " .. "
+      << format_time_ms(newest_access_ms) << " (p10 " << format_time_ms(access_p10_ms)
+      << ", p50 " << format_time_ms(access_p50_ms) << ", p90 " << format_time_ms(access_p90_ms)
+      << ")\n";
+  }
+  o << "namespaces       " << namespaces.size() << "\n";
+  for (const auto& n : namespaces) {
+    o << "  " << n.name << "  id " << n.id_hex << "\n    " << n.model_id << " " << n.dtype
+      << " block_size " << n.block_size << " L" << n.num_layers << " H" << n.num_kv_heads << " D"
+      << n.head_dim << ": " << n.blocks << " blocks, " << format_bytes(n.bytes) << ", "
+      << n.documents << " documents\n";
+    if (!n.hash_seed_namespace.empty())
+      o << "    block hashes seeded with namespace " << n.hash_seed_namespace << "\n";
+  }
+  if (verified_run) {
+    o << "verify           " << verified << " blocks ok, " << corrupt.size() << " corrupt\n";
+    for (const auto& c : corrupt)
+      o << "  CORRUPT " << c.ns_hex << ":" << c.block_hex << ": " << c.reason << "\n";
+  }
+  if (!block_json.empty()) o << "block\n" << ojson::parse(block_json).dump(2) << "\n";
+  if (docs_run) {
+    ojson d = docs_json.empty() ? ojson::array() : ojson::parse(docs_json);
+    o << "documents        " << d.size() << "\n";
+    for (const auto& e : d)
+      o << "  " << e.value("id", std::string()) << "  " << e.value("blocks", 0) << " blocks, "
+        << e.value("tokens", 0) << " tokens, last " << e.value("last_block", std::string())
+        << (e.value("source", std::string()).empty() ? "" : "  " + e.value("source", std::string()))
+        << "\n";
+  }
+  return o.str();
+}
+
+// --------------------------------------------------------------------------------------- gc
+std::string GcReport::to_json() const {
+  ojson j;
+  j["dry_run"] = dry_run;
+  j["blocks_before"] = blocks_before;
+  j["bytes_before"] = bytes_before;
+  j["evicted_blocks"] = evicted_blocks;
+  j["evicted_bytes"] = evicted_bytes;
+  j["evicted_descendants"] = evicted_descendants;
+  j["unreferenced_removed"] = unreferenced_removed;
+  j["orphans_removed"] = orphans_removed;
+  j["corrupt_removed"] = corrupt_removed;
+  j["files_compacted"] = files_compacted;
+  j["files_retired"] = files_retired;
+  j["files_deleted"] = files_deleted;
+  j["unreferenced_files_deleted"] = unreferenced_files_deleted;
+  j["bytes_reclaimed"] = bytes_reclaimed;
+  j["access_logs_merged"] = access_logs_merged;
+  j["access_logs_deleted"] = access_logs_deleted;
+  j["stale_dirs_removed"] = stale_dirs_removed;
+  j["blocks_after"] = blocks_after;
+  j["bytes_after"] = bytes_after;
+  if (dry_run) j["would_evict"] = would_evict;
+  return j.dump(2);
+}
+
+std::string GcReport::to_text() const {
+  std::ostringstream o;
+  if (dry_run) o << "dry run: nothing changed\n";
+  o << "before           " << blocks_before << " blocks, " << format_bytes(bytes_before) << "\n";
+  o << (dry_run ? "would evict      " : "evicted          ") << evicted_blocks << " blocks ("
+    << format_bytes(evicted_bytes) << "; " << evicted_descendants
+    << " as descendants of evicted blocks, " << unreferenced_removed << " unreferenced)\n";
+  o << (dry_run ? "would remove     " : "removed          ") << orphans_removed << " orphans, "
+    << corrupt_removed << " corrupt blocks\n";
+  o << "data files       " << files_compacted << " compacted, " << files_retired << " retired, "
+    << files_deleted << " deleted, " << unreferenced_files_deleted
+    << " unreferenced deleted; reclaimed " << format_bytes(bytes_reclaimed) << "\n";
+  o << "housekeeping     " << access_logs_merged << " access logs merged, " << access_logs_deleted
+    << " deleted; " << stale_dirs_removed << " stale dirs/files removed\n";
+  o << "after            " << blocks_after << " blocks, " << format_bytes(bytes_after) << "\n";
+  if (dry_run)
+    for (const auto& w : would_evict) o << "  would evict " << w << "\n";
+  return o.str();
+}
+
+// ---------------------------------------------------------------------------------- migrate
+std::string MigrateReport::to_json() const {
+  ojson j;
+  j["message"] = message;
+  j["upgraded"] = upgraded;
+  j["namespaces"] = namespaces;
+  j["dst_namespaces"] = dst_namespaces;
+  j["attachments"] = attachments;
+  j["blocks_copied"] = blocks_copied;
+  j["blocks_skipped"] = blocks_skipped;
+  j["bytes_copied"] = bytes_copied;
+  j["documents"] = documents;
+  return j.dump(2);
+}
+
+std::string MigrateReport::to_text() const {
+  std::ostringstream o;
+  if (!message.empty()) o << message << "\n";
+  if (!upgraded && (namespaces || blocks_copied || blocks_skipped)) {
+    o << namespaces << " namespaces, " << attachments << " attachments, " << blocks_copied
+      << " blocks copied (" << format_bytes(bytes_copied) << "), " << blocks_skipped
+      << " already present, " << documents << " documents\n";
+    for (const auto& n : dst_namespaces) o << "  -> namespace " << n << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace ucm::admin

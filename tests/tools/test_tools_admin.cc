@@ -1,0 +1,634 @@
+// ucm build / inspect / gc / migrate / rebuild-index, in-process against real stores.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "formats/store/records.h"
+#include "tools_test_util.h"
+#include "ucm/admin.h"
+
+using namespace ucm;
+using namespace ucm::admin;
+using namespace ucm::test;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+InspectReport must_inspect(const std::string& p, InspectOptions o = {}) {
+  InspectReport r;
+  Status st = inspect(p, o, &r);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return r;
+}
+
+GcReport must_gc(const std::string& p, GcOptions o) {
+  GcReport r;
+  Status st = gc(p, o, &r);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return r;
+}
+
+size_t present_prefix(Store* s, const NamespaceId& ns, const std::vector<BlockHash>& hs) {
+  std::vector<uint8_t> present(hs.size());
+  size_t prefix = 0;
+  EXPECT_TRUE(s->lookup(ns, hs.data(), hs.size(), present.data(), &prefix).ok());
+  return prefix;
+}
+
+size_t present_count(Store* s, const NamespaceId& ns, const std::vector<BlockHash>& hs) {
+  std::vector<uint8_t> present(hs.size());
+  size_t prefix = 0;
+  EXPECT_TRUE(s->lookup(ns, hs.data(), hs.size(), present.data(), &prefix).ok());
+  size_t n = 0;
+  for (auto p : present) n += p;
+  return n;
+}
+
+void make_newer_version(const std::string& path) {
+  fmt::Superblock sb;
+  ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
+  sb.format_version = 99;
+  uint8_t buf[fmt::kSuperblockSize];
+  fmt::encode_superblock(sb, buf);
+  std::ofstream f(fmt::superblock_path(path), std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(buf), sizeof buf);
+}
+
+}  // namespace
+
+TEST(Build, CreatesAndIsIdempotent) {
+  TempDir d;
+  const std::string s = d.sub("store");
+  BuildReport r;
+  ASSERT_TRUE(build(s, {}, &r).ok());
+  EXPECT_TRUE(r.created);
+  for (const char* sub : {"UCMSTORE", "index", "data", "access", "readers", "tmp"})
+    EXPECT_TRUE(fs::exists(s + "/" + sub)) << sub;
+  const std::string sb = read_file(s + "/UCMSTORE");
+  auto mtime = fs::last_write_time(s + "/UCMSTORE");
+  BuildReport r2;
+  ASSERT_TRUE(build(s, {}, &r2).ok());
+  EXPECT_FALSE(r2.created);
+  EXPECT_NE(r2.format_message.find("nothing changed"), std::string::npos);
+  EXPECT_EQ(read_file(s + "/UCMSTORE"), sb);
+  EXPECT_EQ(fs::last_write_time(s + "/UCMSTORE"), mtime);
+  auto j = json::parse(r2.to_json());
+  EXPECT_EQ(j["created"], false);
+
+  // A non-empty non-store directory is refused.
+  fs::create_directories(d.sub("junk"));
+  std::ofstream(d.sub("junk/file")) << "x";
+  EXPECT_EQ(build(d.sub("junk"), {}, &r).code(), Code::kInvalidArgument);
+}
+
+class AdminStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path = dir.sub("store");
+    BuildReport r;
+    ASSERT_TRUE(build(path, {}, &r).ok());
+    auto s = open_store(path, true);
+    desc_a = tiny_desc("model-a");
+    desc_b = tiny_desc("model-b");
+    ASSERT_TRUE(s->register_namespace(desc_a, &ns_a).ok());
+    ASSERT_TRUE(s->register_namespace(desc_b, &ns_b).ok());
+    chain_a = dump_chain(s.get(), ns_a, desc_a, 100, 3, true);
+    chain_b = dump_chain(s.get(), ns_b, desc_b, 500, 2, false);
+    DocumentEntry doc;
+    doc.id = "doc-a";
+    doc.first_block = chain_a.hashes.front();
+    doc.last_block = chain_a.hashes.back();
+    doc.blocks = 3;
+    doc.tokens = 12;
+    doc.source = "a.rst";
+    ASSERT_TRUE(s->put_document(ns_a, doc).ok());
+    ASSERT_TRUE(s->put_attachment(ns_a, "r4_projection", "PROJ", 4).ok());
+  }
+  TempDir dir;
+  std::string path;
+  NamespaceDesc desc_a, desc_b;
+  NamespaceId ns_a{}, ns_b{};
+  Chain chain_a, chain_b;
+};
+
+TEST_F(AdminStore, InspectJson) {
+  InspectReport r = must_inspect(path);
+  json j = json::parse(r.to_json());
+  EXPECT_EQ(j["format_version"], 1);
+  EXPECT_EQ(j["blocks"], 5);
+  const uint64_t per = desc_a.payload_bytes();
+  ASSERT_EQ(j["namespaces"].size(), 2u);
+  uint64_t total = 0;
+  for (auto& n : j["namespaces"]) {
+    total += n["bytes"].get<uint64_t>();
+    if (n["id"] == to_hex(ns_b)) {
+      EXPECT_EQ(n["blocks"], 2);
+      EXPECT_EQ(n["bytes"], 2 * per);
+      EXPECT_EQ(n["model_id"], "model-b");
+      EXPECT_EQ(n["dtype"], "bf16");
+      EXPECT_EQ(n["block_size"], 4);
+      EXPECT_EQ(n["name"], desc_b.display_name());
+    } else {
+      EXPECT_EQ(n["id"], to_hex(ns_a));
+      EXPECT_EQ(n["blocks"], 3);
+      EXPECT_GT(n["bytes"].get<uint64_t>(), 3 * per);  // + repr
+      EXPECT_EQ(n["documents"], 1);
+    }
+  }
+  EXPECT_EQ(j["bytes"], total);
+  EXPECT_GE(j["data_files"].get<uint64_t>(), 1u);
+  EXPECT_GT(j["data_bytes"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["oldest_created_ms"].get<uint64_t>(), 0u);
+  EXPECT_LE(j["oldest_access_ms"].get<uint64_t>(), j["newest_access_ms"].get<uint64_t>());
+  EXPECT_FALSE(j.contains("verified"));
+  EXPECT_FALSE(r.to_text().empty());
+
+  InspectOptions o;
+  o.ns = desc_b.display_name();
+  json jb = json::parse(must_inspect(path, o).to_json());
+  EXPECT_EQ(jb["blocks"], 2);
+  ASSERT_EQ(jb["namespaces"].size(), 1u);
+  o.ns = "nope";
+  InspectReport bad;
+  EXPECT_EQ(inspect(path, o, &bad).code(), Code::kInvalidArgument);
+}
+
+TEST_F(AdminStore, InspectVerifyCleanFlippedAndTruncated) {
+  InspectOptions v;
+  v.verify = true;
+  json j = json::parse(must_inspect(path, v).to_json());
+  EXPECT_EQ(j["verified"], 5);
+  EXPECT_TRUE(j["corrupt"].empty());
+
+  // Flip one payload byte of block a[1].
+  fmt::BlockRecord rec;
+  {
+    std::unique_ptr<Store> s = open_store(path, false);
+    BlockInfo bi;
+    ASSERT_TRUE(s->get_block(ns_a, chain_a.hashes[1], &bi).ok());
+    rec.kv_file = bi.kv_file;
+    rec.kv_offset = bi.kv_offset;
+  }
+  const std::string f = fmt::data_file_path(path, rec.kv_file);
+  {
+    int fd = ::open(f.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint8_t c;
+    ASSERT_EQ(::pread(fd, &c, 1, static_cast<off_t>(rec.kv_offset + fmt::kPage + 5)), 1);
+    c ^= 0x40;
+    ASSERT_EQ(::pwrite(fd, &c, 1, static_cast<off_t>(rec.kv_offset + fmt::kPage + 5)), 1);
+    ::close(fd);
+  }
+  InspectReport r;
+  Status st = inspect(path, v, &r);
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_EQ(exit_code(st), 3);
+  ASSERT_EQ(r.corrupt.size(), 1u);
+  EXPECT_EQ(r.corrupt[0].block_hex, to_hex(chain_a.hashes[1]));
+  EXPECT_EQ(r.corrupt[0].ns_hex, to_hex(ns_a));
+  EXPECT_EQ(r.verified, 4u);
+  json jc = json::parse(r.to_json());
+  EXPECT_EQ(jc["corrupt"][0]["block"], to_hex(chain_a.hashes[1]));
+  EXPECT_FALSE(jc["corrupt"][0]["reason"].get<std::string>().empty());
+
+  // Truncate the data file in the middle of its last record: more blocks are corrupt.
+  fs::resize_file(f, fs::file_size(f) - 100);
+  InspectReport r2;
+  EXPECT_EQ(inspect(path, v, &r2).code(), Code::kCorruption);
+  EXPECT_GE(r2.corrupt.size(), 2u);
+}
+
+TEST_F(AdminStore, InspectBlockAndDocs) {
+  InspectOptions o;
+  o.block_hex = to_hex(chain_a.hashes[2]);
+  InspectReport r = must_inspect(path, o);
+  json j = json::parse(r.to_json());
+  EXPECT_EQ(j["block"]["hash"], to_hex(chain_a.hashes[2]));
+  EXPECT_EQ(j["block"]["parent"], to_hex(chain_a.hashes[1]));
+  EXPECT_EQ(j["block"]["token_count"], 4);
+  EXPECT_TRUE(j["block"]["repr"].is_object());
+  o.block_hex = to_hex(chain_a.hashes[0]);
+  json j0 = json::parse(must_inspect(path, o).to_json());
+  EXPECT_EQ(j0["block"]["parent_is_root"], true);
+
+  const std::string before = read_file(fmt::superblock_path(path));
+  o.block_hex = "xyz";
+  InspectReport bad;
+  Status st = inspect(path, o, &bad);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_EQ(exit_code(st), 1);
+  EXPECT_NE(st.message().find("32 hex digits"), std::string::npos);
+  EXPECT_EQ(read_file(fmt::superblock_path(path)), before);
+  o.block_hex = std::string(32, '0');
+  EXPECT_EQ(inspect(path, o, &bad).code(), Code::kNotFound);
+
+  InspectOptions dopt;
+  dopt.docs = true;
+  json jd = json::parse(must_inspect(path, dopt).to_json());
+  ASSERT_EQ(jd["docs"].size(), 1u);
+  EXPECT_EQ(jd["docs"][0]["id"], "doc-a");
+  EXPECT_EQ(jd["docs"][0]["blocks"], 3);
+  EXPECT_EQ(jd["docs"][0]["tokens"], 12);
+  EXPECT_EQ(jd["docs"][0]["last_block"], to_hex(chain_a.hashes[2]));
+  EXPECT_EQ(jd["docs"][0]["source"], "a.rst");
+}
+
+TEST_F(AdminStore, InspectWhileWriterHoldsAndGcBusy) {
+  auto w = open_store(path, true);
+  InspectReport r = must_inspect(path);
+  EXPECT_EQ(r.blocks, 5u);
+  GcReport g;
+  Status st = gc(path, {}, &g);
+  EXPECT_EQ(st.code(), Code::kBusy);
+  EXPECT_EQ(exit_code(st), 4);
+  EXPECT_NE(st.message().find("pid"), std::string::npos) << st.message();
+  BuildOptions bo;
+  bo.rebuild_index = true;
+  BuildReport br;
+  EXPECT_EQ(build(path, bo, &br).code(), Code::kBusy);
+  MigrateReport mr;
+  EXPECT_EQ(migrate(path, path, {}, &mr).code(), Code::kInvalidArgument);  // same store
+}
+
+TEST_F(AdminStore, GcDryRunChangesNothing) {
+  InspectReport before = must_inspect(path);
+  std::vector<std::string> files_before;
+  for (auto& e : fs::directory_iterator(path + "/data")) files_before.push_back(read_file(e.path()));
+  GcOptions o;
+  o.dry_run = true;
+  o.max_bytes = 0;
+  o.grace_ms = 0;
+  GcReport g = must_gc(path, o);
+  EXPECT_EQ(g.evicted_blocks, 5u);
+  EXPECT_EQ(g.blocks_after, 0u);
+  EXPECT_EQ(g.would_evict.size(), 5u);
+  InspectReport after = must_inspect(path);
+  EXPECT_EQ(after.blocks, before.blocks);
+  EXPECT_EQ(after.to_json(), before.to_json());
+  std::vector<std::string> files_after;
+  for (auto& e : fs::directory_iterator(path + "/data")) files_after.push_back(read_file(e.path()));
+  EXPECT_EQ(files_after, files_before);
+}
+
+TEST_F(AdminStore, GcLruUsesAccessLogsOfReadOnlyHandles) {
+  // chain_b was dumped after chain_a, so by creation time chain_a is the LRU one. A read-only
+  // handle loads chain_a: its access log makes chain_b the LRU one.
+  sleep_ms(20);
+  {
+    auto r = open_store(path, false);
+    for (auto& h : chain_a.hashes) {
+      std::string out;
+      ASSERT_TRUE(load_block(r.get(), ns_a, desc_a, h, &out).ok());
+    }
+  }  // close flushes the access log
+  InspectReport ins = must_inspect(path);
+  uint64_t a_bytes = 0;
+  for (auto& n : ins.namespaces)
+    if (n.id_hex == to_hex(ns_a)) a_bytes = n.bytes;
+  GcOptions o;
+  o.max_bytes = a_bytes;
+  o.grace_ms = 0;
+  GcReport g = must_gc(path, o);
+  EXPECT_EQ(g.access_logs_merged, 1u);
+  EXPECT_EQ(g.access_logs_deleted, 1u);  // its owner closed it
+  EXPECT_EQ(g.evicted_blocks, 2u);
+  EXPECT_EQ(g.blocks_after, 3u);
+  auto s = open_store(path, false);
+  EXPECT_EQ(present_count(s.get(), ns_a, chain_a.hashes), 3u);
+  EXPECT_EQ(present_count(s.get(), ns_b, chain_b.hashes), 0u);
+}
+
+TEST_F(AdminStore, GcTailsFirstAndDescendants) {
+  // Same recency everywhere except what we load: evicting one block's worth takes the tail.
+  GcOptions o;
+  o.grace_ms = 0;
+  o.ns = to_hex(ns_b);
+  o.max_bytes = desc_b.payload_bytes();  // one of chain_b's two blocks must go
+  GcReport g = must_gc(path, o);
+  {
+    auto s = open_store(path, false);
+    EXPECT_EQ(present_count(s.get(), ns_b, chain_b.hashes), 1u);
+    EXPECT_EQ(present_prefix(s.get(), ns_b, chain_b.hashes), 1u) << "the tail went first";
+    EXPECT_EQ(present_count(s.get(), ns_a, chain_a.hashes), 3u) << "other namespace untouched";
+  }
+  // Make a[0] the least recently used: loads of a[1], a[2] only. Evicting a[0] takes its
+  // descendants.
+  sleep_ms(20);
+  {
+    auto r = open_store(path, false);
+    for (size_t i = 1; i < 3; ++i) {
+      std::string out;
+      ASSERT_TRUE(load_block(r.get(), ns_a, desc_a, chain_a.hashes[i], &out).ok());
+    }
+  }
+  GcOptions o2;
+  o2.grace_ms = 0;
+  o2.ns = desc_a.display_name();
+  InspectReport ins = must_inspect(path);
+  uint64_t a_bytes = 0;
+  for (auto& n : ins.namespaces)
+    if (n.id_hex == to_hex(ns_a)) a_bytes = n.bytes;
+  o2.max_bytes = a_bytes - 1;
+  GcReport g2 = must_gc(path, o2);
+  EXPECT_EQ(g2.evicted_blocks, 3u);
+  EXPECT_EQ(g2.evicted_descendants, 2u);
+  auto s = open_store(path, false);
+  EXPECT_EQ(present_count(s.get(), ns_a, chain_a.hashes), 0u);
+}
+
+TEST_F(AdminStore, GcRemovesOrphansAndUnreferenced) {
+  {
+    auto s = open_store(path, true);
+    // A chain whose first block's parent is neither the root nor a present block.
+    Chain c;
+    std::vector<uint32_t> toks = {9, 9, 9, 9, 8, 8, 8, 8};
+    BlockHash bogus{};
+    bogus[0] = 0xEE;
+    hash_blocks(bogus, toks.data(), toks.size(), 4, &c.hashes);
+    std::string kv = payload_for(desc_b, c.hashes[0]);
+    DumpItem items[2];
+    for (int i = 0; i < 2; ++i) {
+      items[i].hash = c.hashes[i];
+      items[i].parent = i == 0 ? bogus : c.hashes[0];
+      items[i].token_count = 4;
+      items[i].kv = kv.data();
+    }
+    ASSERT_TRUE(s->dump(ns_b, items, 2)->wait().ok());
+  }
+  EXPECT_EQ(must_inspect(path).blocks, 7u);
+  GcOptions o;
+  o.grace_ms = 0;
+  GcReport g = must_gc(path, o);
+  EXPECT_EQ(g.orphans_removed, 2u);
+  EXPECT_EQ(g.evicted_blocks, 0u);
+  EXPECT_EQ(must_inspect(path).blocks, 5u);
+
+  // --unreferenced: only doc-a's chain (namespace a) is referenced.
+  GcOptions u;
+  u.grace_ms = 0;
+  u.unreferenced = true;
+  GcReport gu = must_gc(path, u);
+  EXPECT_EQ(gu.unreferenced_removed, 2u);
+  auto s = open_store(path, false);
+  EXPECT_EQ(present_count(s.get(), ns_a, chain_a.hashes), 3u);
+  EXPECT_EQ(present_count(s.get(), ns_b, chain_b.hashes), 0u);
+}
+
+TEST_F(AdminStore, GcCompactionReclaimsAndKeepsDataLoadable) {
+  std::vector<std::string> before;
+  {
+    auto s = open_store(path, false);
+    for (auto& h : chain_a.hashes) {
+      std::string out;
+      ASSERT_TRUE(load_block(s.get(), ns_a, desc_a, h, &out).ok());
+      before.push_back(out);
+    }
+  }
+  // Evict namespace b and 0 of a: the data file's dead ratio stays low. Evict more: make b
+  // big first so that its removal leaves a mostly dead file.
+  {
+    auto s = open_store(path, true);
+    dump_chain(s.get(), ns_b, desc_b, 900, 40, false);
+  }
+  InspectReport i0 = must_inspect(path);
+  GcOptions o;
+  o.ns = to_hex(ns_b);
+  o.max_bytes = 0;
+  o.grace_ms = 60000;  // retired files stay for now
+  GcReport g = must_gc(path, o);
+  EXPECT_EQ(g.evicted_blocks, 42u);
+  EXPECT_GE(g.files_compacted, 1u);
+  EXPECT_EQ(g.files_deleted, 0u);
+  InspectReport i1 = must_inspect(path);
+  EXPECT_GE(i1.retired_files, 1u);
+  // Data still loads byte-identical (namespace record, attachment, document relocated too).
+  {
+    auto s = open_store(path, false);
+    for (size_t i = 0; i < 3; ++i) {
+      std::string out;
+      ASSERT_TRUE(load_block(s.get(), ns_a, desc_a, chain_a.hashes[i], &out).ok());
+      EXPECT_EQ(out, before[i]);
+    }
+    std::string att;
+    ASSERT_TRUE(s->get_attachment(ns_a, "r4_projection", &att).ok());
+    EXPECT_EQ(att, "PROJ");
+    DocumentEntry doc;
+    EXPECT_TRUE(s->get_document(ns_a, "doc-a", &doc).ok());
+  }
+  // Past the grace period the retired files are unlinked.
+  GcOptions o2;
+  o2.grace_ms = 0;
+  GcReport g2 = must_gc(path, o2);
+  EXPECT_GE(g2.files_deleted, 1u);
+  EXPECT_GT(g2.bytes_reclaimed, 0u);
+  InspectReport i2 = must_inspect(path);
+  EXPECT_EQ(i2.retired_files, 0u);
+  EXPECT_LT(i2.data_bytes, i0.data_bytes);
+  InspectOptions v;
+  v.verify = true;
+  EXPECT_EQ(must_inspect(path, v).verified, 3u);
+  // Rebuild after compaction still finds everything.
+  fs::remove_all(path + "/index");
+  BuildOptions bo;
+  bo.rebuild_index = true;
+  BuildReport br;
+  ASSERT_TRUE(build(path, bo, &br).ok());
+  EXPECT_EQ(br.blocks_indexed, 3u);
+  EXPECT_EQ(br.documents, 1u);
+}
+
+TEST_F(AdminStore, GcHousekeeping) {
+  // A stale reader dir of a dead local process and a tmp leftover.
+  fs::create_directories(path + "/readers/" + fmt::host_name() + "-999999999-abc");
+  fs::create_directories(path + "/tmp/leftover");
+  GcOptions o;
+  o.grace_ms = 0;
+  GcReport g = must_gc(path, o);
+  EXPECT_EQ(g.stale_dirs_removed, 2u);
+  EXPECT_FALSE(fs::exists(path + "/tmp/leftover"));
+  // An unreferenced data file of a crashed writer.
+  const std::string stray = fmt::data_file_path(path, 4000);
+  std::unique_ptr<fmt::DataFileWriter> w;
+  ASSERT_TRUE(fmt::DataFileWriter::Create(path, 4000, &w).ok());
+  w.reset();
+  GcReport g2 = must_gc(path, o);
+  EXPECT_EQ(g2.unreferenced_files_deleted, 1u);
+  EXPECT_FALSE(fs::exists(stray));
+}
+
+TEST_F(AdminStore, RebuildIndexRestoresEverything) {
+  std::vector<std::string> before;
+  {
+    auto s = open_store(path, false);
+    for (auto& h : chain_a.hashes) {
+      std::string out;
+      ASSERT_TRUE(load_block(s.get(), ns_a, desc_a, h, &out).ok());
+      before.push_back(out);
+    }
+  }
+  fs::remove_all(path + "/index");
+  BuildOptions bo;
+  bo.rebuild_index = true;
+  BuildReport br;
+  Status st = build(path, bo, &br);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(br.blocks_indexed, 5u);
+  EXPECT_EQ(br.namespaces, 2u);
+  EXPECT_EQ(br.documents, 1u);
+  EXPECT_EQ(br.corrupt_records, 0u);
+  EXPECT_TRUE(br.moved_index_to.empty());
+  auto s = open_store(path, false);
+  for (size_t i = 0; i < 3; ++i) {
+    std::string out;
+    ASSERT_TRUE(load_block(s.get(), ns_a, desc_a, chain_a.hashes[i], &out).ok());
+    EXPECT_EQ(out, before[i]);
+  }
+  EXPECT_EQ(present_count(s.get(), ns_b, chain_b.hashes), 2u);
+  DocumentEntry doc;
+  ASSERT_TRUE(s->get_document(ns_a, "doc-a", &doc).ok());
+  EXPECT_EQ(doc.last_block, chain_a.hashes[2]);
+  std::string att;
+  ASSERT_TRUE(s->get_attachment(ns_a, "r4_projection", &att).ok());
+  EXPECT_EQ(att, "PROJ");
+  InspectReport ins = must_inspect(path);
+  EXPECT_EQ(ins.blocks, 5u);
+  s.reset();
+  // With an index present, it is moved aside.
+  BuildReport br2;
+  ASSERT_TRUE(build(path, bo, &br2).ok());
+  EXPECT_NE(br2.moved_index_to.find("tmp/index.broken-"), std::string::npos);
+  EXPECT_TRUE(fs::exists(br2.moved_index_to));
+}
+
+TEST_F(AdminStore, MigrateMergesAndSkips) {
+  TempDir other;
+  const std::string src2 = other.sub("s2");
+  Chain c2;
+  {
+    BuildReport r;
+    ASSERT_TRUE(build(src2, {}, &r).ok());
+    auto s = open_store(src2, true);
+    NamespaceId id;
+    ASSERT_TRUE(s->register_namespace(desc_a, &id).ok());
+    ASSERT_EQ(id, ns_a);
+    c2 = dump_chain(s.get(), ns_a, desc_a, 7000, 2, true);
+    dump_chain(s.get(), ns_a, desc_a, 100, 3, true);  // same as chain_a: skipped on merge
+  }
+  const std::string dst = other.sub("merged");
+  MigrateReport m1, m2;
+  ASSERT_TRUE(migrate(path, dst, {}, &m1).ok());
+  EXPECT_EQ(m1.blocks_copied, 5u);
+  EXPECT_EQ(m1.namespaces, 2u);
+  EXPECT_EQ(m1.documents, 1u);
+  EXPECT_EQ(m1.attachments, 1u);
+  ASSERT_TRUE(migrate(src2, dst, {}, &m2).ok());
+  EXPECT_EQ(m2.blocks_copied, 2u);
+  EXPECT_EQ(m2.blocks_skipped, 3u);
+  MigrateReport m3;
+  ASSERT_TRUE(migrate(path, dst, {}, &m3).ok());
+  EXPECT_EQ(m3.blocks_copied, 0u);
+  EXPECT_EQ(m3.blocks_skipped, 5u);
+  auto d = open_store(dst, false);
+  auto s = open_store(path, false);
+  for (auto& h : chain_a.hashes) {
+    std::string a, b;
+    ASSERT_TRUE(load_block(d.get(), ns_a, desc_a, h, &a).ok());
+    ASSERT_TRUE(load_block(s.get(), ns_a, desc_a, h, &b).ok());
+    EXPECT_EQ(a, b);
+  }
+  EXPECT_EQ(present_count(d.get(), ns_a, c2.hashes), 2u);
+  EXPECT_EQ(present_count(d.get(), ns_b, chain_b.hashes), 2u);
+  std::string att;
+  ASSERT_TRUE(d->get_attachment(ns_a, "r4_projection", &att).ok());
+  EXPECT_EQ(att, "PROJ");
+  InspectOptions v;
+  v.verify = true;
+  EXPECT_EQ(must_inspect(dst, v).verified, 9u);
+}
+
+TEST_F(AdminStore, MigrateConvertsDtypeKeepingHashes) {
+  TempDir other;
+  const std::string src = other.sub("bf");
+  NamespaceDesc d = tiny_desc("conv");
+  NamespaceId ns{};
+  Chain c;
+  {
+    BuildReport r;
+    ASSERT_TRUE(build(src, {}, &r).ok());
+    auto s = open_store(src, true);
+    ASSERT_TRUE(s->register_namespace(d, &ns).ok());
+    std::vector<uint32_t> toks = {1, 2, 3, 4};
+    hash_blocks(root_hash(ns), toks.data(), toks.size(), 4, &c.hashes);
+    std::vector<uint16_t> kv(d.payload_bytes() / 2);
+    const uint16_t vals[] = {0x3F80, 0xC020, 0x3F00, 0x0000};  // 1, -2.5, 0.5, 0
+    for (size_t i = 0; i < kv.size(); ++i) kv[i] = vals[i % 4];
+    DumpItem it;
+    it.hash = c.hashes[0];
+    it.parent = root_hash(ns);
+    it.token_count = 4;
+    it.kv = kv.data();
+    ASSERT_TRUE(s->dump(ns, &it, 1)->wait().ok());
+  }
+  const std::string dst = other.sub("fp");
+  MigrateOptions mo;
+  mo.dtype = "fp16";
+  MigrateReport m;
+  Status st = migrate(src, dst, mo, &m);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(m.dst_namespaces.size(), 1u);
+  NamespaceDesc nd;
+  NamespaceId nid{};
+  auto out = open_store(dst, false);
+  ASSERT_TRUE(out->find_namespace(m.dst_namespaces[0], &nd, &nid).ok());
+  EXPECT_EQ(nd.dtype, DType::kFP16);
+  EXPECT_NE(nid, ns);
+  EXPECT_EQ(json::parse(nd.extra_json)["hash_seed_namespace"], to_hex(ns));
+  std::string got;
+  ASSERT_TRUE(load_block(out.get(), nid, nd, c.hashes[0], &got).ok());  // same block hash
+  const uint16_t want[] = {0x3C00, 0xC100, 0x3800, 0x0000};
+  for (size_t i = 0; i < got.size() / 2; ++i) {
+    uint16_t v;
+    std::memcpy(&v, got.data() + 2 * i, 2);
+    ASSERT_EQ(v, want[i % 4]) << i;
+  }
+  // The converted namespace's chains start at the source's root: gc keeps them (not orphans).
+  out.reset();
+  GcOptions go;
+  go.grace_ms = 0;
+  GcReport g = must_gc(dst, go);
+  EXPECT_EQ(g.orphans_removed, 0u);
+  EXPECT_EQ(g.blocks_after, 1u);
+  InspectReport ir = must_inspect(dst);
+  ASSERT_EQ(ir.namespaces.size(), 1u);
+  EXPECT_EQ(ir.namespaces[0].hash_seed_namespace, to_hex(ns));
+}
+
+TEST_F(AdminStore, UpgradeAndNewerVersionRefusedEverywhere) {
+  MigrateOptions up;
+  up.upgrade = true;
+  MigrateReport m;
+  ASSERT_TRUE(migrate(path, "", up, &m).ok());
+  EXPECT_NE(m.message.find("already at format version 1"), std::string::npos);
+
+  make_newer_version(path);
+  BuildReport br;
+  InspectReport ir;
+  GcReport gr;
+  MigrateReport mr;
+  std::vector<Status> sts = {build(path, {}, &br), inspect(path, {}, &ir), gc(path, {}, &gr),
+                             migrate(path, dir.sub("x"), {}, &mr), migrate(path, "", up, &mr)};
+  BuildOptions rb;
+  rb.rebuild_index = true;
+  sts.push_back(build(path, rb, &br));
+  for (const auto& st : sts) {
+    EXPECT_EQ(st.code(), Code::kVersion) << st.ToString();
+    EXPECT_EQ(exit_code(st), 5);
+    EXPECT_NE(st.message().find("newer than this ucm supports"), std::string::npos) << st.message();
+  }
+}

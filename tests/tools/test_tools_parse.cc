@@ -1,0 +1,142 @@
+// Byte / duration parsing, the YAML store config, exit codes and dtype conversion.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "admin_internal.h"
+#include "tools_test_util.h"
+#include "ucm/admin.h"
+
+using namespace ucm;
+using namespace ucm::admin;
+
+TEST(ParseBytes, Units) {
+  uint64_t v = 0;
+  ASSERT_TRUE(parse_bytes("1000", &v).ok());
+  EXPECT_EQ(v, 1000u);
+  ASSERT_TRUE(parse_bytes("10G", &v).ok());
+  EXPECT_EQ(v, 10'000'000'000ull);
+  ASSERT_TRUE(parse_bytes("512MiB", &v).ok());
+  EXPECT_EQ(v, 512ull << 20);
+  ASSERT_TRUE(parse_bytes("1.5KiB", &v).ok());
+  EXPECT_EQ(v, 1536u);
+  ASSERT_TRUE(parse_bytes("2tib", &v).ok());
+  EXPECT_EQ(v, 2ull << 40);
+  ASSERT_TRUE(parse_bytes(" 7 kB ", &v).ok());
+  EXPECT_EQ(v, 7000u);
+  ASSERT_TRUE(parse_bytes("0", &v).ok());
+  EXPECT_EQ(v, 0u);
+}
+
+TEST(ParseBytes, Errors) {
+  uint64_t v = 42;
+  for (const char* bad : {"", "abc", "-5", "10X", "10Gi B", "1.", "99999999999P", "G"}) {
+    Status st = parse_bytes(bad, &v);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("512MiB"), std::string::npos) << "message shows the forms";
+  }
+  EXPECT_EQ(v, 42u);
+}
+
+TEST(ParseDuration, Units) {
+  uint64_t ms = 0;
+  ASSERT_TRUE(parse_duration("500ms", &ms).ok());
+  EXPECT_EQ(ms, 500u);
+  ASSERT_TRUE(parse_duration("45s", &ms).ok());
+  EXPECT_EQ(ms, 45000u);
+  ASSERT_TRUE(parse_duration("15m", &ms).ok());
+  EXPECT_EQ(ms, 900000u);
+  ASSERT_TRUE(parse_duration("12h", &ms).ok());
+  EXPECT_EQ(ms, 12ull * 3600 * 1000);
+  ASSERT_TRUE(parse_duration("30d", &ms).ok());
+  EXPECT_EQ(ms, 30ull * 86400 * 1000);
+  ASSERT_TRUE(parse_duration("1w", &ms).ok());
+  EXPECT_EQ(ms, 7ull * 86400 * 1000);
+  ASSERT_TRUE(parse_duration("1h30m", &ms).ok());
+  EXPECT_EQ(ms, 5400000u);
+  ASSERT_TRUE(parse_duration("60", &ms).ok());
+  EXPECT_EQ(ms, 60000u);
+  ASSERT_TRUE(parse_duration("0", &ms).ok());
+  EXPECT_EQ(ms, 0u);
+  ASSERT_TRUE(parse_duration("1.5s", &ms).ok());
+  EXPECT_EQ(ms, 1500u);
+}
+
+TEST(ParseDuration, Errors) {
+  uint64_t ms = 7;
+  for (const char* bad : {"", "-1s", "5y", "h", "1h30", "ms", "3 days"})
+    EXPECT_EQ(parse_duration(bad, &ms).code(), Code::kInvalidArgument) << bad;
+  EXPECT_EQ(ms, 7u);
+}
+
+TEST(ExitCodes, Mapping) {
+  EXPECT_EQ(exit_code(Status::OK()), 0);
+  EXPECT_EQ(exit_code(Status::IOError("x")), 1);
+  EXPECT_EQ(exit_code(Status::InvalidArgument("x")), 1);
+  EXPECT_EQ(exit_code(Status::Corruption("x")), 3);
+  EXPECT_EQ(exit_code(Status::Busy("x")), 4);
+  EXPECT_EQ(exit_code(Status::Version("x")), 5);
+}
+
+TEST(Config, ExampleFileParses) {
+  StoreConfig c;
+  Status st = load_config(UCM_SOURCE_DIR "/configs/store.yaml", &c);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(c.io_threads, 8u);
+  EXPECT_TRUE(c.direct_io);
+  EXPECT_EQ(c.gc_grace_ms, 60000u);
+  EXPECT_DOUBLE_EQ(c.gc_compact_dead_ratio, 0.5);
+  EXPECT_FALSE(c.gc_max_bytes.has_value());
+}
+
+TEST(Config, ValuesAndErrors) {
+  test::TempDir d;
+  auto write = [&](const std::string& text) {
+    std::ofstream(d.sub("c.yaml")) << text;
+    return d.sub("c.yaml");
+  };
+  StoreConfig c;
+  ASSERT_TRUE(load_config(write("io_threads: 3\ndirect_io: false\ngc:\n  max_bytes: 1GiB\n  "
+                                "max_age: 2d\n  grace: 0\n"),
+                          &c)
+                  .ok());
+  EXPECT_EQ(c.io_threads, 3u);
+  EXPECT_FALSE(c.direct_io);
+  EXPECT_EQ(*c.gc_max_bytes, 1ull << 30);
+  EXPECT_EQ(*c.gc_max_age_ms, 2ull * 86400000);
+  EXPECT_EQ(c.gc_grace_ms, 0u);
+  Status st = load_config(write("io_thread: 3\n"), &c);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("io_thread"), std::string::npos);
+  EXPECT_EQ(load_config(write("gc:\n  max_bytes: lots\n"), &c).code(), Code::kInvalidArgument);
+  EXPECT_EQ(load_config(d.sub("missing.yaml"), &c).code(), Code::kIOError);
+}
+
+TEST(Dtype, KnownValues) {
+  // bf16 -> fp16 of exactly representable values.
+  const uint16_t bf[] = {0x3F80 /*1*/, 0xC020 /*-2.5*/, 0x3F00 /*0.5*/, 0x0000, 0x4780 /*65536*/,
+                         0x3DCD /*0.10009765625*/};
+  const uint16_t want[] = {0x3C00, 0xC100, 0x3800, 0x0000, 0x7C00 /*overflow: inf*/, 0x2E68};
+  uint16_t out[6];
+  convert_dtype(bf, DType::kBF16, out, DType::kFP16, 6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(out[i], want[i]) << i;
+  uint16_t back[6];
+  convert_dtype(want, DType::kFP16, back, DType::kBF16, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(back[i], bf[i]) << i;
+  // fp32 -> fp16 with round-to-nearest-even and subnormals.
+  const float f[] = {1.0f / 3.0f, 6.0e-8f, -0.0f, 65504.0f, 1.0009765625f /* 1 + 2^-10 */};
+  uint16_t h[5];
+  convert_dtype(f, DType::kFP32, h, DType::kFP16, 5);
+  EXPECT_EQ(h[0], 0x3555);
+  EXPECT_EQ(h[1], 0x0001);  // smallest subnormal 2^-24 = 5.96e-8
+  EXPECT_EQ(h[2], 0x8000);
+  EXPECT_EQ(h[3], 0x7BFF);
+  EXPECT_EQ(h[4], 0x3C01);
+  for (uint32_t v = 0; v < 0x7C00; v += 37) {  // fp16 -> fp32 -> fp16 round trip
+    uint16_t x = static_cast<uint16_t>(v), y;
+    float t = fp16_to_float(x);
+    y = float_to_fp16(t);
+    EXPECT_EQ(x, y) << v;
+  }
+}

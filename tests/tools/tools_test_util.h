@@ -1,0 +1,114 @@
+// tests/tools/tools_test_util.h: tiny stores for the admin tests.
+#pragma once
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ucm/hash.h"
+#include "ucm/namespace.h"
+#include "ucm/store.h"
+
+namespace ucm::test {
+
+/// A fresh directory under the system temp dir, removed on destruction.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    static int n = 0;
+    path = (std::filesystem::temp_directory_path() /
+            ("ucm-tools-" + std::to_string(::getpid()) + "-" + std::to_string(n++)))
+               .string();
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string sub(const std::string& s) const { return path + "/" + s; }
+};
+
+/// L=2, H=1, D=4, T=4: 64 elements, 128 bytes of bf16 per block.
+inline NamespaceDesc tiny_desc(const std::string& model = "tiny-model", DType dt = DType::kBF16) {
+  NamespaceDesc d;
+  d.model_id = model;
+  d.weights_digest = "00112233445566778899aabbccddeeff";
+  d.dtype = dt;
+  d.block_size = 4;
+  d.num_layers = 2;
+  d.num_kv_heads = 1;
+  d.head_dim = 4;
+  return d;
+}
+
+inline std::unique_ptr<Store> open_store(const std::string& path, bool rw, bool create = false) {
+  OpenOptions o;
+  o.mode = rw ? OpenOptions::Mode::kReadWrite : OpenOptions::Mode::kReadOnly;
+  o.create_if_missing = create;
+  o.io_threads = 2;
+  o.direct_io = false;
+  o.refresh_interval_ms = 0;
+  std::unique_ptr<Store> s;
+  Status st = Store::Open(path, o, &s);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return s;
+}
+
+/// Deterministic payload of a block: bytes derived from the hash.
+inline std::string payload_for(const NamespaceDesc& d, const BlockHash& h) {
+  std::string p(d.payload_bytes(), '\0');
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<char>(h[i % 16] ^ (i * 7));
+  return p;
+}
+
+struct Chain {
+  std::vector<BlockHash> hashes;
+  std::vector<uint32_t> tokens;
+};
+
+/// Dumps a chain of `n` blocks (tokens start at `first_token`) into `ns`; with repr when asked.
+inline Chain dump_chain(Store* s, const NamespaceId& ns, const NamespaceDesc& d, uint32_t first_token,
+                        size_t n, bool with_repr = false) {
+  Chain c;
+  for (size_t i = 0; i < n * d.block_size; ++i) c.tokens.push_back(first_token + static_cast<uint32_t>(i));
+  hash_blocks(root_hash(ns), c.tokens.data(), c.tokens.size(), d.block_size, &c.hashes);
+  std::vector<std::string> kv(n), repr(n);
+  std::vector<DumpItem> items(n);
+  for (size_t i = 0; i < n; ++i) {
+    kv[i] = payload_for(d, c.hashes[i]);
+    items[i].hash = c.hashes[i];
+    items[i].parent = i == 0 ? root_hash(ns) : c.hashes[i - 1];
+    items[i].token_count = d.block_size;
+    items[i].kv = kv[i].data();
+    if (with_repr) {
+      repr[i] = "repr-of-" + std::to_string(i) + std::string(100, static_cast<char>('a' + i));
+      items[i].repr = repr[i].data();
+      items[i].repr_len = repr[i].size();
+    }
+  }
+  auto t = s->dump(ns, items.data(), items.size());
+  Status st = t->wait();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return c;
+}
+
+/// Loads one block (all heads) into a string; the Status of the block.
+inline Status load_block(Store* s, const NamespaceId& ns, const NamespaceDesc& d, const BlockHash& h,
+                         std::string* out) {
+  out->assign(d.payload_bytes(), '\0');
+  LoadDest dest;
+  dest.kind = LoadDest::Kind::kContiguous;
+  dest.ptrs.push_back(out->data());
+  auto t = s->load(ns, &h, 1, dest);
+  return t->wait();
+}
+
+inline std::string read_file(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+}  // namespace ucm::test
