@@ -327,7 +327,7 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
   auto cos = freqs.cos(), sin = freqs.sin();
 
   // Query chunk size for the bounded score block [B, nkv, G*C, <=T].
-  const int64_t chunk = std::clamp<int64_t>(kScoreBudget / std::max<int64_t>(1, B * nh * T), 16, T);
+  const int64_t chunk = std::min<int64_t>(T, std::max<int64_t>(16, score_budget_ / (B * nh * T)));
   // Causal (and sliding-window) mask pieces.
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(dev_));
 

@@ -22,6 +22,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -101,8 +102,11 @@ class LlamaModel {
   /// Throws ModelError on bad arguments.
   Output forward(const torch::Tensor& tokens, const torch::Tensor& lengths, bool want_logits = false) const;
 
-  /// Score-block budget (floats) for chunked attention; see the header comment.
+  /// Default score-block budget (floats) for chunked attention; see the header comment.
   static constexpr int64_t kScoreBudget = int64_t{1} << 24;
+  /// Changes the score-block budget (floats, >= 1; smaller = more, smaller query
+  /// chunks, never below 16 rows). Results do not depend on it beyond fp32 rounding.
+  void set_score_budget(int64_t floats) { score_budget_ = std::max<int64_t>(1, floats); }
 
  private:
   struct Layer {
@@ -125,6 +129,7 @@ class LlamaModel {
   torch::Tensor norm_;    // [H]
   torch::Tensor inv_freq_;  // [hd/2] fp32
   std::vector<Layer> layers_;
+  int64_t score_budget_ = kScoreBudget;
 };
 
 }  // namespace ucm::model
