@@ -70,9 +70,18 @@ TEST(ReliabilityCrash, SigkillDuringDumpGcMigrate) {
     next_base = kStride;
   }
 
+  // Setup: one uninterrupted migrate creates the destination (creation under kills is tested by
+  // KilledStoreCreationLeavesAUsableStore below).
+  std::set<uint64_t> acked_in_d = acked;  // acked blocks of S known to be in D
+  {
+    rel::Child c;
+    ASSERT_TRUE(rel::spawn_child({"migrate", S, D}, &c));
+    c.reap();
+    ASSERT_TRUE(c.exited_ok()) << c.output;
+  }
+
   std::map<char, int> target{{'D', 25}, {'G', 15}, {'M', 10}}, kills, completed;
   const std::string pattern = "DDGDMDGDMG";
-  std::set<uint64_t> acked_in_d;  // acked blocks of S known to be in D (after a completed migrate)
   const auto t0 = std::chrono::steady_clock::now();
   int iter = 0, half_created = 0;
   for (; iter < 200; ++iter) {
@@ -193,6 +202,59 @@ TEST(ReliabilityCrash, SigkillDuringDumpGcMigrate) {
   } else {
     std::printf("[ reliability ] store kept for inspection: %s\n", root.c_str());
   }
+}
+
+// A writer killed while it creates a store (here: migrate creating its destination) must leave
+// either no store or one that the next writer can use (store_v1.md: a crash at any moment leaves
+// a store that opens).
+TEST(ReliabilityCrash, KilledStoreCreationLeavesAUsableStore) {
+  const uint64_t seed = seed_from_env() + 1;
+  std::printf("[ reliability ] creation seed=%llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  const std::string root = rel::make_temp_dir("ucm-create");
+  const std::string S = root + "/src";
+  {
+    rel::Child c;
+    ASSERT_TRUE(rel::spawn_child({"dump", S, "0", "16", "8"}, &c));
+    c.reap();
+    ASSERT_TRUE(c.exited_ok()) << c.output;
+  }
+  int kills = 0, half_created = 0, unusable = 0;
+  for (int k = 0; k < 20; ++k) {
+    const std::string D = root + "/dst" + std::to_string(k);
+    const int delay_ms = static_cast<int>(rng() % 51);
+    rel::Child c;
+    ASSERT_TRUE(rel::spawn_child({"migrate", S, D}, &c));
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    kills += c.kill_and_reap();
+    struct stat st;
+    const bool sb = stat((D + "/UCMSTORE").c_str(), &st) == 0;
+    const bool idx = stat((D + "/index/CURRENT").c_str(), &st) == 0;
+    if (sb && !idx) ++half_created;
+    // The next writer must succeed on whatever the kill left.
+    rel::Child again;
+    ASSERT_TRUE(rel::spawn_child({"migrate", S, D}, &again));
+    again.reap();
+    if (!again.exited_ok()) {
+      ++unusable;
+      std::printf("[ reliability ] %s (killed %d ms after spawn, superblock %d, index %d): next migrate: %s",
+                  D.c_str(), delay_ms, sb, idx, again.output.c_str());
+      if (unusable == 1)
+        ADD_FAILURE() << "migrate killed " << delay_ms << " ms after spawn left " << D
+                      << (sb && !idx ? " with a superblock but no index (index/CURRENT missing)" : "")
+                      << "; the next migrate fails: " << again.output;
+      continue;
+    }
+    rel::check_verify(D, D);
+    rel::StoreCheck sc;
+    std::set<uint64_t> all;
+    for (uint64_t i = 0; i < 16; ++i) all.insert(i);
+    rel::check_blocks(D, 16, all, D, &sc);
+  }
+  std::printf("[ reliability ] store creation: %d kills in 20 runs; %d left a superblock without an index; "
+              "%d destinations unusable by the next migrate\n", kills, half_created, unusable);
+  EXPECT_EQ(unusable, 0);
+  if (!HasFailure()) rel::rm_rf(root);
 }
 
 }  // namespace
