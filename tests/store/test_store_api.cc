@@ -1,0 +1,570 @@
+// ucm::Store end to end: open/create/refuse, dump/lookup/load round trips, corruption handling,
+// readers in another process, metrics. Child processes are this binary re-executed with
+// UCM_TEST_CHILD set (no fork-without-exec after RocksDB has started threads).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "formats/store/records.h"
+#include "index.h"
+#include "ucm/hash.h"
+#include "ucm/store.h"
+
+using namespace ucm;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string tmpdir(const std::string& tag) {
+  std::string p = (fs::temp_directory_path() / ("ucm_api_" + tag + "_" + std::to_string(::getpid()))).string();
+  fs::remove_all(p);
+  return p;
+}
+
+NamespaceDesc small_ns() {
+  NamespaceDesc d;
+  d.model_id = "test-model";
+  d.weights_digest = "00ff";
+  d.dtype = DType::kBF16;
+  d.block_size = 16;
+  d.num_layers = 3;
+  d.num_kv_heads = 4;
+  d.head_dim = 8;
+  return d;  // payload: 3*2*16*4*8*2 = 6144 bytes
+}
+
+/// Deterministic payload of a block: byte j = f(hash, j).
+std::vector<uint8_t> payload_for(const BlockHash& h, size_t n) {
+  std::vector<uint8_t> v(n);
+  uint64_t x = fmt::xxh3(h.data(), 16);
+  for (size_t j = 0; j < n; ++j) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v[j] = uint8_t(x >> 56);
+  }
+  return v;
+}
+
+std::vector<BlockHash> chain(const NamespaceId& ns, size_t blocks, uint32_t seed) {
+  std::vector<uint32_t> toks(blocks * 16);
+  std::mt19937 rng(seed);
+  for (auto& t : toks) t = rng() % 49152;
+  std::vector<BlockHash> hs;
+  hash_blocks(root_hash(ns), toks.data(), toks.size(), 16, &hs);
+  return hs;
+}
+
+Status dump_blocks(Store* s, const NamespaceId& ns, const NamespaceDesc& d, const std::vector<BlockHash>& hs,
+                   std::vector<std::vector<uint8_t>>* keep) {
+  std::vector<DumpItem> items(hs.size());
+  keep->resize(hs.size());
+  for (size_t i = 0; i < hs.size(); ++i) {
+    (*keep)[i] = payload_for(hs[i], d.payload_bytes());
+    items[i].hash = hs[i];
+    items[i].parent = i ? hs[i - 1] : root_hash(ns);
+    items[i].token_count = 16;
+    items[i].kv = (*keep)[i].data();
+  }
+  return s->dump(ns, items.data(), items.size())->wait();
+}
+
+std::unique_ptr<Store> open_store(const std::string& p, bool rw, bool create = false) {
+  OpenOptions o;
+  o.mode = rw ? OpenOptions::Mode::kReadWrite : OpenOptions::Mode::kReadOnly;
+  o.create_if_missing = create;
+  o.io_threads = 4;
+  std::unique_ptr<Store> s;
+  Status st = Store::Open(p, o, &s);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return s;
+}
+
+// Expected destination bytes of heads [h0,h1) for block payload p (layout §4.2).
+std::vector<uint8_t> slice_heads(const std::vector<uint8_t>& p, const NamespaceDesc& d, uint32_t h0, uint32_t h1) {
+  const size_t S = 2, T = d.block_size, H = d.num_kv_heads, D = d.head_dim, L = d.num_layers;
+  std::vector<uint8_t> out;
+  for (size_t l = 0; l < L; ++l)
+    for (size_t kv = 0; kv < 2; ++kv)
+      for (size_t t = 0; t < T; ++t)
+        for (size_t h = h0; h < h1; ++h) {
+          const size_t off = ((((l * 2 + kv) * T + t) * H + h) * D) * S;
+          out.insert(out.end(), p.begin() + off, p.begin() + off + D * S);
+        }
+  return out;
+}
+
+pid_t spawn_child(const std::string& role, const std::string& store, int wfd, int rfd) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    // Pipes are O_CLOEXEC; keep only the child's two ends across exec.
+    ::fcntl(wfd, F_SETFD, 0);
+    ::fcntl(rfd, F_SETFD, 0);
+    std::string env1 = "UCM_TEST_CHILD=" + role, env2 = "UCM_TEST_STORE=" + store,
+                env3 = "UCM_TEST_WFD=" + std::to_string(wfd), env4 = "UCM_TEST_RFD=" + std::to_string(rfd);
+    char* envp[] = {env1.data(), env2.data(), env3.data(), env4.data(), nullptr};
+    std::string filter = "--gtest_filter=Child.Main";
+    char* argv[] = {const_cast<char*>("/proc/self/exe"), filter.data(), nullptr};
+    ::execve("/proc/self/exe", argv, envp);
+    _exit(127);
+  }
+  return pid;
+}
+
+bool read_byte(int fd, int timeout_s = 20) {
+  auto t0 = std::chrono::steady_clock::now();
+  char c;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(timeout_s)) {
+    ssize_t r = ::read(fd, &c, 1);
+    if (r == 1) return true;
+    if (r == 0) return false;
+    if (errno != EINTR) return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+// Child process entry (skipped in normal runs).
+TEST(Child, Main) {
+  const char* role = std::getenv("UCM_TEST_CHILD");
+  if (!role) GTEST_SKIP() << "helper for multi-process tests";
+  const std::string store = std::getenv("UCM_TEST_STORE");
+  const int wfd = std::atoi(std::getenv("UCM_TEST_WFD")), rfd = std::atoi(std::getenv("UCM_TEST_RFD"));
+  char c = '1';
+  if (std::string(role) == "locker") {
+    std::unique_ptr<Store> s = open_store(store, true);
+    ASSERT_TRUE(s);
+    ASSERT_EQ(::write(wfd, &c, 1), 1);
+    read_byte(rfd, 60);  // hold the lock until the parent closes the pipe
+    return;
+  }
+  if (std::string(role) == "writer") {
+    std::unique_ptr<Store> s = open_store(store, true);
+    ASSERT_TRUE(s);
+    NamespaceId ns;
+    ASSERT_TRUE(s->find_namespace(small_ns().display_name(), nullptr, &ns).ok());
+    std::vector<std::vector<uint8_t>> keep;
+    auto hs = chain(ns, 6, 99);
+    ASSERT_TRUE(dump_blocks(s.get(), ns, small_ns(), {hs.begin(), hs.begin() + 3}, &keep).ok());
+    ASSERT_EQ(::write(wfd, &c, 1), 1);
+    ASSERT_TRUE(read_byte(rfd, 60));
+    ASSERT_TRUE(dump_blocks(s.get(), ns, small_ns(), {hs.begin() + 3, hs.end()}, &keep).ok());
+    ASSERT_EQ(::write(wfd, &c, 1), 1);
+    read_byte(rfd, 60);
+  }
+}
+
+TEST(StoreOpen, RefusesMissingNotAStoreNewerAndCorrupt) {
+  std::string p = tmpdir("refuse");
+  std::unique_ptr<Store> s;
+  OpenOptions ro;
+  Status st = Store::Open(p, ro, &s);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find(p), std::string::npos);
+  fs::create_directories(p);
+  std::ofstream(p + "/something") << "x";
+  st = Store::Open(p, ro, &s);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("not a ucm store"), std::string::npos) << st.message();
+  OpenOptions cr;
+  cr.mode = OpenOptions::Mode::kReadWrite;
+  cr.create_if_missing = true;
+  EXPECT_EQ(Store::Open(p, cr, &s).code(), Code::kInvalidArgument);  // non-empty, not a store
+  fs::remove_all(p);
+
+  ASSERT_TRUE(open_store(p, true, true));
+  {
+    // Hand-written superblock of version 2 (spec §2 layout).
+    uint8_t sb[64] = {0};
+    std::memcpy(sb, "UCMSTORE", 8);
+    fmt::put_le32(sb + 8, 2);
+    fmt::put_le32(sb + 12, 2);
+    fmt::put_le64(sb + 16, 1);
+    std::memcpy(sb + 24, "ucm 9.0.0", 9);
+    fmt::put_le64(sb + 56, fmt::xxh3(sb, 56));
+    std::ofstream(p + "/UCMSTORE", std::ios::binary | std::ios::trunc).write(reinterpret_cast<char*>(sb), 64);
+    st = Store::Open(p, ro, &s);
+    EXPECT_EQ(st.code(), Code::kVersion);
+    EXPECT_EQ(st.message(), "store format version 2 is newer than this ucm supports (max 1); upgrade ucm");
+    sb[20] ^= 1;  // checksum now wrong
+    std::ofstream(p + "/UCMSTORE", std::ios::binary | std::ios::trunc).write(reinterpret_cast<char*>(sb), 64);
+    EXPECT_EQ(Store::Open(p, ro, &s).code(), Code::kCorruption);
+  }
+  fs::remove_all(p);
+}
+
+TEST(StoreOpen, SecondWriterIsBusyAndNamesThePid) {
+  std::string p = tmpdir("busy");
+  open_store(p, true, true).reset();
+  int up[2], down[2];
+  ASSERT_EQ(::pipe2(up, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(down, O_CLOEXEC), 0);
+  pid_t pid = spawn_child("locker", p, up[1], down[0]);
+  ::close(up[1]);
+  ::close(down[0]);
+  ASSERT_TRUE(read_byte(up[0]));
+  std::unique_ptr<Store> s;
+  OpenOptions rw;
+  rw.mode = OpenOptions::Mode::kReadWrite;
+  Status st = Store::Open(p, rw, &s);
+  EXPECT_EQ(st.code(), Code::kBusy);
+  EXPECT_NE(st.message().find("locked by pid " + std::to_string(pid) + " on host "), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("wait for it or stop it"), std::string::npos);
+  // Readers are fine alongside the writer.
+  EXPECT_TRUE(open_store(p, false));
+  ::close(down[1]);
+  int wst = 0;
+  ::waitpid(pid, &wst, 0);
+  EXPECT_TRUE(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+  EXPECT_TRUE(open_store(p, true));  // lock released
+  fs::remove_all(p);
+}
+
+TEST(StoreIO, DumpLookupLoadRoundTrip) {
+  std::string p = tmpdir("rt");
+  auto s = open_store(p, true, true);
+  NamespaceDesc d = small_ns();
+  NamespaceId ns;
+  ASSERT_TRUE(s->register_namespace(d, &ns).ok());
+  NamespaceId ns2;
+  ASSERT_TRUE(s->register_namespace(d, &ns2).ok());  // idempotent
+  EXPECT_EQ(ns, ns2);
+  auto hs = chain(ns, 8, 1);
+  std::vector<std::vector<uint8_t>> keep;
+  ASSERT_TRUE(dump_blocks(s.get(), ns, d, hs, &keep).ok());
+
+  std::vector<uint8_t> present(10);
+  size_t prefix = 0;
+  auto probe = hs;
+  probe.push_back(chain(ns, 9, 2)[8]);
+  probe.push_back(hs[0]);
+  ASSERT_TRUE(s->lookup(ns, probe.data(), probe.size(), present.data(), &prefix).ok());
+  EXPECT_EQ(prefix, 8u);
+  EXPECT_EQ(present[8], 0);
+  EXPECT_EQ(present[9], 1);
+
+  // Contiguous, all heads.
+  std::vector<std::vector<uint8_t>> dst(8, std::vector<uint8_t>(d.payload_bytes()));
+  LoadDest ld;
+  for (auto& v : dst) ld.ptrs.push_back(v.data());
+  auto t = s->load(ns, hs.data(), 8, ld);
+  ASSERT_TRUE(t->wait().ok()) << t->wait().ToString();
+  for (size_t i = 0; i < 8; ++i) EXPECT_EQ(dst[i], keep[i]) << i;
+
+  // Paged, heads [1,3).
+  const size_t L = d.num_layers, page = 16 * 2 * 8 * 2;
+  std::vector<std::vector<uint8_t>> pages(8 * L * 2, std::vector<uint8_t>(page));
+  LoadDest pd;
+  pd.kind = LoadDest::Kind::kPaged;
+  pd.heads = {1, 3};
+  for (auto& v : pages) pd.ptrs.push_back(v.data());
+  ASSERT_TRUE(s->load(ns, hs.data(), 8, pd)->wait().ok());
+  for (size_t i = 0; i < 8; ++i) {
+    auto want = slice_heads(keep[i], d, 1, 3);
+    std::vector<uint8_t> got;
+    for (size_t j = 0; j < L * 2; ++j) got.insert(got.end(), pages[i * L * 2 + j].begin(), pages[i * L * 2 + j].end());
+    EXPECT_EQ(got, want) << i;
+  }
+  // Contiguous, head [3,4).
+  std::vector<uint8_t> one(d.payload_bytes() / 4);
+  LoadDest hd;
+  hd.heads = {3, 4};
+  hd.ptrs = {one.data()};
+  ASSERT_TRUE(s->load(ns, &hs[5], 1, hd)->wait().ok());
+  EXPECT_EQ(one, slice_heads(keep[5], d, 3, 4));
+  // Bad head range: finished task, InvalidArgument.
+  hd.heads = {2, 5};
+  EXPECT_EQ(s->load(ns, &hs[5], 1, hd)->wait().code(), Code::kInvalidArgument);
+
+  // Miss.
+  auto miss = chain(ns, 1, 77);
+  auto mt = s->load(ns, miss.data(), 1, LoadDest{LoadDest::Kind::kContiguous, {}, {one.data()}});
+  EXPECT_EQ(mt->wait().code(), Code::kNotFound);
+
+  // Dumping existing blocks is a no-op: nothing appended to the data file.
+  BlockInfo bi;
+  ASSERT_TRUE(s->get_block(ns, hs[0], &bi).ok());
+  const auto size_before = fs::file_size(fmt::data_file_path(p, bi.kv_file));
+  ASSERT_TRUE(dump_blocks(s.get(), ns, d, hs, &keep).ok());
+  EXPECT_EQ(fs::file_size(fmt::data_file_path(p, bi.kv_file)), size_before);
+
+  // kv_pages dump + representations.
+  auto hs2 = chain(ns, 2, 5);
+  auto pl = payload_for(hs2[0], d.payload_bytes());
+  std::vector<const void*> pg;
+  for (size_t j = 0; j < L * 2; ++j) pg.push_back(pl.data() + j * d.payload_bytes() / (L * 2));
+  std::string repr = "UCMP-representations";
+  DumpItem it;
+  it.hash = hs2[0];
+  it.parent = root_hash(ns);
+  it.token_count = 16;
+  it.kv_pages = pg.data();
+  it.repr = repr.data();
+  it.repr_len = repr.size();
+  ASSERT_TRUE(s->dump(ns, &it, 1)->wait().ok());
+  std::vector<uint8_t> back(d.payload_bytes());
+  ASSERT_TRUE(s->load(ns, hs2.data(), 1, LoadDest{LoadDest::Kind::kContiguous, {}, {back.data()}})->wait().ok());
+  EXPECT_EQ(back, pl);
+  std::string rb(64, '\0');
+  void* rdst[] = {rb.data()};
+  size_t rcap[] = {rb.size()};
+  ASSERT_TRUE(s->load_repr(ns, hs2.data(), 1, rdst, rcap)->wait().ok());
+  EXPECT_EQ(rb.substr(0, repr.size()), repr);
+  EXPECT_EQ(s->load_repr(ns, hs.data(), 1, rdst, rcap)->wait().code(), Code::kNotFound);  // no repr
+
+  // Namespace counters, attachments, documents, persistence across reopen.
+  std::string att(10000, 'p');
+  ASSERT_TRUE(s->put_attachment(ns, "r4_projection", att.data(), att.size()).ok());
+  DocumentEntry doc;
+  doc.id = "library/os.rst";
+  doc.first_block = hs[0];
+  doc.last_block = hs[7];
+  doc.blocks = 8;
+  doc.tokens = 130;
+  doc.source = "/usr/share/doc/x";
+  ASSERT_TRUE(s->put_document(ns, doc).ok());
+  s.reset();
+  s = open_store(p, false);
+  std::string got;
+  ASSERT_TRUE(s->get_attachment(ns, "r4_projection", &got).ok());
+  EXPECT_EQ(got, att);
+  EXPECT_EQ(s->get_attachment(ns, "nope", &got).code(), Code::kNotFound);
+  DocumentEntry dg;
+  ASSERT_TRUE(s->get_document(ns, doc.id, &dg).ok());
+  EXPECT_EQ(dg.last_block, hs[7]);
+  EXPECT_EQ(dg.tokens, 130u);
+  EXPECT_EQ(s->documents(ns).size(), 1u);
+  Index* dummy = nullptr;
+  (void)dummy;
+  ASSERT_TRUE(s->lookup(ns, hs.data(), 8, nullptr, &prefix).ok());
+  EXPECT_EQ(prefix, 8u);
+  NamespaceDesc fd;
+  NamespaceId fid;
+  ASSERT_TRUE(s->find_namespace(d.display_name(), &fd, &fid).ok());
+  EXPECT_EQ(fid, ns);
+  ASSERT_TRUE(s->find_namespace(to_hex(ns), &fd, &fid).ok());
+  EXPECT_EQ(s->find_namespace("nope", &fd, &fid).code(), Code::kNotFound);
+  // Read-only handles refuse writes.
+  EXPECT_EQ(s->dump(ns, &it, 1)->wait().code(), Code::kInvalidArgument);
+  s.reset();
+  {
+    std::unique_ptr<Index> ix;
+    ASSERT_TRUE(Index::OpenSecondary(fmt::index_dir(p), p + "/readers/t", &ix).ok());
+    std::string json;
+    ASSERT_TRUE(ix->get_namespace(ns, &json).ok());
+    EXPECT_NE(json.find("\"blocks\":9"), std::string::npos) << json;
+    EXPECT_NE(json.find("\"bytes\":" + std::to_string(9 * d.payload_bytes() + repr.size())), std::string::npos) << json;
+    uint64_t live = 0, size = 0;
+    ASSERT_TRUE(ix->for_each_file([&](uint32_t, const fmt::FileRecord& r) {
+                      live += r.live_bytes;
+                      size += r.size;
+                      return true;
+                    }).ok());
+    EXPECT_GT(live, 9 * d.payload_bytes());
+    EXPECT_LE(live, size);
+  }
+  fs::remove_all(p);
+}
+
+TEST(StoreIO, DumpUnregisteredNamespaceIsInvalid) {
+  std::string p = tmpdir("unreg");
+  auto s = open_store(p, true, true);
+  NamespaceId ns = small_ns().id();
+  auto hs = chain(ns, 1, 3);
+  std::vector<std::vector<uint8_t>> keep;
+  Status st = dump_blocks(s.get(), ns, small_ns(), hs, &keep);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("not registered"), std::string::npos) << st.message();
+  fs::remove_all(p);
+}
+
+TEST(StoreIO, CorruptTruncatedAndMissingFilesAreNeverServed) {
+  std::string p = tmpdir("corrupt");
+  auto s = open_store(p, true, true);
+  NamespaceDesc d = small_ns();
+  NamespaceId ns;
+  ASSERT_TRUE(s->register_namespace(d, &ns).ok());
+  auto hs = chain(ns, 4, 11);
+  std::vector<std::vector<uint8_t>> keep;
+  ASSERT_TRUE(dump_blocks(s.get(), ns, d, hs, &keep).ok());
+  BlockInfo b1, b3;
+  ASSERT_TRUE(s->get_block(ns, hs[1], &b1).ok());
+  ASSERT_TRUE(s->get_block(ns, hs[3], &b3).ok());
+  s.reset();
+  const std::string df = fmt::data_file_path(p, b1.kv_file);
+  {
+    int fd = ::open(df.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    uint8_t c;
+    ASSERT_EQ(::pread(fd, &c, 1, off_t(b1.kv_offset + 4096 + 1000)), 1);
+    c ^= 0x40;
+    ASSERT_EQ(::pwrite(fd, &c, 1, off_t(b1.kv_offset + 4096 + 1000)), 1);
+    ::close(fd);
+  }
+  s = open_store(p, false);
+  std::vector<std::vector<uint8_t>> dst(4, std::vector<uint8_t>(d.payload_bytes(), 0xA5));
+  LoadDest ld;
+  for (auto& v : dst) ld.ptrs.push_back(v.data());
+  auto t = s->load(ns, hs.data(), 4, ld);
+  Status w = t->wait();
+  EXPECT_EQ(w.code(), Code::kCorruption);
+  EXPECT_EQ(t->block_status()[0].code(), Code::kOk);
+  EXPECT_EQ(t->block_status()[1].code(), Code::kCorruption);
+  EXPECT_NE(t->block_status()[1].message().find(df), std::string::npos) << t->block_status()[1].message();
+  EXPECT_NE(t->block_status()[1].message().find("offset " + std::to_string(b1.kv_offset)), std::string::npos);
+  EXPECT_EQ(t->block_status()[2].code(), Code::kOk);
+  EXPECT_EQ(dst[0], keep[0]);
+  EXPECT_EQ(dst[1], std::vector<uint8_t>(d.payload_bytes(), 0xA5));  // untouched
+  EXPECT_EQ(dst[2], keep[2]);
+  std::string m = s->metrics_text();
+  EXPECT_NE(m.find("ucm_errors_total{code=\"CORRUPTION\"} 1"), std::string::npos) << m;
+
+  // Truncate into the last block's record.
+  s.reset();
+  fs::resize_file(df, b3.kv_offset + 4096 + 100);
+  s = open_store(p, false);
+  dst[3].assign(d.payload_bytes(), 0x5A);
+  t = s->load(ns, &hs[3], 1, LoadDest{LoadDest::Kind::kContiguous, {}, {dst[3].data()}});
+  Status ts = t->wait();
+  EXPECT_TRUE(ts.code() == Code::kCorruption || ts.code() == Code::kNotFound) << ts.ToString();
+  EXPECT_EQ(dst[3], std::vector<uint8_t>(d.payload_bytes(), 0x5A));
+
+  // Data file gone (as if gc retired it): NotFound.
+  s.reset();
+  fs::remove(df);
+  s = open_store(p, false);
+  t = s->load(ns, &hs[0], 1, LoadDest{LoadDest::Kind::kContiguous, {}, {dst[0].data()}});
+  EXPECT_EQ(t->wait().code(), Code::kNotFound);
+  fs::remove_all(p);
+}
+
+TEST(StoreReaders, SeeWriterCommitsAfterRefreshAndWithin5s) {
+  std::string p = tmpdir("readers");
+  NamespaceId ns;
+  {
+    auto s = open_store(p, true, true);
+    ASSERT_TRUE(s->register_namespace(small_ns(), &ns).ok());
+  }
+  OpenOptions o;
+  o.refresh_interval_ms = 1000;
+  std::unique_ptr<Store> r;
+  ASSERT_TRUE(Store::Open(p, o, &r).ok());
+  int up[2], down[2];
+  ASSERT_EQ(::pipe2(up, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(down, O_CLOEXEC), 0);
+  pid_t pid = spawn_child("writer", p, up[1], down[0]);
+  ::close(up[1]);
+  ::close(down[0]);
+  auto hs = chain(ns, 6, 99);
+  ASSERT_TRUE(read_byte(up[0]));  // first 3 blocks committed
+  ASSERT_TRUE(r->refresh().ok());
+  size_t prefix = 0;
+  ASSERT_TRUE(r->lookup(ns, hs.data(), 6, nullptr, &prefix).ok());
+  EXPECT_EQ(prefix, 3u);
+  std::vector<uint8_t> dst(small_ns().payload_bytes());
+  ASSERT_TRUE(r->load(ns, &hs[2], 1, LoadDest{LoadDest::Kind::kContiguous, {}, {dst.data()}})->wait().ok());
+  EXPECT_EQ(dst, payload_for(hs[2], dst.size()));
+  char c = 'g';
+  ASSERT_EQ(::write(down[1], &c, 1), 1);
+  ASSERT_TRUE(read_byte(up[0]));  // next 3 committed; no explicit refresh from here on
+  auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    ASSERT_TRUE(r->lookup(ns, hs.data(), 6, nullptr, &prefix).ok());
+    if (prefix == 6) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(prefix, 6u);
+  ASSERT_TRUE(r->load(ns, &hs[5], 1, LoadDest{LoadDest::Kind::kContiguous, {}, {dst.data()}})->wait().ok());
+  EXPECT_EQ(dst, payload_for(hs[5], dst.size()));
+  ::close(down[1]);
+  int wst = 0;
+  ::waitpid(pid, &wst, 0);
+  EXPECT_TRUE(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+  r.reset();
+  // The reader's private secondary dir is gone.
+  EXPECT_TRUE(fs::is_empty(fmt::readers_dir(p)));
+  fs::remove_all(p);
+}
+
+TEST(StoreMetrics, PrometheusText) {
+  std::string p = tmpdir("metrics");
+  auto s = open_store(p, true, true);
+  NamespaceId ns;
+  ASSERT_TRUE(s->register_namespace(small_ns(), &ns).ok());
+  auto hs = chain(ns, 3, 4);
+  std::vector<std::vector<uint8_t>> keep;
+  ASSERT_TRUE(dump_blocks(s.get(), ns, small_ns(), hs, &keep).ok());
+  ASSERT_TRUE(dump_blocks(s.get(), ns, small_ns(), hs, &keep).ok());
+  size_t prefix;
+  ASSERT_TRUE(s->lookup(ns, hs.data(), 3, nullptr, &prefix).ok());
+  std::vector<uint8_t> dst(small_ns().payload_bytes());
+  ASSERT_TRUE(s->load(ns, hs.data(), 1, LoadDest{LoadDest::Kind::kContiguous, {}, {dst.data()}})->wait().ok());
+  std::string m = s->metrics_text();
+  for (const char* want : {"# TYPE ucm_lookups_total counter\nucm_lookups_total 3\n", "ucm_lookup_hits_total 3\n",
+                           "ucm_blocks_dumped_total 3\n", "ucm_dump_skipped_total 3\n", "ucm_blocks_loaded_total 1\n",
+                           "ucm_bytes_loaded_total 6144\n", "# TYPE ucm_load_task_seconds histogram\n",
+                           "ucm_load_task_seconds_bucket{le=\"+Inf\"} 1\n", "ucm_dump_task_seconds_count 2\n",
+                           "ucm_lookup_seconds_sum ", "# HELP ucm_errors_total", "ucm_index_blocks 3\n"})
+    EXPECT_NE(m.find(want), std::string::npos) << want << "\n---\n" << m;
+  fs::remove_all(p);
+}
+
+// Lookup rate over a 1M-block index (run by hand: --gtest_also_run_disabled_tests
+// --gtest_filter=*LookupRate*). Populates the index directly, then times lookups on a reader.
+TEST(StoreBench, DISABLED_LookupRate) {
+  std::string p = tmpdir("bench");
+  NamespaceId ns;
+  {
+    auto s = open_store(p, true, true);
+    ASSERT_TRUE(s->register_namespace(small_ns(), &ns).ok());
+  }
+  const size_t N = 1000000;
+  std::vector<BlockHash> hs(N);
+  for (size_t i = 0; i < N; ++i) {
+    uint64_t a = fmt::xxh3(&i, sizeof i), b = a * 31 + 7;
+    std::memcpy(hs[i].data(), &a, 8);
+    std::memcpy(hs[i].data() + 8, &b, 8);
+  }
+  {
+    std::unique_ptr<fmt::WriterLock> lk;
+    ASSERT_TRUE(fmt::WriterLock::Acquire(p, &lk).ok());
+    std::unique_ptr<Index> ix;
+    ASSERT_TRUE(Index::OpenPrimary(fmt::index_dir(p), false, &ix).ok());
+    fmt::BlockRecord r;
+    r.kv_file = 1;
+    for (size_t base = 0; base < N; base += 100000) {
+      Index::Batch b;
+      for (size_t i = base; i < base + 100000; ++i) b.put_block(ns, hs[i], r);
+      ASSERT_TRUE(ix->write(b, false).ok());
+    }
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto s = open_store(p, false);
+  double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<BlockHash> q(N);
+  std::mt19937_64 rng(3);
+  for (auto& h : q) h = hs[rng() % N];
+  std::vector<uint8_t> present(4096);
+  size_t prefix, hits = 0;
+  t0 = std::chrono::steady_clock::now();
+  for (size_t base = 0; base < N; base += 4096) {
+    size_t m = std::min<size_t>(4096, N - base);
+    ASSERT_TRUE(s->lookup(ns, &q[base], m, present.data(), &prefix).ok());
+    for (size_t i = 0; i < m; ++i) hits += present[i];
+  }
+  double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(hits, N);
+  std::printf("open (table build over %zu blocks): %.2f s; lookups: %.2f M/s (batches of 4096)\n", N, open_s, N / dt / 1e6);
+  t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < 200000; ++i) ASSERT_TRUE(s->lookup(ns, &q[i], 1, present.data(), &prefix).ok());
+  dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("single-hash lookup calls: %.2f M/s\n", 200000 / dt / 1e6);
+  fs::remove_all(p);
+}

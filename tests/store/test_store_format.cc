@@ -1,0 +1,269 @@
+// Store format v1 (formats/store/store_v1.md): hash chain, namespace ids, record encodings,
+// data file writer/scanner, the fingerprint table.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include "formats/store/records.h"
+#include "fptable.h"
+#include "ucm/hash.h"
+#include "ucm/namespace.h"
+
+using namespace ucm;
+namespace fs = std::filesystem;
+
+namespace {
+std::string tmpdir(const char* tag) {
+  std::string p = (fs::temp_directory_path() / ("ucm_fmt_" + std::string(tag) + "_" + std::to_string(::getpid()))).string();
+  fs::remove_all(p);
+  return p;
+}
+NamespaceId seq_ns() {
+  NamespaceId ns;
+  for (int i = 0; i < 16; ++i) ns[i] = uint8_t(i);
+  return ns;
+}
+// Independent MD5 via OpenSSL's one-shot EVP API, straight from spec §4.1.
+BlockHash ref_md5(const std::vector<uint8_t>& bytes) {
+  BlockHash h{};
+  unsigned n = 0;
+  EVP_Digest(bytes.data(), bytes.size(), h.data(), &n, EVP_md5(), nullptr);
+  return h;
+}
+}  // namespace
+
+TEST(HashChain, MatchesIndependentComputation) {
+  const NamespaceId ns = seq_ns();
+  std::vector<uint8_t> b0(reinterpret_cast<const uint8_t*>("ucm.hash.v1"), reinterpret_cast<const uint8_t*>("ucm.hash.v1") + 11);
+  b0.insert(b0.end(), ns.begin(), ns.end());
+  BlockHash prev = ref_md5(b0);
+  EXPECT_EQ(root_hash(ns), prev);
+  std::vector<uint32_t> tokens(16 * 5 + 7);
+  std::mt19937 rng(7);
+  for (auto& t : tokens) t = rng();
+  std::vector<BlockHash> got;
+  ASSERT_EQ(hash_blocks(root_hash(ns), tokens.data(), tokens.size(), 16, &got), 5u);
+  for (size_t b = 0; b < 5; ++b) {
+    std::vector<uint8_t> m(prev.begin(), prev.end());
+    for (size_t i = 0; i < 16; ++i) {
+      uint32_t t = tokens[b * 16 + i];
+      for (int k = 0; k < 4; ++k) m.push_back(uint8_t(t >> (8 * k)));
+    }
+    prev = ref_md5(m);
+    EXPECT_EQ(got[b], prev) << "block " << b;
+  }
+  // Chaining from a middle parent equals the tail of the full chain.
+  std::vector<BlockHash> tail;
+  hash_blocks(got[1], tokens.data() + 32, tokens.size() - 32, 16, &tail);
+  ASSERT_EQ(tail.size(), 3u);
+  EXPECT_EQ(tail[0], got[2]);
+  EXPECT_EQ(tail[2], got[4]);
+}
+
+TEST(HashChain, FixedVectorFromPythonHashlib) {
+  // Produced with:
+  // python3 -c "import hashlib,struct; ns=bytes(range(16)); h=hashlib.md5(b'ucm.hash.v1'+ns).digest(); print(h.hex());
+  //   [print((h:=hashlib.md5(h+struct.pack('<16I',*range(b*16,b*16+16))).digest()).hex()) for b in range(2)]"
+  const NamespaceId ns = seq_ns();
+  EXPECT_EQ(to_hex(root_hash(ns)), "43f2fc6e32c0dbc8ca2c1a120736a4bb");
+  std::vector<uint32_t> tokens(32);
+  for (uint32_t i = 0; i < 32; ++i) tokens[i] = i;
+  std::vector<BlockHash> got;
+  ASSERT_EQ(hash_blocks(root_hash(ns), tokens.data(), 32, 16, &got), 2u);
+  EXPECT_EQ(to_hex(got[0]), "e7bdc2edd9ec28aeeb80aefac383d515");
+  EXPECT_EQ(to_hex(got[1]), "15008051bfa21cda600afffd38c4aff8");
+}
+
+TEST(Namespace, IdIsStableAndIgnoresName) {
+  NamespaceDesc d;
+  d.model_id = "SmolLM2-135M-Instruct";
+  d.weights_digest = "abc";
+  d.num_layers = 30;
+  d.num_kv_heads = 3;
+  d.head_dim = 64;
+  d.extra_json = R"({"hash_bits":128,"dense_layers":[0,1]})";
+  EXPECT_EQ(d.canonical_json(),
+            R"({"block_size":16,"dtype":"bf16","extra":{"dense_layers":[0,1],"hash_bits":128},"hash_scheme":"md5-chain-v1",)"
+            R"("head_dim":64,"layout":1,"model_id":"SmolLM2-135M-Instruct","num_kv_heads":3,"num_layers":30,"weights_digest":"abc"})");
+  const NamespaceId id = d.id();
+  std::string c = d.canonical_json();
+  EXPECT_EQ(id, fmt::md5(c.data(), c.size()));
+  NamespaceDesc e = d;
+  e.name = "other name";
+  e.extra_json = R"({ "hash_bits": 128, "dense_layers": [0, 1] })";  // whitespace / order do not matter
+  EXPECT_EQ(e.id(), id);
+  e.dtype = DType::kFP16;
+  EXPECT_NE(e.id(), id);
+  EXPECT_EQ(d.payload_bytes(), 368640u);
+  EXPECT_EQ(d.display_name(), "SmolLM2-135M-Instruct/bf16/b16/" + to_hex(id).substr(0, 8));
+  NamespaceDesc r;
+  ASSERT_TRUE(NamespaceDesc::from_json(d.to_json(), &r).ok());
+  EXPECT_EQ(r.id(), id);
+  EXPECT_FALSE(NamespaceDesc::from_json(R"({"model_id":"x","num_layers":0,"num_kv_heads":1,"head_dim":1})", &r).ok());
+}
+
+TEST(Hex, RoundTripAndErrors) {
+  BlockHash h = seq_ns(), g{};
+  ASSERT_TRUE(parse_hex16(to_hex(h), &g).ok());
+  EXPECT_EQ(g, h);
+  EXPECT_EQ(parse_hex16("xyz", &g).code(), Code::kInvalidArgument);
+  EXPECT_EQ(parse_hex16(std::string(31, '0') + "g", &g).code(), Code::kInvalidArgument);
+}
+
+TEST(Records, EncodingsRoundTrip) {
+  fmt::BlockRecord r;
+  r.flags = 1;
+  r.token_count = 16;
+  r.parent = seq_ns();
+  r.kv_file = 3;
+  r.repr_file = 4;
+  r.kv_offset = 8192;
+  r.kv_length = 368640;
+  r.kv_checksum = 0x1122334455667788ull;
+  r.repr_offset = 4096;
+  r.repr_length = 57728;
+  r.repr_checksum = 42;
+  r.created_ms = 1700000000000ull;
+  r.last_access_ms = 1700000000001ull;
+  std::string v = fmt::encode_block_record(r);
+  ASSERT_EQ(v.size(), 96u);
+  EXPECT_EQ(fmt::get_le64(reinterpret_cast<const uint8_t*>(v.data()) + 32), 8192u);  // kv_offset at 32
+  fmt::BlockRecord q;
+  ASSERT_TRUE(fmt::decode_block_record(v, &q).ok());
+  EXPECT_EQ(fmt::encode_block_record(q), v);
+  EXPECT_EQ(q.bytes(), 368640u + 57728u);
+  EXPECT_EQ(fmt::decode_block_record(v.substr(1), &q).code(), Code::kCorruption);
+
+  EXPECT_EQ(fmt::file_key(0x01020304), std::string("\x01\x02\x03\x04", 4));
+  EXPECT_LT(fmt::journal_key(255), fmt::journal_key(256));  // big-endian keys sort numerically
+
+  fmt::RecordHeader h;
+  h.type = fmt::RecordType::kBlockRepr;
+  h.ns = seq_ns();
+  h.payload_length = 5;
+  h.payload_checksum = 9;
+  h.token_count = 16;
+  h.created_ms = 77;
+  uint8_t page[fmt::kPage];
+  fmt::encode_record_header(h, page);
+  EXPECT_EQ(std::memcmp(page, "UCMR", 4), 0);
+  fmt::RecordHeader g;
+  ASSERT_TRUE(fmt::decode_record_header(page, "t", &g).ok());
+  EXPECT_EQ(g.type, fmt::RecordType::kBlockRepr);
+  EXPECT_EQ(g.payload_length, 5u);
+  page[70] ^= 1;
+  EXPECT_EQ(fmt::decode_record_header(page, "t", &g).code(), Code::kCorruption);
+
+  fmt::Superblock sb;
+  sb.created_ms = 123;
+  uint8_t sbb[64];
+  fmt::encode_superblock(sb, sbb);
+  fmt::Superblock sb2;
+  ASSERT_TRUE(fmt::decode_superblock(sbb, 64, "x", &sb2).ok());
+  EXPECT_EQ(sb2.created_by, "ucm 0.1.0");
+  EXPECT_EQ(sb2.created_ms, 123u);
+}
+
+TEST(DataFile, WriteScanDetectsCorruptionAndTornTail) {
+  std::string store = tmpdir("df");
+  fmt::Superblock sb;
+  ASSERT_TRUE(fmt::create_store_skeleton(store, &sb).ok());
+  std::unique_ptr<fmt::DataFileWriter> w;
+  ASSERT_TRUE(fmt::DataFileWriter::Create(store, 7, &w).ok());
+  std::vector<uint64_t> offs;
+  for (int i = 0; i < 4; ++i) {
+    std::string payload(5000 + i, char('a' + i));
+    fmt::RecordHeader h;
+    h.type = fmt::RecordType::kBlockKV;
+    h.key[0] = uint8_t(i);
+    uint64_t off = 0;
+    ASSERT_TRUE(w->append(&h, {{payload.data(), payload.size()}}, &off).ok());
+    EXPECT_EQ(off % 4096, 0u);
+    offs.push_back(off);
+  }
+  ASSERT_TRUE(w->sync().ok());
+  EXPECT_EQ(w->size(), 4096u + 4 * (4096u + 8192u));
+  w.reset();
+  const std::string p = fmt::data_file_path(store, 7);
+  // Flip a payload byte of record 1, truncate record 3.
+  int fd = ::open(p.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  char c = 'X';
+  ASSERT_EQ(::pwrite(fd, &c, 1, off_t(offs[1] + 4096 + 10)), 1);
+  ASSERT_EQ(::ftruncate(fd, off_t(offs[3] + 4096 + 100)), 0);
+  // read_record with expectations.
+  fmt::AlignedBuffer buf;
+  fmt::RecordExpect e;
+  e.key[0] = 0;
+  e.payload_length = 5000;
+  e.payload_checksum = fmt::xxh3(std::string(5000, 'a').data(), 5000);
+  EXPECT_TRUE(fmt::read_record(fd, offs[0], e, &buf, p).ok());
+  EXPECT_EQ(buf.data()[4096], 'a');
+  e.key[0] = 1;
+  e.payload_length = 5001;
+  e.payload_checksum = fmt::xxh3(std::string(5001, 'b').data(), 5001);
+  EXPECT_EQ(fmt::read_record(fd, offs[1], e, &buf, p).code(), Code::kCorruption);
+  e.key[0] = 3;
+  e.payload_length = 5003;
+  e.payload_checksum = fmt::xxh3(std::string(5003, 'd').data(), 5003);
+  Status s = fmt::read_record(fd, offs[3], e, &buf, p);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
+  ::close(fd);
+
+  std::unique_ptr<fmt::DataFileScanner> sc;
+  ASSERT_TRUE(fmt::DataFileScanner::Open(p, &sc).ok());
+  EXPECT_EQ(sc->header().file_id, 7u);
+  std::vector<fmt::ScannedRecord::State> states;
+  fmt::ScannedRecord rec;
+  std::string payload;
+  while (sc->next(&rec, &payload)) states.push_back(rec.state);
+  ASSERT_TRUE(sc->status().ok());
+  ASSERT_EQ(states.size(), 4u);
+  EXPECT_EQ(states[0], fmt::ScannedRecord::State::kValid);
+  EXPECT_EQ(states[1], fmt::ScannedRecord::State::kCorrupt);
+  EXPECT_EQ(states[2], fmt::ScannedRecord::State::kValid);
+  EXPECT_EQ(states[3], fmt::ScannedRecord::State::kTornTail);
+  fs::remove_all(store);
+}
+
+TEST(Superblock, RefusesNewerVersionAndNonStores) {
+  std::string store = tmpdir("sb");
+  fmt::Superblock sb;
+  EXPECT_EQ(fmt::read_superblock(store, &sb).code(), Code::kInvalidArgument);  // missing
+  fs::create_directories(store);
+  EXPECT_EQ(fmt::read_superblock(store, &sb).code(), Code::kInvalidArgument);  // not a store
+  ASSERT_TRUE(fmt::create_store_skeleton(store, &sb).ok());
+  EXPECT_TRUE(fmt::read_superblock(store, &sb).ok());
+  sb.format_version = 2;
+  ASSERT_TRUE(fmt::write_superblock(store, sb).ok());
+  Status s = fmt::read_superblock(store, &sb);
+  EXPECT_EQ(s.code(), Code::kVersion);
+  EXPECT_EQ(s.message(), "store format version 2 is newer than this ucm supports (max 1); upgrade ucm");
+  fs::remove_all(store);
+}
+
+TEST(FpTable, InsertEraseContains) {
+  FpTable t;
+  std::mt19937_64 rng(1);
+  std::vector<uint64_t> v(20000);
+  for (auto& x : v) x = rng() & 0xffff;  // many collisions of home slots
+  std::set<uint64_t> ref;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i % 3 == 2) {
+      t.erase(v[i - 1]);
+      ref.erase(FpTable::norm(v[i - 1]));
+    } else {
+      t.insert(v[i]);
+      ref.insert(FpTable::norm(v[i]));
+    }
+  }
+  EXPECT_EQ(t.size(), ref.size());
+  for (uint64_t x = 0; x < 0x10000; ++x) ASSERT_EQ(t.contains(x), ref.count(FpTable::norm(x)) > 0) << x;
+}
