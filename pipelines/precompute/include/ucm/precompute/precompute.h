@@ -1,0 +1,113 @@
+// `ucm precompute`: batch prefill of a corpus with a real model into a ucm store.
+//
+// Pipeline (TBB parallel_pipeline, docs/precompute.md):
+//   1. serial   read document -> apply template -> tokenize -> truncate -> pack batches
+//               (a window of documents is sorted by length and cut into batches of at most
+//               `batch_tokens` padded tokens, B * T_max <= batch_tokens)
+//   2. serial   prefill: LlamaModel::forward (torch intra-op threads)
+//   3. parallel per document: block hashes (ucm::hash_blocks), payload conversion, R0/R1/R4,
+//               async Store::dump
+//   4. serial   wait for the dumps, then Store::put_document (a document is registered only after
+//               all of its blocks are durable)
+// At most `max_batches_in_flight` batches are alive at once (bounded memory, see docs).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ucm/namespace.h"
+#include "ucm/status.h"
+
+namespace ucm::model {
+class LlamaModel;
+}
+namespace ucm::tok {
+class Tokenizer;
+}
+
+namespace ucm::precompute {
+
+struct PrecomputeOptions {
+  std::string model_dir;      ///< Hugging Face model directory (config.json + safetensors)
+  std::string tokenizer_file; ///< default: <model_dir>/tokenizer.json
+  std::string corpus;         ///< JSONL file ({id, text, source}) or directory of text files
+  std::string corpus_suffix;  ///< directory corpora: only files whose name ends with this ("" = all)
+  std::string store;          ///< store directory; created when missing
+  std::string template_file;  ///< prompt template (see docs/precompute.md); "" = none
+  std::string namespace_name; ///< "" = default name (model/dtype/b<bs>/<id8>)
+  uint32_t block_size = 16;   ///< tokens per block
+  DType dtype = DType::kBF16; ///< payload and R0/R1 element type
+  uint32_t hash_bits = 128;   ///< R4 bits per token (multiple of 8)
+  std::vector<uint32_t> dense_layers = {0, 1};  ///< recorded in the namespace for servers
+  uint64_t projection_seed = 20240611;          ///< seed of the r4_projection
+  uint64_t limit = 0;                ///< stop after this many documents read (0 = all)
+  uint32_t shard_index = 0, shard_count = 1;  ///< process documents with ordinal % N == I
+  bool resume = false;               ///< skip documents already registered in the namespace
+  bool strict = false;               ///< malformed corpus lines / invalid UTF-8 are fatal
+  bool progress = false;             ///< force the progress line (default: only when stderr is a TTY)
+  uint64_t batch_tokens = 4096;      ///< padded tokens per prefill batch (B * T_max)
+  uint64_t max_doc_tokens = 0;       ///< 0 = max_position_embeddings rounded down to block_size
+  uint32_t max_batches_in_flight = 3;///< bound on live batches (memory bound)
+  uint32_t sort_window_batches = 8;  ///< documents buffered for length sorting, in batches
+  bool handle_signals = true;        ///< SIGINT/SIGTERM stop reading and finish in-flight work
+};
+
+/// Reads a YAML config (configs/precompute.yaml) into `o`: keys are the option names above
+/// (model, tokenizer, corpus, corpus_suffix, store, template, namespace_name, block_size, dtype,
+/// hash_bits, dense_layers, projection_seed, limit, shard ("I/N"), resume, strict, batch_tokens,
+/// max_doc_tokens, max_batches_in_flight). Unknown keys are an InvalidArgument error naming them.
+Status load_config(const std::string& path, PrecomputeOptions* o);
+/// Parses "I/N" (0 <= I < N).
+Status parse_shard(const std::string& s, uint32_t* index, uint32_t* count);
+/// Parses "0,1,5" (empty string = no layers).
+Status parse_layers(const std::string& s, std::vector<uint32_t>* out);
+
+struct PrecomputeSummary {
+  uint64_t documents = 0;        ///< documents registered by this run
+  uint64_t documents_seen = 0;   ///< documents read from the corpus (this shard)
+  std::map<std::string, uint64_t> skipped;  ///< reason -> count: empty, short, resumed, malformed, invalid_utf8
+  uint64_t truncated = 0;        ///< documents cut at max_doc_tokens
+  uint64_t blocks_written = 0;   ///< new blocks dumped
+  uint64_t blocks_existing = 0;  ///< blocks already present (shared prefixes, reruns)
+  uint64_t tokens = 0;           ///< tokens prefilled and stored (full blocks only)
+  double seconds = 0;            ///< wall time of the pipeline (model load excluded)
+  double prefill_seconds = 0;    ///< time spent inside LlamaModel::forward
+  double tokens_per_second = 0;
+  bool interrupted = false;      ///< stopped by SIGINT/SIGTERM
+  std::string namespace_name, namespace_id;
+  std::string to_json() const;
+  std::string to_text() const;
+};
+
+/// Already-loaded resources (the bench reuses them); null members are loaded from the options.
+struct Resources {
+  const model::LlamaModel* model = nullptr;
+  const tok::Tokenizer* tokenizer = nullptr;
+};
+
+/// The namespace descriptor `ucm precompute` registers for `model` and the options.
+NamespaceDesc make_namespace(const model::LlamaModel& model, const PrecomputeOptions& o);
+
+/// Runs the whole precompute. Errors: InvalidArgument (bad options, wrong model dir / unsupported
+/// architecture, namespace mismatch, malformed corpus with --strict), IOError/NoSpace (store),
+/// Busy (another writer). Blocks and documents committed before an error stay valid.
+Status run_precompute(const PrecomputeOptions& o, const Resources& res, PrecomputeSummary* summary);
+
+/// `ucm bench precompute`: bare prefill vs full precompute on the same batches.
+struct BenchResult {
+  uint64_t documents = 0, tokens = 0, batches = 0;
+  double prefill_seconds = 0, prefill_tokens_per_second = 0;
+  double precompute_seconds = 0, precompute_tokens_per_second = 0;
+  double ratio = 0;  ///< precompute / prefill throughput (target >= 0.9)
+  std::string to_json() const;
+  std::string to_text() const;
+};
+/// Reads the first `docs` documents of `o.corpus`, times LlamaModel::forward alone on the batches
+/// precompute would build, then a full precompute of the same documents into a fresh temporary
+/// store (deleted afterwards; o.store is ignored).
+Status bench_precompute(const PrecomputeOptions& o, uint64_t docs, BenchResult* out);
+
+}  // namespace ucm::precompute

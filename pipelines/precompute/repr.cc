@@ -1,0 +1,191 @@
+// Block representation encoder and R4 projection generator (see repr.h).
+#include "ucm/precompute/repr.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+
+namespace ucm::precompute {
+namespace {
+
+// Sign-magnitude neighbours of a 16-bit float bit pattern.
+uint16_t next_down16(uint16_t b) {
+  if (b == 0x0000) return 0x8001;            // +0 -> smallest negative subnormal
+  return (b & 0x8000) ? uint16_t(b + 1) : uint16_t(b - 1);
+}
+uint16_t next_up16(uint16_t b) {
+  if (b == 0x8000) return 0x0001;            // -0 -> smallest positive subnormal
+  return (b & 0x8000) ? uint16_t(b - 1) : uint16_t(b + 1);
+}
+
+uint64_t align64(uint64_t x) { return (x + 63) & ~uint64_t{63}; }
+
+void put_u32(char* p, uint32_t v) { std::memcpy(p, &v, 4); }  // little-endian host (x86-64, aarch64)
+void put_u64(char* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+}  // namespace
+
+uint16_t bf16_round_nearest(float x) { return c10::BFloat16(x).x; }
+float bf16_to_float(uint16_t b) {
+  uint32_t u = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t bf16_round_down(float x) {
+  uint16_t c = bf16_round_nearest(x);
+  return bf16_to_float(c) > x ? next_down16(c) : c;
+}
+uint16_t bf16_round_up(float x) {
+  uint16_t c = bf16_round_nearest(x);
+  return bf16_to_float(c) < x ? next_up16(c) : c;
+}
+uint16_t fp16_round_nearest(float x) { return c10::Half(x).x; }
+float fp16_to_float(uint16_t h) { return static_cast<float>(c10::Half(h, c10::Half::from_bits())); }
+uint16_t fp16_round_down(float x) {
+  uint16_t c = fp16_round_nearest(x);
+  return fp16_to_float(c) > x ? next_down16(c) : c;
+}
+uint16_t fp16_round_up(float x) {
+  uint16_t c = fp16_round_nearest(x);
+  return fp16_to_float(c) < x ? next_up16(c) : c;
+}
+
+std::vector<ReprSection> repr_layout(const ReprSpec& s, uint64_t* total_bytes) {
+  const uint64_t es = dtype_size(s.dtype);
+  const uint32_t dt = s.dtype == DType::kBF16 ? kReprBF16 : s.dtype == DType::kFP16 ? kReprFP16 : kReprFP32;
+  const uint64_t lhd = uint64_t{s.num_layers} * s.num_kv_heads * s.head_dim;
+  std::vector<ReprSection> secs = {
+      {kReprMeanKey, dt, 0, lhd * es},
+      {kReprKeyBounds, dt, 0, 2 * lhd * es},
+      {kReprSignHash, kReprBits, 0,
+       uint64_t{s.num_layers} * s.num_kv_heads * s.block_size * (s.hash_bits / 8)},
+  };
+  uint64_t off = align64(8 + 24 * secs.size());
+  for (auto& sec : secs) {
+    sec.offset = off;
+    off = align64(off + sec.length);
+  }
+  // The payload ends right after the last section (no trailing padding).
+  if (total_bytes) *total_bytes = secs.back().offset + secs.back().length;
+  return secs;
+}
+
+void encode_block_repr(const ReprSpec& s, const float* const* keys, size_t key_stride_t,
+                       const float* const* dots, size_t dot_stride_t, const float* projection,
+                       std::string* out) {
+  if (s.hash_bits == 0 || s.hash_bits % 8 != 0)
+    throw std::invalid_argument("hash_bits must be a positive multiple of 8");
+  uint64_t total = 0;
+  const auto secs = repr_layout(s, &total);
+  out->assign(total, '\0');
+  char* base = out->data();
+  std::memcpy(base, "UCMP", 4);
+  put_u32(base + 4, static_cast<uint32_t>(secs.size()));
+  for (size_t i = 0; i < secs.size(); ++i) {
+    char* e = base + 8 + 24 * i;
+    put_u32(e, secs[i].kind);
+    put_u32(e + 4, secs[i].dtype);
+    put_u64(e + 8, secs[i].offset);
+    put_u64(e + 16, secs[i].length);
+  }
+  const uint32_t L = s.num_layers, H = s.num_kv_heads, D = s.head_dim, T = s.block_size, B = s.hash_bits;
+  const size_t es = dtype_size(s.dtype);
+  auto store = [&](char* dst, size_t idx, float v, int mode /*0 nearest, -1 down, +1 up*/) {
+    if (s.dtype == DType::kFP32) {
+      std::memcpy(dst + idx * 4, &v, 4);
+      return;
+    }
+    uint16_t b;
+    if (s.dtype == DType::kBF16)
+      b = mode == 0 ? bf16_round_nearest(v) : mode < 0 ? bf16_round_down(v) : bf16_round_up(v);
+    else
+      b = mode == 0 ? fp16_round_nearest(v) : mode < 0 ? fp16_round_down(v) : fp16_round_up(v);
+    std::memcpy(dst + idx * 2, &b, 2);
+  };
+  (void)es;
+  char* r0 = base + secs[0].offset;
+  char* r1 = base + secs[1].offset;
+  uint8_t* r4 = reinterpret_cast<uint8_t*>(base + secs[2].offset);
+  std::vector<double> proj_dots;
+  for (uint32_t l = 0; l < L; ++l) {
+    const float* kl = keys[l];
+    for (uint32_t h = 0; h < H; ++h) {
+      for (uint32_t d = 0; d < D; ++d) {
+        double sum = 0;
+        float mn = kl[h * D + d], mx = mn;
+        for (uint32_t t = 0; t < T; ++t) {
+          const float v = kl[t * key_stride_t + h * D + d];
+          sum += v;
+          mn = std::min(mn, v);
+          mx = std::max(mx, v);
+        }
+        const size_t i0 = (size_t{l} * H + h) * D + d;
+        store(r0, i0, static_cast<float>(sum / T), 0);
+        store(r1, ((size_t{l} * 2 + 0) * H + h) * D + d, mn, -1);
+        store(r1, ((size_t{l} * 2 + 1) * H + h) * D + d, mx, +1);
+      }
+      for (uint32_t t = 0; t < T; ++t) {
+        uint8_t* bits = r4 + ((size_t{l} * H + h) * T + t) * (B / 8);
+        const float* kt = kl + t * key_stride_t + h * D;
+        for (uint32_t j = 0; j < B; ++j) {
+          double dot;
+          if (dots) {
+            dot = dots[l][t * dot_stride_t + h * B + j];
+          } else {
+            const float* p = projection + (size_t{l} * H + h) * D * B;
+            dot = 0;
+            for (uint32_t d = 0; d < D; ++d) dot += double(kt[d]) * double(p[size_t{d} * B + j]);
+          }
+          if (dot >= 0) bits[j / 8] |= uint8_t(1u << (j % 8));
+        }
+      }
+    }
+  }
+}
+
+std::vector<float> make_projection(uint32_t L, uint32_t H, uint32_t D, uint32_t B, uint64_t seed) {
+  std::vector<float> P(size_t{L} * H * D * B);
+  std::mt19937_64 rng(seed);
+  const double two_pi = 6.283185307179586476925286766559;
+  const double inv53 = 1.0 / 9007199254740992.0;  // 2^-53
+  bool have_spare = false;
+  double spare = 0;
+  auto gauss = [&]() {
+    if (have_spare) {
+      have_spare = false;
+      return spare;
+    }
+    const double u1 = double((rng() >> 11) + 1) * inv53;  // (0, 1]
+    const double u2 = double(rng() >> 11) * inv53;        // [0, 1)
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare = r * std::sin(two_pi * u2);
+    have_spare = true;
+    return r * std::cos(two_pi * u2);
+  };
+  const uint32_t nblk = (B + D - 1) / D;
+  torch::NoGradGuard ng;
+  for (uint32_t l = 0; l < L; ++l)
+    for (uint32_t h = 0; h < H; ++h)
+      for (uint32_t c = 0; c < nblk; ++c) {
+        auto G = torch::empty({D, D}, torch::kFloat64);
+        double* g = G.data_ptr<double>();
+        for (size_t i = 0; i < size_t{D} * D; ++i) g[i] = gauss();
+        auto [Q, R] = torch::linalg_qr(G, "reduced");
+        auto sgn = torch::sign(torch::diagonal(R));
+        sgn = torch::where(sgn == 0, torch::ones_like(sgn), sgn);
+        Q = (Q * sgn.unsqueeze(0)).contiguous();
+        const double* q = Q.data_ptr<double>();
+        float* p = P.data() + (size_t{l} * H + h) * D * B;
+        for (uint32_t j = c * D; j < std::min(B, (c + 1) * D); ++j)
+          for (uint32_t d = 0; d < D; ++d) p[size_t{d} * B + j] = static_cast<float>(q[size_t{d} * D + (j - c * D)]);
+      }
+  return P;
+}
+
+}  // namespace ucm::precompute
