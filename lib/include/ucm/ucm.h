@@ -90,7 +90,9 @@ UCM_API int ucm_store_lookup(ucm_store_t* store, const uint8_t* ns, const uint8_
                              uint8_t* present, size_t* prefix_blocks);
 
 /* Async load of n blocks into caller memory (see UCM_DEST_*). head_begin/head_end: KV-head range
- * [h0, h1); 0/0 = all heads. On UCM_OK, *task must be freed with ucm_task_free (after it is done). */
+ * [h0, h1); 0/0 = all heads. On UCM_OK, *task must be freed with ucm_task_free (after it is done).
+ * Bad arguments (head range, NULL pointers, unknown namespace) return UCM_E_INVALID / NOT_FOUND at
+ * once and create no task. */
 UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n,
                            int dest_kind, void* const* ptrs, uint32_t head_begin, uint32_t head_end,
                            ucm_task_t** task);
