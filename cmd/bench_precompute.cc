@@ -1,0 +1,45 @@
+// cmd/bench_precompute.cc: `ucm bench precompute` calls ucm::precompute::bench_precompute.
+#include "bench_precompute.h"
+
+#include <memory>
+#include <string>
+
+#include "common.h"
+#include "ucm/precompute/precompute.h"
+
+namespace ucm::cli {
+
+void setup_bench_precompute(CLI::App& bench) {
+  struct Args {
+    precompute::PrecomputeOptions o;
+    uint64_t docs = 16;
+    std::string dtype = "bf16", config;
+    CommonFlags common;
+  };
+  auto a = std::make_shared<Args>();
+  a->o.model_dir = "models/SmolLM2-135M-Instruct";
+  a->o.corpus = "/usr/share/doc/python3.11/html/_sources";
+  a->o.corpus_suffix = ".rst.txt";
+  CLI::App* c = bench.add_subcommand(
+      "precompute",
+      "Tokens/s of bare prefill (model forward only) and of full precompute (hashing, payloads, "
+      "representations, store dumps, registry) on the same documents and batches; ratio target >= 0.9");
+  c->add_option("--model", a->o.model_dir, "Model directory")->capture_default_str();
+  c->add_option("--corpus", a->o.corpus, "Corpus (JSONL or directory)")->capture_default_str();
+  c->add_option("--corpus-suffix", a->o.corpus_suffix, "Directory corpora: file-name suffix")->capture_default_str();
+  c->add_option("--template", a->o.template_file, "Prompt template file");
+  c->add_option("--docs", a->docs, "Documents to read")->capture_default_str()->check(CLI::PositiveNumber);
+  c->add_option("--batch-tokens", a->o.batch_tokens, "Padded tokens per batch")->capture_default_str();
+  c->add_option("--max-doc-tokens", a->o.max_doc_tokens, "Cut documents here (0 = model maximum)")
+      ->capture_default_str();
+  c->add_option("--dtype", a->dtype, "Payload dtype")->capture_default_str();
+  add_common_flags(c, &a->common);
+  c->callback([a] {
+    precompute::BenchResult r;
+    Status st = parse_dtype(a->dtype, &a->o.dtype);
+    if (st.ok()) st = precompute::bench_precompute(a->o, a->docs, &r);
+    finish("bench precompute", a->common, st, r, st.ok());
+  });
+}
+
+}  // namespace ucm::cli

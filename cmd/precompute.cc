@@ -1,0 +1,117 @@
+// cmd/precompute.cc: `ucm precompute` parses arguments and calls ucm::precompute::run_precompute.
+#include "precompute.h"
+
+#include <memory>
+#include <string>
+
+#include "common.h"
+#include "ucm/precompute/precompute.h"
+
+namespace ucm::cli {
+namespace {
+
+struct PrecomputeArgs {
+  std::string config, model, tokenizer, corpus, corpus_suffix, store, tmpl, ns_name, dtype, shard, dense;
+  uint32_t block_size = 16, hash_bits = 128;
+  uint64_t limit = 0, batch_tokens = 4096, max_doc_tokens = 0;
+  bool resume = false, strict = false;
+  CommonFlags common;
+  // options given on the command line (override --config)
+  std::vector<std::pair<std::string, CLI::Option*>> given;
+};
+
+bool was_given(const PrecomputeArgs& a, const std::string& name) {
+  for (const auto& [n, o] : a.given)
+    if (n == name) return o->count() > 0;
+  return false;
+}
+
+void run(const PrecomputeArgs& a) {
+  using namespace ucm::precompute;
+  PrecomputeOptions o;
+  PrecomputeSummary sum;
+  auto fail = [&](const Status& st) { finish("precompute", a.common, st, sum, false); };
+  if (!a.config.empty()) {
+    Status st = load_config(a.config, &o);
+    if (!st.ok()) fail(st);
+  }
+  auto set_str = [&](const char* name, const std::string& v, std::string* dst) {
+    if (was_given(a, name)) *dst = v;
+  };
+  set_str("model", a.model, &o.model_dir);
+  set_str("tokenizer", a.tokenizer, &o.tokenizer_file);
+  set_str("corpus", a.corpus, &o.corpus);
+  set_str("corpus-suffix", a.corpus_suffix, &o.corpus_suffix);
+  set_str("store", a.store, &o.store);
+  set_str("template", a.tmpl, &o.template_file);
+  set_str("namespace-name", a.ns_name, &o.namespace_name);
+  if (was_given(a, "block-size")) o.block_size = a.block_size;
+  if (was_given(a, "hash-bits")) o.hash_bits = a.hash_bits;
+  if (was_given(a, "limit")) o.limit = a.limit;
+  if (was_given(a, "batch-tokens")) o.batch_tokens = a.batch_tokens;
+  if (was_given(a, "max-doc-tokens")) o.max_doc_tokens = a.max_doc_tokens;
+  if (a.resume) o.resume = true;
+  if (a.strict) o.strict = true;
+  o.progress = a.common.progress;
+  if (was_given(a, "dtype")) {
+    Status st = parse_dtype(a.dtype, &o.dtype);
+    if (!st.ok()) fail(Status::InvalidArgument("--dtype: " + st.message()));
+  }
+  if (was_given(a, "shard")) {
+    Status st = parse_shard(a.shard, &o.shard_index, &o.shard_count);
+    if (!st.ok()) fail(Status::InvalidArgument("--shard: " + st.message()));
+  }
+  if (was_given(a, "dense-layers")) {
+    Status st = parse_layers(a.dense, &o.dense_layers);
+    if (!st.ok()) fail(Status::InvalidArgument("--dense-layers: " + st.message()));
+  }
+  Status st = run_precompute(o, Resources{}, &sum);
+  // The summary is printed even after an error: what was committed stays committed.
+  finish("precompute", a.common, st, sum, st.ok() || sum.documents > 0);
+}
+
+}  // namespace
+
+CLI::App* setup_precompute(CLI::App& app) {
+  auto a = std::make_shared<PrecomputeArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "precompute",
+      "Prefill a corpus with a model and store the KV cache of every full block, its block "
+      "representations and a document registry (docs/precompute.md). Creates the store if missing; "
+      "Ctrl-C stops cleanly (re-run with --resume)");
+  auto add = [&](const std::string& flag, const std::string& name, auto* var, const std::string& help) {
+    CLI::Option* o = sub->add_option(flag, *var, help);
+    a->given.emplace_back(name, o);
+    return o;
+  };
+  sub->add_option("--config", a->config, "YAML options (configs/precompute.yaml); command-line flags override it")
+      ->check(CLI::ExistingFile);
+  add("--model", "model", &a->model, "Hugging Face model directory (config.json + safetensors)");
+  add("--tokenizer", "tokenizer", &a->tokenizer, "tokenizer.json (default: MODEL/tokenizer.json)");
+  add("--corpus", "corpus", &a->corpus, "JSONL file of {id, text, source} or a directory of text files");
+  add("--corpus-suffix", "corpus-suffix", &a->corpus_suffix,
+      "Directory corpora: only files whose name ends with this (e.g. .rst.txt; default all files)");
+  add("--store", "store", &a->store, "Store directory (created if missing)");
+  add("--template", "template", &a->tmpl,
+      "Prompt template file: text before {document} (and after it); without {document} all of it is the prefix");
+  add("--namespace-name", "namespace-name", &a->ns_name,
+      "Name of the namespace (default <model>/<dtype>/b<block>/<id8>); needed to add a second "
+      "fingerprint of the same model to a store");
+  add("--block-size", "block-size", &a->block_size, "Tokens per block (default 16)")->check(CLI::Range(1, 4096));
+  add("--dtype", "dtype", &a->dtype, "Payload dtype: bf16 (default), fp16, fp32");
+  add("--hash-bits", "hash-bits", &a->hash_bits, "R4 sign-hash bits per token, multiple of 8 (default 128)");
+  add("--dense-layers", "dense-layers", &a->dense, "Layers servers keep dense, e.g. 0,1 (default 0,1)");
+  add("--limit", "limit", &a->limit, "Stop after N documents of this shard (default all)");
+  add("--shard", "shard", &a->shard, "Process shard I of N (documents with index % N == I), e.g. 0/4");
+  add("--batch-tokens", "batch-tokens", &a->batch_tokens, "Padded tokens per prefill batch (default 4096)")
+      ->check(CLI::PositiveNumber);
+  add("--max-doc-tokens", "max-doc-tokens", &a->max_doc_tokens,
+      "Cut longer documents (template included) here (default: max_position_embeddings)");
+  sub->add_flag("--resume", a->resume, "Skip documents already registered in the namespace");
+  sub->add_flag("--strict", a->strict, "Malformed corpus lines and invalid UTF-8 are fatal (default: skipped)");
+  add_common_flags(sub, &a->common);
+  sub->callback([a] { run(*a); });
+  return sub;
+}
+
+}  // namespace ucm::cli
