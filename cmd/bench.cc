@@ -1,11 +1,13 @@
 // cmd/bench.cc: `ucm bench store` parses arguments and calls ucm::bench::run_store_bench.
 #include "bench.h"
 
-#include <cstdio>
-#include <iostream>
 #include <memory>
 
 #include "bench/store_bench.h"
+#include "common.h"
+#if UCM_CLI_HAVE_BENCH_PRECOMPUTE
+#include "bench_precompute.h"
+#endif
 
 namespace ucm::cli {
 
@@ -13,15 +15,17 @@ CLI::App* setup_bench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Measure ucm on this machine (docs/benchmarks.md)");
   bench->require_subcommand(1);
   setup_bench_store(*bench);
+#if UCM_CLI_HAVE_BENCH_PRECOMPUTE
+  setup_bench_precompute(*bench);
+#endif
   return bench;
 }
 
 void setup_bench_store(CLI::App& bench) {
   struct Args {
     bench::StoreBenchOptions o;
-    bool json = false;
+    CommonFlags common;
     bool fail_on_miss = false;
-    bool quiet = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* c = bench.add_subcommand(
@@ -62,24 +66,14 @@ void setup_bench_store(CLI::App& bench) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   c->add_option("--seed", a->o.seed, "Seed of tokens and orders (0 = random)")->capture_default_str();
-  c->add_flag("--json", a->json, "Print the report as JSON on stdout");
   c->add_flag("--fail-on-miss", a->fail_on_miss, "Exit 1 when a target is missed");
-  c->add_flag("-q,--quiet", a->quiet, "No progress lines on stderr");
+  add_common_flags(c, &a->common);
   c->callback([a] {
-    if (!a->quiet) {
-      a->o.progress = [](const std::string& line) {
-        std::fprintf(stderr, "bench: %s\n", line.c_str());
-        std::fflush(stderr);
-      };
-    }
+    a->o.progress = make_progress("bench store", a->common);
     bench::StoreBenchReport rep;
     Status s = bench::run_store_bench(a->o, &rep);
-    if (!s.ok()) {
-      std::fprintf(stderr, "ucm bench store: %s\n", s.ToString().c_str());
-      throw CLI::RuntimeError(1);
-    }
-    std::cout << (a->json ? rep.to_json() + "\n" : rep.to_text()) << std::flush;
-    if (a->fail_on_miss && !rep.all_pass()) throw CLI::RuntimeError(1);
+    finish("bench store", a->common, s, rep, s.ok());
+    if (a->fail_on_miss && !rep.all_pass()) throw CLI::RuntimeError(admin::kExitError);
   });
 }
 

@@ -4,11 +4,12 @@
 
 namespace ucm::cli {
 
-/// Adds `bench` with its subcommands (`store`) to `app`; returns the `bench` subcommand.
+/// Adds `bench` with its subcommands (`store`, and `precompute` when built with
+/// UCM_CLI_HAVE_BENCH_PRECOMPUTE) to `app`; returns the `bench` subcommand.
 CLI::App* setup_bench(CLI::App& app);
 
 /// Adds `store` to an existing `bench` subcommand:
-///   ucm bench store [--store DIR] [--keep] [--blocks N] [--block-bytes B] [--json] ...
+///   ucm bench store [--store DIR] [--keep] [--blocks N] [--block-bytes B] [--json] [--progress] ...
 /// Exit codes: 0 when the run completed (targets met or not: see the report, or pass
 /// --fail-on-miss to exit 1 on a missed target), 1 on an error, 2 on bad usage.
 void setup_bench_store(CLI::App& bench);
