@@ -537,6 +537,8 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
       }
       bt.b().put_namespace(id, v.dump());
       ns_by_id[id]->value = v;
+      st = bt.op();
+      if (!st.ok()) return st;
     }
     for (uint32_t fid : to_retire) {
       fmt::FileRecord fr = files[fid];
@@ -546,6 +548,8 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
       bt.b().put_file(fid, fr);
       files[fid] = fr;
       ++rep->files_retired;
+      st = bt.op();
+      if (!st.ok()) return st;
     }
     st = bt.flush();
     if (!st.ok()) return st;

@@ -16,17 +16,17 @@ using json = nlohmann::json;
 
 namespace {
 
-struct Run {
+struct CliRun {
   int code = -1;
   std::string out;  // stdout
   std::string err;  // stderr
 };
 
-Run run(const std::string& args) {
+CliRun run(const std::string& args) {
   TempDir t;
   std::string cmd = std::string(UCM_BIN) + " " + args + " >" + t.sub("out") + " 2>" + t.sub("err");
   int rc = std::system(cmd.c_str());
-  Run r;
+  CliRun r;
   r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   r.out = read_file(t.sub("out"));
   r.err = read_file(t.sub("err"));
@@ -36,7 +36,7 @@ Run run(const std::string& args) {
 }  // namespace
 
 TEST(Cli, HelpListsSubcommandsAndExitCodes) {
-  Run r = run("--help");
+  CliRun r = run("--help");
   EXPECT_EQ(r.code, 0);
   for (const char* s : {"build", "inspect", "gc", "migrate", "bench", "precompute", "Exit codes",
                         "3 corruption", "4 store busy", "5 store format"})
@@ -44,7 +44,7 @@ TEST(Cli, HelpListsSubcommandsAndExitCodes) {
 }
 
 TEST(Cli, Version) {
-  Run r = run("--version");
+  CliRun r = run("--version");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("ucm 0.1.0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("store format version 1"), std::string::npos);
@@ -63,7 +63,7 @@ TEST(Cli, UsageErrorsExit2) {
 TEST(Cli, BuildInspectJsonVerifyAndVersion) {
   TempDir d;
   const std::string s = d.sub("store");
-  Run b = run("build " + s + " --json");
+  CliRun b = run("build " + s + " --json");
   ASSERT_EQ(b.code, 0) << b.err;
   EXPECT_EQ(json::parse(b.out)["created"], true);
   NamespaceDesc desc = tiny_desc();
@@ -74,7 +74,7 @@ TEST(Cli, BuildInspectJsonVerifyAndVersion) {
     ASSERT_TRUE(st->register_namespace(desc, &ns).ok());
     c = dump_chain(st.get(), ns, desc, 1, 2);
   }
-  Run i = run("inspect " + s + " --json");
+  CliRun i = run("inspect " + s + " --json");
   ASSERT_EQ(i.code, 0) << i.err;
   json j = json::parse(i.out);
   EXPECT_EQ(j["format_version"], 1);
@@ -85,7 +85,7 @@ TEST(Cli, BuildInspectJsonVerifyAndVersion) {
   EXPECT_EQ(j["namespaces"][0]["blocks"], 2);
   EXPECT_TRUE(i.err.empty()) << "no progress noise without a TTY: " << i.err;
 
-  Run bad = run("inspect " + s + " --block nothex");
+  CliRun bad = run("inspect " + s + " --block nothex");
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.err.find("32 hex digits"), std::string::npos) << bad.err;
 
@@ -104,7 +104,7 @@ TEST(Cli, BuildInspectJsonVerifyAndVersion) {
     std::fputc(ch ^ 1, f);
     std::fclose(f);
   }
-  Run v = run("inspect " + s + " --verify --json --progress");
+  CliRun v = run("inspect " + s + " --verify --json --progress");
   EXPECT_EQ(v.code, 3) << v.err;
   json jv = json::parse(v.out);  // stdout is pure JSON even with --progress
   EXPECT_EQ(jv["verified"], 1);
@@ -115,19 +115,19 @@ TEST(Cli, BuildInspectJsonVerifyAndVersion) {
   // Busy: a writer holds the store.
   {
     auto w = open_store(s, true);
-    Run g = run("gc " + s + " --json");
+    CliRun g = run("gc " + s + " --json");
     EXPECT_EQ(g.code, 4) << g.err;
     EXPECT_NE(g.err.find("BUSY"), std::string::npos) << g.err;
     EXPECT_EQ(json::parse(g.out)["error"]["exit_code"], 4);
   }
-  Run g = run("gc " + s + " --verify --grace 0 --json");
+  CliRun g = run("gc " + s + " --verify --grace 0 --json");
   EXPECT_EQ(g.code, 0) << g.err;
   EXPECT_EQ(json::parse(g.out)["corrupt_removed"], 1);
-  Run g2 = run("gc " + s + " --max-bytes lots");
+  CliRun g2 = run("gc " + s + " --max-bytes lots");
   EXPECT_EQ(g2.code, 1);
   EXPECT_NE(g2.err.find("--max-bytes"), std::string::npos) << g2.err;
 
-  Run up = run("migrate " + s + " --upgrade");
+  CliRun up = run("migrate " + s + " --upgrade");
   EXPECT_EQ(up.code, 0) << up.err;
   EXPECT_NE(up.out.find("already at format version 1"), std::string::npos) << up.out;
 
@@ -145,7 +145,7 @@ TEST(Cli, BuildInspectJsonVerifyAndVersion) {
   for (const std::string& cmd : {"build " + s, "build " + s + " --rebuild-index", "inspect " + s,
                                  "gc " + s, "migrate " + s + " " + d.sub("dst"),
                                  "migrate " + s + " --upgrade"}) {
-    Run r = run(cmd);
+    CliRun r = run(cmd);
     EXPECT_EQ(r.code, 5) << cmd << ": " << r.err;
     EXPECT_NE(r.err.find("newer than this ucm supports"), std::string::npos) << r.err;
   }
