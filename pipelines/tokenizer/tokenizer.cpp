@@ -472,7 +472,7 @@ struct Tokenizer::Impl {
   [[noreturn]] void fail(const std::string& msg) const { throw TokenizerError(origin + ": " + msg); }
 
   void load(const json& j);
-  void load_pre_tokenizer(const json& p, bool& saw_byte_level, bool top);
+  void load_pre_tokenizer(const json& p, bool& saw_byte_level);
   void load_normalizer(const json& n);
   void load_post_processor(const json& p);
   void bpe_word(std::string_view piece, std::vector<int32_t>& out) const;
@@ -491,12 +491,12 @@ void Tokenizer::Impl::load_normalizer(const json& n) {
   }
 }
 
-void Tokenizer::Impl::load_pre_tokenizer(const json& p, bool& saw_byte_level, bool top) {
+void Tokenizer::Impl::load_pre_tokenizer(const json& p, bool& saw_byte_level) {
   if (p.is_null()) return;
   const std::string t = type_of(p);
   if (saw_byte_level) fail("pre-tokenizer '" + t + "' after ByteLevel is not supported (ByteLevel must be last)");
   if (t == "Sequence") {
-    for (const auto& s : p.value("pretokenizers", json::array())) load_pre_tokenizer(s, saw_byte_level, false);
+    for (const auto& s : p.value("pretokenizers", json::array())) load_pre_tokenizer(s, saw_byte_level);
   } else if (t == "ByteLevel") {
     PreStep st;
     st.add_prefix_space = p.value("add_prefix_space", false);
@@ -529,7 +529,6 @@ void Tokenizer::Impl::load_pre_tokenizer(const json& p, bool& saw_byte_level, bo
   } else {
     fail("unsupported pre-tokenizer type '" + t + "' (supported: ByteLevel, Split, Digits, Sequence)");
   }
-  (void)top;
 }
 
 void Tokenizer::Impl::load_post_processor(const json& p) {
@@ -648,7 +647,7 @@ void Tokenizer::Impl::load(const json& j) {
 
   load_normalizer(j.contains("normalizer") ? j["normalizer"] : json());
   bool saw_byte_level = false;
-  load_pre_tokenizer(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json(), saw_byte_level, true);
+  load_pre_tokenizer(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json(), saw_byte_level);
   if (!saw_byte_level) fail("pre_tokenizer has no ByteLevel step: only byte-level BPE tokenizers are supported");
   const json& dec = j.contains("decoder") ? j["decoder"] : json();
   if (!dec.is_null() && type_of(dec) != "ByteLevel")
