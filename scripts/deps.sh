@@ -9,7 +9,7 @@ APT_PACKAGES=(
   build-essential cmake pkg-config git python3 python3-venv
   libcli11-dev librocksdb-dev libtbb-dev libspdlog-dev libtorch-dev libgtest-dev
   libopenblas0-pthread nlohmann-json3-dev libxxhash-dev libssl-dev libyaml-cpp-dev
-  liburing-dev libpcre2-dev
+  liburing-dev libpcre2-dev libicu-dev
   python3.11-doc
 )
 missing=()
