@@ -413,12 +413,14 @@ TEST_F(AdminStore, GcCompactionReclaimsAndKeepsDataLoadable) {
   o.ns = to_hex(ns_b);
   o.max_bytes = 0;
   o.grace_ms = 60000;  // retired files stay for now
+  o.compact_dead_ratio = 0.01;  // also compact SetUp's file: its live records move
   GcReport g = must_gc(path, o);
   EXPECT_EQ(g.evicted_blocks, 42u);
-  EXPECT_GE(g.files_compacted, 1u);
+  EXPECT_EQ(g.files_compacted, 2u);
   EXPECT_EQ(g.files_deleted, 0u);
   InspectReport i1 = must_inspect(path);
-  EXPECT_GE(i1.retired_files, 1u);
+  EXPECT_EQ(i1.retired_files, 2u);
+  EXPECT_EQ(g.files_deleted, 0u);
   // Data still loads byte-identical (namespace record, attachment, document relocated too).
   {
     auto s = open_store(path, false);
@@ -451,12 +453,22 @@ TEST_F(AdminStore, GcCompactionReclaimsAndKeepsDataLoadable) {
   bo.rebuild_index = true;
   BuildReport br;
   ASSERT_TRUE(build(path, bo, &br).ok());
-  // chain_b's 40 blocks lived in a compacted file and are gone for good; the 2 evicted blocks of
-  // SetUp's file (not compacted: mostly live) are valid records there and come back.
-  EXPECT_EQ(br.blocks_indexed, 5u);
+  // Both old files were compacted and unlinked: the evicted blocks are gone for good, while
+  // the relocated blocks, namespace records, attachment and document are all found.
+  EXPECT_EQ(br.blocks_indexed, 3u);
+  EXPECT_EQ(br.namespaces, 2u);
   EXPECT_EQ(br.documents, 1u);
+  EXPECT_EQ(br.corrupt_records, 0u);
   auto s = open_store(path, false);
   EXPECT_EQ(present_count(s.get(), ns_a, chain_a.hashes), 3u);
+  std::string att;
+  ASSERT_TRUE(s->get_attachment(ns_a, "r4_projection", &att).ok());
+  EXPECT_EQ(att, "PROJ");
+  for (size_t i = 0; i < 3; ++i) {
+    std::string out;
+    ASSERT_TRUE(load_block(s.get(), ns_a, desc_a, chain_a.hashes[i], &out).ok());
+    EXPECT_EQ(out, before[i]);
+  }
 }
 
 TEST_F(AdminStore, GcHousekeeping) {
