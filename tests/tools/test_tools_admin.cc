@@ -660,3 +660,40 @@ TEST_F(AdminStore, UpgradeAndNewerVersionRefusedEverywhere) {
     EXPECT_NE(st.message().find("newer than this ucm supports"), std::string::npos) << st.message();
   }
 }
+
+TEST_F(AdminStore, GcMaxAge) {
+  GcOptions o;
+  o.grace_ms = 0;
+  o.max_age_ms = 3600 * 1000;  // everything was used within the hour
+  GcReport g = must_gc(path, o);
+  EXPECT_EQ(g.evicted_blocks, 0u);
+  sleep_ms(30);
+  o.max_age_ms = 10;
+  o.dry_run = true;
+  GcReport d = must_gc(path, o);
+  EXPECT_EQ(d.evicted_blocks, 5u);
+  EXPECT_EQ(must_inspect(path).blocks, 5u);
+  o.dry_run = false;
+  GcReport g2 = must_gc(path, o);
+  EXPECT_EQ(g2.evicted_blocks, 5u);
+  EXPECT_EQ(g2.blocks_after, 0u);
+}
+
+TEST_F(AdminStore, ReaderWithStaleViewLoadsDuringGraceAfterCompaction) {
+  auto reader = open_store(path, false);  // refresh_interval_ms = 0: its view stays stale
+  std::string before;
+  ASSERT_TRUE(load_block(reader.get(), ns_a, desc_a, chain_a.hashes[0], &before).ok());
+  GcOptions o;
+  o.ns = to_hex(ns_b);
+  o.max_bytes = 0;
+  o.compact_dead_ratio = 0.01;  // SetUp's file is compacted and retired, not unlinked
+  GcReport g = must_gc(path, o);
+  EXPECT_EQ(g.files_compacted, 1u);
+  EXPECT_EQ(g.files_deleted, 0u);
+  std::string again;
+  ASSERT_TRUE(load_block(reader.get(), ns_a, desc_a, chain_a.hashes[0], &again).ok());
+  EXPECT_EQ(again, before);
+  ASSERT_TRUE(reader->refresh().ok());
+  ASSERT_TRUE(load_block(reader.get(), ns_a, desc_a, chain_a.hashes[0], &again).ok());
+  EXPECT_EQ(again, before);
+}
