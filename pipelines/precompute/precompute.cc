@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <sstream>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "doc_source.h"
 #include "llama_model.h"
@@ -126,6 +126,7 @@ struct DocDump {
 };
 
 struct Batch {
+  uint64_t seq = 0;  // order of creation
   std::vector<DocWork> docs;
   int64_t T = 0;
   model::LlamaModel::Output out;       // fp32, freed after stage 3
@@ -332,7 +333,10 @@ class Runner {
         ready_.push_back(std::move(cur));
         cur.reset();
       }
-      if (!cur) cur = std::make_shared<Batch>();
+      if (!cur) {
+        cur = std::make_shared<Batch>();
+        cur->seq = next_seq_++;
+      }
       cur->T = std::max(cur->T, len);
       cur->docs.push_back(std::move(w));
     }
@@ -387,7 +391,34 @@ class Runner {
       size_t prefix_blocks = 0;
       Status st = store_->lookup(ns_, dd.hashes.data(), nblk, dd.present.data(), &prefix_blocks);
       if (!st.ok()) throw Abort{st};
+      // The lookup table holds 8-byte fingerprints: confirm hits in the index, so a fingerprint
+      // collision can never leave a registered document with a missing block.
+      for (size_t i = 0; i < nblk; ++i) {
+        if (!dd.present[i]) continue;
+        BlockInfo info;
+        if (!store_->get_block(ns_, dd.hashes[i], &info).ok()) dd.present[i] = 0;
+      }
       std::vector<const float*> kptr(static_cast<size_t>(L_)), dptr(static_cast<size_t>(L_));
+      // Blocks another document of this batch writes are left to it (the batch is registered only
+      // once all of its dumps are done); a block claimed by another batch is written here too
+      // (identical bytes; that batch may finish later), but counted once.
+      {
+        std::lock_guard<std::mutex> g(claim_mu_);
+        for (size_t i = 0; i < nblk; ++i) {
+          if (dd.present[i]) {
+            dd.existing++;
+            continue;
+          }
+          std::string key(reinterpret_cast<const char*>(dd.hashes[i].data()), dd.hashes[i].size());
+          auto [it, inserted] = claimed_.emplace(std::move(key), b->seq);
+          if (inserted) {
+            dd.written++;
+          } else {
+            dd.existing++;
+            if (it->second == b->seq) dd.present[i] = 1;
+          }
+        }
+      }
       size_t n_new = 0;
       for (size_t i = 0; i < nblk; ++i) n_new += dd.present[i] ? 0 : 1;
       dd.reprs.resize(n_new);
@@ -395,10 +426,7 @@ class Runner {
       dd.items.resize(n_new);
       size_t k = 0;
       for (size_t i = 0; i < nblk; ++i) {
-        if (dd.present[i]) {
-          dd.existing++;
-          continue;
-        }
+        if (dd.present[i]) continue;
         const int64_t row = bi * T + int64_t(i * bs_);  // first token of the block in [B*T]
         for (int64_t l = 0; l < L_; ++l) {
           kptr[size_t(l)] = kf[size_t(l)].data_ptr<float>() + row * H_ * D_;
@@ -417,14 +445,6 @@ class Runner {
         it.kv_pages = dd.pages.data() + k * size_t(L_) * 2;
         it.repr = dd.reprs[k].data();
         it.repr_len = dd.reprs[k].size();
-        {
-          std::lock_guard<std::mutex> g(claim_mu_);
-          std::string key(reinterpret_cast<const char*>(it.hash.data()), it.hash.size());
-          if (claimed_.insert(std::move(key)).second)
-            dd.written++;
-          else
-            dd.existing++;  // another document of this run writes it too (identical bytes)
-        }
         ++k;
       }
       if (n_new) dd.task = store_->dump(ns_, dd.items.data(), dd.items.size());
@@ -437,13 +457,15 @@ class Runner {
   void finish(BatchPtr b) {
     if (!b) return;
     for (size_t i = 0; i < b->docs.size(); ++i) {
+      auto& dd = b->dumps[i];
+      if (!dd.task) continue;
+      Status st = dd.task->wait(-1);
+      if (!st.ok())
+        throw Abort{Status(st.code(), "dumping blocks of document " + b->docs[i].id + ": " + st.message())};
+    }
+    for (size_t i = 0; i < b->docs.size(); ++i) {
       auto& doc = b->docs[i];
       auto& dd = b->dumps[i];
-      if (dd.task) {
-        Status st = dd.task->wait(-1);
-        if (!st.ok())
-          throw Abort{Status(st.code(), "dumping blocks of document " + doc.id + ": " + st.message())};
-      }
       DocumentEntry e;
       e.id = doc.id;
       e.first_block = dd.hashes.front();
@@ -510,7 +532,8 @@ class Runner {
   std::vector<DocWork> window_;
   std::deque<BatchPtr> ready_;
   std::mutex sum_mu_, claim_mu_;
-  std::unordered_set<std::string> claimed_;
+  std::unordered_map<std::string, uint64_t> claimed_;  // block hash -> seq of the batch writing it
+  uint64_t next_seq_ = 0;
   double prefill_seconds_ = 0;
   Clock::time_point t0_, last_progress_;
   bool show_progress_ = false;
