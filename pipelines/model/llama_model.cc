@@ -328,6 +328,7 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
 
   // Query chunk size for the bounded score block [B, nkv, G*C, <=T].
   const int64_t chunk = std::min<int64_t>(T, std::max<int64_t>(16, score_budget_ / (B * nh * T)));
+  const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
   // Causal (and sliding-window) mask pieces.
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(dev_));
 
@@ -363,10 +364,13 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
     }
     x.addmm_(attn.view({BT, nh * hd}), L.wo.t());
 
-    h = rms_norm(x, L.ln2, eps);
-    auto gu = torch::mm(h, L.wgate_up.t());  // [BT, 2I]
-    auto act = torch::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));
-    x.addmm_(act, L.wdown.t());
+    // MLP in row blocks of `mlp_rows` (bounded [rows, 2I] buffers, reused by the allocator).
+    for (int64_t r = 0; r < BT; r += mlp_rows) {
+      auto xr = x.narrow(0, r, std::min(mlp_rows, BT - r));
+      auto gu = torch::mm(rms_norm(xr, L.ln2, eps), L.wgate_up.t());  // [rows, 2I]
+      auto act = torch::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));
+      xr.addmm_(act, L.wdown.t());
+    }
 
     out.k.push_back(std::move(k));
     out.v.push_back(std::move(v));

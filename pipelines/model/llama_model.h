@@ -14,10 +14,12 @@
 //
 // Memory bound of forward() for tokens [B, T]: besides the weights (~4 bytes per
 // parameter) and the returned K/V (2 * L * B * T * n_kv * head_dim * 4 bytes), the
-// live activations are O(B * T * max(intermediate_size, hidden_size)) floats plus
-// one attention-score block of at most kScoreBudget floats (64 MiB): queries are
-// processed in chunks of C = max(16, kScoreBudget / (B * n_heads * T)) rows, so
-// attention memory does not grow as T^2. Logits (if requested) add B * T * vocab floats.
+// live activations are about B * T * (hidden + (n_heads + 2 n_kv) * head_dim) * 3 floats,
+// one MLP block of at most ~2 * kMlpBudget floats (16 MiB) and two attention-score
+// blocks of at most kScoreBudget floats (16 MiB each; more only when 16 query rows
+// need more, i.e. B * n_heads * T * 16 > kScoreBudget): queries are processed in
+// chunks of C = max(16, kScoreBudget / (B * n_heads * T)) rows, so attention memory
+// grows as T, not T^2. Logits (if requested) add B * T * vocab floats.
 #pragma once
 
 #include <torch/torch.h>
@@ -103,7 +105,11 @@ class LlamaModel {
   Output forward(const torch::Tensor& tokens, const torch::Tensor& lengths, bool want_logits = false) const;
 
   /// Default score-block budget (floats) for chunked attention; see the header comment.
-  static constexpr int64_t kScoreBudget = int64_t{1} << 24;
+  /// 16 MiB keeps the block under glibc's largest mmap threshold (32 MiB), so it is
+  /// recycled by malloc instead of being mapped and page-faulted anew for every chunk.
+  static constexpr int64_t kScoreBudget = int64_t{1} << 22;
+  /// MLP activations are computed in row blocks of max(16, kMlpBudget / (2 * intermediate)) rows.
+  static constexpr int64_t kMlpBudget = int64_t{1} << 21;
   /// Changes the score-block budget (floats, >= 1; smaller = more, smaller query
   /// chunks, never below 16 rows). Results do not depend on it beyond fp32 rounding.
   void set_score_budget(int64_t floats) { score_budget_ = std::max<int64_t>(1, floats); }
