@@ -223,6 +223,7 @@ def fetch(out: Path, cache: Path) -> None:
         tensors = convert_tensors(reader, cfg)
         log(f"writing {len(tensors)} fp32 tensors")
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        os.chmod(tmp / "model.safetensors", 0o644)
         with open(tmp / "config.json", "w") as f:
             json.dump(cfg, f, indent=2)
         gen = {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"],
