@@ -24,6 +24,9 @@ inline constexpr uint32_t kFormatVersion = 1;       ///< newest format this code
 inline constexpr uint32_t kMinReaderVersion = 1;
 inline constexpr size_t kPage = 4096;               ///< record alignment and header size
 inline constexpr uint64_t kFileRollBytes = 1ull << 30;  ///< writers roll to a new data file past this
+/// Free-space reserve of writers (§3.4): a write of B bytes needs B + max(2B, min(this, 1/16 of
+/// the file system)) bytes free; 64 MiB covers one flush of a full RocksDB memtable.
+inline constexpr uint64_t kSpaceReserveMax = 64ull << 20;
 inline constexpr size_t kSuperblockSize = 64;
 inline constexpr size_t kBlockRecordSize = 96;      ///< BlockRecord v1 (§5.3)
 inline constexpr size_t kFileRecordSize = 28;       ///< FileRecord (§5.4)

@@ -9,6 +9,11 @@
 #include <rocksdb/write_batch.h>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdarg>
+#include <cstdio>
 
 namespace ucm {
 
@@ -28,12 +33,67 @@ Status from_rocks(const rocksdb::Status& s, const std::string& what) {
   return Status::IOError(what + ": " + s.ToString());
 }
 
+// RocksDB's info log, forwarded to spdlog instead of the file index/LOG (or readers/X/LOG).
+// Why: Debian's librocksdb 7.8 is built with assertions, and once a write to the LOG file fails
+// (ENOSPC) the next one aborts the process (WritableFileWriter::
+// AssertFalseAndGetStatusForPrevError: sync_without_flush_called_), e.g. in DB::Close or in the
+// error handler after a failed WAL write. A logger that writes no file cannot fail that way.
+// Messages go to the spdlog logger "ucm.rocksdb" (stderr, created on first use unless the
+// application registered one of that name): RocksDB's warnings and errors at warn, everything
+// else at debug. RocksDB formats INFO messages only while that logger shows debug.
+class SpdlogRocksLogger : public rocksdb::Logger {
+ public:
+  explicit SpdlogRocksLogger(std::shared_ptr<spdlog::logger> l)
+      : rocksdb::Logger(l->should_log(spdlog::level::debug) ? rocksdb::InfoLogLevel::INFO_LEVEL
+                                                            : rocksdb::InfoLogLevel::WARN_LEVEL),
+        log_(std::move(l)) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    const auto lvl = level >= rocksdb::InfoLogLevel::WARN_LEVEL ? spdlog::level::warn : spdlog::level::debug;
+    if (!log_->should_log(lvl)) return;
+    char buf[1024];
+    va_list aq;
+    va_copy(aq, ap);
+    const int n = std::vsnprintf(buf, sizeof buf, format, aq);
+    va_end(aq);
+    if (n < 0) return;
+    std::string big;
+    std::string_view msg(buf, size_t(n));
+    if (size_t(n) >= sizeof buf) {
+      big.assign(size_t(n) + 1, '\0');
+      std::vsnprintf(big.data(), big.size(), format, ap);
+      big.resize(size_t(n));
+      msg = big;
+    }
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.remove_suffix(1);
+    log_->log(lvl, "rocksdb: {}", msg);
+  }
+
+ private:
+  std::shared_ptr<spdlog::logger> log_;
+};
+
+std::shared_ptr<spdlog::logger> rocks_spdlog() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> g(mu);
+  auto l = spdlog::get("ucm.rocksdb");
+  if (!l) {
+    try {
+      l = spdlog::stderr_color_mt("ucm.rocksdb");
+    } catch (const spdlog::spdlog_ex&) {  // registered meanwhile by the application
+      l = spdlog::get("ucm.rocksdb");
+    }
+  }
+  return l;
+}
+
 rocksdb::Options base_options() {
   rocksdb::Options o;
+  o.info_log = std::make_shared<SpdlogRocksLogger>(rocks_spdlog());
   o.create_if_missing = false;
   o.create_missing_column_families = false;
   o.max_open_files = -1;  // required by secondaries; fine for the primary
-  o.keep_log_file_num = 4;
   o.IncreaseParallelism(2);
   return o;
 }
@@ -352,7 +412,16 @@ Status Index::write(Batch& b, bool sync) {
   rocksdb::WriteOptions wo;
   wo.sync = sync;
   rocksdb::Status s = db_->Write(wo, &wb);
-  if (!s.ok()) return from_rocks(s, "commit to index " + dir_);
+  if (!s.ok()) {
+    // RocksDB stops accepting writes after a failed WAL write (background error) until the
+    // database is reopened; say so instead of suggesting a plain retry.
+    if (s.IsNoSpace() || s.IsIOError())
+      return Status(s.IsNoSpace() ? Code::kNoSpace : Code::kIOError,
+                    "commit to index " + dir_ + ": " + s.ToString() +
+                        "; the index refuses further writes on this handle: free disk space (e.g. `ucm gc "
+                        "--max-bytes`), then close and reopen the store");
+    return from_rocks(s, "commit to index " + dir_);
+  }
   journal_seq_ = seq;
   return Status::OK();
 }

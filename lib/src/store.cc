@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -292,6 +293,12 @@ class StoreImpl : public Store {
   Status write_meta_record(fmt::RecordHeader* h, const std::string& payload, uint32_t* file, uint64_t* off,
                            const std::function<Status(Index::Batch&)>& fill);
 
+  /// Writer: refuses (NoSpace) a write of `bytes` when the store's file system has less than
+  /// `bytes` + reserve free (store_v1.md §3.4), so that the index's WAL, memtable flushes and
+  /// close never run out of space. Sticky: after a refusal, writes need as much free space as
+  /// the refused one did (at most one base reserve more than was free) until space is freed.
+  Status check_space(uint64_t bytes, const std::string& what);
+
   void load_one(const std::shared_ptr<TaskImpl>& t, size_t i, const NamespaceId& ns, const BlockHash& h,
                 const NamespaceDesc& d, uint32_t h0, uint32_t h1, const LoadDest& dest);
   void finish_load(const std::shared_ptr<TaskImpl>& t);
@@ -323,6 +330,8 @@ class StoreImpl : public Store {
   std::mutex append_mu_;                  // active file selection / roll
   std::shared_ptr<ActiveFile> active_;
   std::mutex commit_mu_;                  // serialises index commits (read-modify-write)
+  std::mutex space_mu_;
+  uint64_t space_need_ = 0;               // > 0 after a NoSpace refusal: free bytes needed to resume
 
   std::thread bg_;
   std::mutex bg_mu_;
@@ -550,6 +559,28 @@ std::vector<NamespaceDesc> StoreImpl::namespaces() {
 }
 
 // ---------------------------------------------------------------------------------------------
+Status StoreImpl::check_space(uint64_t bytes, const std::string& what) {
+  struct statvfs v;
+  if (::statvfs(path_.c_str(), &v) != 0) return Status::OK();  // cannot tell: the write will
+  const uint64_t unit = v.f_frsize ? v.f_frsize : v.f_bsize;
+  const uint64_t avail = uint64_t(v.f_bavail) * unit, total = uint64_t(v.f_blocks) * unit;
+  const uint64_t base_reserve = std::min<uint64_t>(fmt::kSpaceReserveMax, total / 16);
+  const uint64_t reserve = std::max<uint64_t>(2 * bytes, base_reserve);
+  std::lock_guard<std::mutex> g(space_mu_);
+  const uint64_t need = std::max<uint64_t>(bytes + reserve, space_need_);
+  if (avail >= need) {
+    space_need_ = 0;
+    return Status::OK();
+  }
+  // Hysteresis: until this much is free, smaller writes are refused too (bounded by one base
+  // reserve above the current free space, so one oversized dump does not block the rest).
+  space_need_ = std::min<uint64_t>(need, avail + base_reserve);
+  return Status::NoSpace(what + " into " + path_ + ": " + std::to_string(avail) + " bytes free on its file system, " +
+                         std::to_string(need) + " needed (" + std::to_string(bytes) + " to write plus a reserve of " +
+                         std::to_string(need - bytes) + " kept so the index can always commit and close); nothing "
+                         "was written. Free disk space (e.g. `ucm gc --max-bytes`) and retry");
+}
+
 Status StoreImpl::append_record(fmt::RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces,
                                 uint32_t* file, uint64_t* off, std::shared_ptr<ActiveFile>* af) {
   std::shared_ptr<ActiveFile> cur;
@@ -589,7 +620,10 @@ Status StoreImpl::append_record(fmt::RecordHeader* h, const std::vector<std::pai
 Status StoreImpl::write_meta_record(fmt::RecordHeader* h, const std::string& payload, uint32_t* file,
                                     uint64_t* off, const std::function<Status(Index::Batch&)>& fill) {
   std::shared_ptr<ActiveFile> af;
-  Status s = append_record(h, {{payload.data(), payload.size()}}, file, off, &af);
+  Status s = check_space(fmt::record_size(payload.size()) + fmt::kPage,
+                         std::string("write a ") + fmt::record_type_name(h->type) + " record");
+  if (!s.ok()) return s;
+  s = append_record(h, {{payload.data(), payload.size()}}, file, off, &af);
   if (!s.ok()) return s;
   s = af->w->sync();
   if (!s.ok()) return s;
@@ -1059,6 +1093,12 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
           break;
         }
   }
+  if (s.ok() && n) {
+    uint64_t bytes = fmt::kPage;  // a new data file's header, if the dump rolls
+    for (size_t i = 0; i < n; ++i)
+      bytes += fmt::record_size(d.payload_bytes()) + (items[i].repr_len ? fmt::record_size(items[i].repr_len) : 0);
+    s = check_space(bytes, "dump of " + std::to_string(n) + " blocks");
+  }
   if (!s.ok()) {
     metrics_.count_error(s.code());
     return TaskImpl::Failed(n, s);
@@ -1080,8 +1120,22 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
     const size_t n = st->items.size();
     auto& bs = t->statuses();
     bool any = false;
-    for (size_t i = 0; i < n; ++i) any |= bs[i].ok() && !st->skip[i];
+    Status full;
+    for (size_t i = 0; i < n; ++i) {
+      any |= bs[i].ok() && !st->skip[i];
+      if (bs[i].code() == Code::kNoSpace && full.ok()) full = bs[i];
+    }
     Status whole;
+    if (any && !full.ok()) {
+      // The disk filled up while this task wrote (another process took the reserve). Committing
+      // the blocks that did get written would append to the index's WAL on a full disk, and a
+      // failed WAL write leaves the index refusing writes until it is reopened. Fail the whole
+      // task instead; the written records are dead space for gc.
+      whole = Status::NoSpace(full.message() + " (no block of this dump was committed)");
+      for (size_t i = 0; i < n; ++i)
+        if (bs[i].ok() && !st->skip[i]) bs[i] = whole;
+      any = false;
+    }
     if (any) {
       std::set<uint32_t> synced;
       for (auto& f : st->files)

@@ -3,9 +3,11 @@
 // UCM_TEST_CHILD set (no fork-without-exec after RocksDB has started threads).
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -514,6 +516,126 @@ TEST(StoreMetrics, PrometheusText) {
                            "ucm_lookup_seconds_sum ", "# HELP ucm_errors_total", "ucm_index_blocks 3\n"})
     EXPECT_NE(m.find(want), std::string::npos) << want << "\n---\n" << m;
   fs::remove_all(p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Disk full (store_v1.md §3.4). Each test mounts a small tmpfs (root only; skipped otherwise).
+class TmpfsMount {
+ public:
+  explicit TmpfsMount(const std::string& tag, const char* size) : dir_(tmpdir(tag)) {
+    fs::create_directories(dir_);
+    if (::mount("tmpfs", dir_.c_str(), "tmpfs", 0, (std::string("size=") + size).c_str()) == 0) mounted_ = true;
+    else why_ = std::strerror(errno);
+  }
+  ~TmpfsMount() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+    fs::remove_all(dir_);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& why() const { return why_; }
+  const std::string& dir() const { return dir_; }
+  /// Writes a file until the file system is full.
+  void fill(const std::string& name) const {
+    int fd = ::open((dir_ + "/" + name).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    for (size_t chunk : {size_t(1) << 16, size_t(512), size_t(1)}) {
+      std::string z(chunk, 'x');
+      while (::write(fd, z.data(), z.size()) > 0) {
+      }
+    }
+    ::close(fd);
+  }
+
+ private:
+  std::string dir_, why_;
+  bool mounted_ = false;
+};
+
+// A RocksDB WAL write that hits ENOSPC used to abort the process when the index was closed
+// (Debian's assertion-enabled librocksdb failing on its info LOG file). The index must report
+// NoSpace, close cleanly, and reopen with everything committed before.
+TEST(StoreDiskFull, IndexWalEnospcClosesAndReopens) {
+  TmpfsMount m("walfull", "8m");
+  if (!m.mounted()) GTEST_SKIP() << "cannot mount a tmpfs (" << m.why() << "): needs root";
+  const std::string dir = m.dir() + "/index";
+  NamespaceId ns{};
+  auto key = [](int i) {
+    BlockHash h{};
+    h[0] = uint8_t(i);
+    h[1] = uint8_t(i >> 8);
+    h[2] = uint8_t(i >> 16);
+    return h;
+  };
+  {
+    std::unique_ptr<Index> ix;
+    ASSERT_TRUE(Index::OpenPrimary(dir, true, &ix).ok());
+    Index::Batch b;
+    for (int i = 0; i < 100; ++i) b.put_block(ns, key(i), fmt::BlockRecord{});
+    ASSERT_TRUE(ix->write(b).ok());
+    m.fill("filler");
+    Status st;
+    for (int round = 0; round < 3 && st.ok(); ++round) {
+      Index::Batch c;
+      for (int i = 0; i < 5000; ++i) c.put_block(ns, key(100000 + round * 5000 + i), fmt::BlockRecord{});
+      st = ix->write(c);
+    }
+    EXPECT_EQ(st.code(), Code::kNoSpace) << st.ToString();
+    EXPECT_NE(st.message().find("reopen"), std::string::npos) << st.message();
+  }  // closes the index on the full disk: must not abort
+  EXPECT_FALSE(fs::exists(dir + "/LOG")) << "RocksDB's info log must not be written into the store";
+  fs::remove(m.dir() + "/filler");
+  std::unique_ptr<Index> ix;
+  ASSERT_TRUE(Index::OpenPrimary(dir, false, &ix).ok());
+  fmt::BlockRecord r;
+  for (int i = 0; i < 100; ++i) EXPECT_TRUE(ix->get_block(ns, key(i), &r).ok()) << i;
+}
+
+// A dump that would eat into the free-space reserve is refused before anything is written; the
+// refusal is sticky for smaller dumps; the store closes, reopens and loads what was committed.
+TEST(StoreDiskFull, DumpIsRefusedBeforeTheDiskFillsUp) {
+  TmpfsMount m("dumpfull", "16m");
+  if (!m.mounted()) GTEST_SKIP() << "cannot mount a tmpfs (" << m.why() << "): needs root";
+  const std::string p = m.dir() + "/store";
+  NamespaceDesc d = small_ns();  // 6,144-byte payloads: 10 KiB records
+  NamespaceId ns;
+  std::vector<BlockHash> hs = chain(NamespaceDesc(d).id(), 4000, 11);
+  std::vector<std::vector<uint8_t>> keep;
+  size_t committed = 0;
+  Status st;
+  {
+    auto s = open_store(p, true, true);
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(s->register_namespace(d, &ns).ok());
+    for (size_t b = 0; b + 32 <= hs.size(); b += 32) {
+      std::vector<BlockHash> part(hs.begin() + long(b), hs.begin() + long(b + 32));
+      std::vector<std::vector<uint8_t>> k;
+      st = dump_blocks(s.get(), ns, d, part, &k);
+      if (!st.ok()) break;
+      committed = b + 32;
+    }
+    EXPECT_EQ(st.code(), Code::kNoSpace) << st.ToString();
+    EXPECT_NE(st.message().find("nothing was written"), std::string::npos) << st.message();
+    EXPECT_GT(committed, 500u);
+    std::vector<std::vector<uint8_t>> k;
+    Status again = dump_blocks(s.get(), ns, d, {hs[committed]}, &k);
+    EXPECT_EQ(again.code(), Code::kNoSpace) << "a smaller dump slipped into the reserve: " << again.ToString();
+    Status meta = s->put_document(ns, DocumentEntry{"doc", hs[0], hs[1], 2, 32, "src", 0});
+    EXPECT_EQ(meta.code(), Code::kNoSpace) << meta.ToString();
+  }
+  EXPECT_FALSE(fs::exists(p + "/index/LOG"));
+  auto s = open_store(p, false);
+  ASSERT_TRUE(s);
+  std::vector<uint8_t> present(committed);
+  size_t prefix = 0;
+  ASSERT_TRUE(s->lookup(ns, hs.data(), committed, present.data(), &prefix).ok());
+  EXPECT_EQ(prefix, committed);
+  std::vector<uint8_t> dst(d.payload_bytes());
+  LoadDest ld;
+  ld.ptrs = {dst.data()};
+  for (size_t i : {size_t(0), committed / 2, committed - 1}) {
+    ASSERT_TRUE(s->load(ns, &hs[i], 1, ld)->wait().ok()) << i;
+    EXPECT_EQ(dst, payload_for(hs[i], d.payload_bytes())) << i;
+  }
 }
 
 // Lookup rate over a 1M-block index (run by hand: --gtest_also_run_disabled_tests
