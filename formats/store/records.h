@@ -95,9 +95,35 @@ Status read_superblock(const std::string& store, Superblock* sb);
 Status write_superblock(const std::string& store, const Superblock& sb);
 /// Creates a new empty store skeleton in `store` (missing or empty dir): directories of §1 and
 /// the superblock. Does not create the index (the caller opens RocksDB with create_if_missing
-/// and writes the meta keys). InvalidArgument when `store` exists and is a non-empty directory
+/// and writes the meta keys). Not crash-atomic by itself: libucm runs it on the sibling
+/// creating_dir() and renames the finished store into place (§1.1). InvalidArgument when `store` exists and is a non-empty directory
 /// without a superblock, or is not a directory.
 Status create_store_skeleton(const std::string& store, Superblock* sb_out);
+
+/// What a path holds, as seen by open and create (§1.1).
+enum class StoreDirState {
+  kMissing,      ///< nothing there
+  kEmpty,        ///< an empty directory
+  kSkeleton,     ///< no superblock and nothing of value: only skeleton entries of §1 left by a
+                 ///< killed creation (empty data/ access/ readers/, tmp/ with at most
+                 ///< UCMSTORE.tmp, index/ with RocksDB files only, LOCK); safe to create into
+  kHalfCreated,  ///< superblock, but no index/CURRENT and no data file: creation was killed
+                 ///< before the index existed; a writer finishes creating it
+  kStore,        ///< superblock and an index (or data files to rebuild one from)
+  kNotAStore,    ///< anything else: a non-empty directory without superblock, or not a directory
+};
+/// Classifies `store` (never modifies it). IOError when it cannot be listed.
+Status classify_store_dir(const std::string& store, StoreDirState* state);
+/// Removes the entries of a kSkeleton directory, leaving it empty. InvalidArgument when the
+/// directory is not (or no longer) a skeleton.
+Status clear_store_skeleton(const std::string& store);
+/// The sibling where a store is built before it is renamed into place (§1.1):
+/// "<parent>/.<name>.creating-<pid>".
+std::string creating_dir(const std::string& store, long pid);
+/// Removes leftover "<parent>/.<name>.creating-<pid>" siblings of `store` whose creator is gone
+/// (the pid does not exist on this host and the directory's LOCK is not flock-ed). Best effort;
+/// returns how many it removed.
+int remove_dead_creating_dirs(const std::string& store);
 
 // ---------------------------------------------------------------------------------------------
 // Writer lock (§8): flock(LOCK_EX|LOCK_NB) on STORE/LOCK, holder text "pid=P host=H since=T\n".

@@ -245,6 +245,14 @@ class StoreImpl : public Store {
   ~StoreImpl() override;
 
   Status init(bool create);
+  /// Creates a new store at path_ (missing, empty or kSkeleton): built in the sibling
+  /// fmt::creating_dir() and renamed into place, so the path holds a complete store or nothing
+  /// (store_v1.md §1.1). Leaves lock_ held. *raced: another process put something at the path
+  /// meanwhile; nothing was created, classify again.
+  Status create_new(fmt::StoreDirState state, bool* raced);
+  /// Creation inside `target` itself (a mount point, which a rename cannot replace): superblock
+  /// last, so a kill leaves a skeleton the next create clears.
+  Status create_in_place(const std::string& target, fmt::StoreDirState state);
 
   const std::string& path() const override { return path_; }
   bool read_only() const override { return opts_.mode == OpenOptions::Mode::kReadOnly; }
@@ -340,41 +348,183 @@ class StoreImpl : public Store {
 };
 
 // ---------------------------------------------------------------------------------------------
+namespace {
+Status put_fresh_meta(Index* ix, const fmt::Superblock& sb, bool fresh) {
+  // Meta keys of a new index (§5.1); keys already present are kept. next_file_id and
+  // journal_seq only for a fresh store (no data files yet).
+  Index::Batch b;
+  uint64_t v = 0;
+  std::string str;
+  if (ix->get_meta_u64(kMetaFormatVersion, &v).code() == Code::kNotFound) b.put_meta_u32(kMetaFormatVersion, sb.format_version);
+  if (ix->get_meta_u64(kMetaCreatedMs, &v).code() == Code::kNotFound) b.put_meta_u64(kMetaCreatedMs, sb.created_ms);
+  if (ix->get_meta_string(kMetaCreatedBy, &str).code() == Code::kNotFound) b.put_meta_string(kMetaCreatedBy, sb.created_by);
+  if (fresh && ix->get_meta_u64(kMetaNextFileId, &v).code() == Code::kNotFound) b.put_meta_u32(kMetaNextFileId, 1);
+  if (fresh && ix->get_meta_u64(kMetaJournalSeq, &v).code() == Code::kNotFound) b.put_meta_u64(kMetaJournalSeq, 0);
+  if (b.empty()) return Status::OK();
+  return ix->write(b, true);
+}
+
+std::mutex g_create_mu;  // one creation at a time per process (the sibling's name holds the pid)
+}  // namespace
+
+Status StoreImpl::create_in_place(const std::string& target, fmt::StoreDirState state) {
+  // The superblock is written last: a kill before it leaves a skeleton (no superblock, no data)
+  // that the next create clears (store_v1.md §1.1).
+  Status s;
+  if (state == fmt::StoreDirState::kSkeleton) {
+    s = fmt::clear_store_skeleton(target);
+    if (!s.ok()) return s;
+  }
+  s = fmt::make_dirs(target);
+  if (!s.ok()) return s;
+  s = fmt::WriterLock::Acquire(target, &lock_);
+  if (!s.ok()) return s;
+  fmt::StoreDirState now;
+  s = fmt::classify_store_dir(target, &now);
+  if (!s.ok()) return s;
+  if (now != fmt::StoreDirState::kSkeleton && now != fmt::StoreDirState::kEmpty)
+    return Status::Busy("store " + target + " was created by another process meanwhile; open it again");
+  for (const auto& d : {fmt::data_dir(target), fmt::access_dir(target), fmt::readers_dir(target), fmt::tmp_dir(target),
+                        fmt::index_dir(target)}) {
+    s = fmt::make_dirs(d);
+    if (!s.ok()) return s;
+  }
+  fmt::Superblock sb;
+  sb.created_ms = fmt::now_ms();
+  {
+    std::unique_ptr<Index> ix;
+    s = Index::OpenPrimary(fmt::index_dir(target), true, &ix);
+    if (!s.ok()) return s;
+    s = put_fresh_meta(ix.get(), sb, true);
+    if (!s.ok()) return s;
+  }
+  return fmt::write_superblock(target, sb);
+}
+
+Status StoreImpl::create_new(fmt::StoreDirState state, bool* raced) {
+  namespace fs = std::filesystem;
+  *raced = false;
+  std::lock_guard<std::mutex> cg(g_create_mu);
+  std::string target = path_;
+  std::error_code ec;
+  if (state != fmt::StoreDirState::kMissing) {
+    const fs::path c = fs::canonical(path_, ec);  // a symlink to an empty directory: create there
+    if (!ec) target = c.string();
+  }
+  std::string parent = fs::path(target).parent_path().string();
+  if (parent.empty()) parent = ".";
+  Status s = fmt::make_dirs(parent);
+  if (!s.ok()) return s;
+  struct stat tst, pst;
+  if (state != fmt::StoreDirState::kMissing && ::stat(target.c_str(), &tst) == 0 && ::stat(parent.c_str(), &pst) == 0 &&
+      tst.st_dev != pst.st_dev)
+    return create_in_place(target, state);  // a mount point cannot be replaced by a rename
+
+  // Build the whole store in a sibling, then rename it into place (store_v1.md §1.1).
+  (void)fmt::remove_dead_creating_dirs(target);
+  const std::string tmp = fmt::creating_dir(target, long(::getpid()));
+  fs::remove_all(tmp, ec);  // a leftover of an earlier process with our pid
+  if (::mkdir(tmp.c_str(), 0755) != 0) return Status::FromErrno(errno, "create " + tmp);
+  auto cleanup = [&] {
+    lock_.reset();
+    std::error_code e2;
+    fs::remove_all(tmp, e2);
+  };
+  fmt::Superblock sb;
+  s = fmt::create_store_skeleton(tmp, &sb);
+  if (s.ok()) s = fmt::WriterLock::Acquire(tmp, &lock_);
+  if (s.ok()) s = fmt::make_dirs(fmt::index_dir(tmp));
+  if (s.ok()) {
+    std::unique_ptr<Index> ix;
+    s = Index::OpenPrimary(fmt::index_dir(tmp), true, &ix);
+    if (s.ok()) s = put_fresh_meta(ix.get(), sb, true);
+  }  // closed here: RocksDB keeps file names, so it must not be open across the rename
+  if (s.ok()) s = fmt::fsync_dir(fmt::index_dir(tmp));
+  if (s.ok()) s = fmt::fsync_dir(tmp);
+  if (!s.ok()) {
+    cleanup();
+    return s;
+  }
+  int rc = 0, err = 0;
+  if (state == fmt::StoreDirState::kMissing) {
+    rc = ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {  // file system without RENAME_NOREPLACE
+      struct stat x;
+      if (::stat(target.c_str(), &x) == 0) errno = EEXIST;
+      else rc = ::rename(tmp.c_str(), target.c_str());
+    }
+  } else {
+    if (state == fmt::StoreDirState::kSkeleton) s = fmt::clear_store_skeleton(target);
+    if (!s.ok()) {
+      cleanup();
+      return s;
+    }
+    rc = ::rename(tmp.c_str(), target.c_str());  // replaces an empty directory atomically
+  }
+  err = rc != 0 ? errno : 0;
+  if (rc != 0) {
+    cleanup();
+    if (err == EEXIST || err == ENOTEMPTY) {
+      *raced = true;  // another process created something there meanwhile: look again
+      return Status::OK();
+    }
+    if (err == EXDEV || err == EBUSY) return create_in_place(target, state);
+    return Status::FromErrno(err, "rename " + tmp + " to " + target);
+  }
+  return fmt::fsync_dir(parent);
+}
+
 Status StoreImpl::init(bool create) {
   fmt::Superblock sb;
   Status s;
   const bool rw = opts_.mode == OpenOptions::Mode::kReadWrite;
-  struct stat st;
-  const bool exists = ::stat(path_.c_str(), &st) == 0;
-  bool fresh = false;
-  if (create && (!exists || (S_ISDIR(st.st_mode) && std::filesystem::is_empty(path_)))) {
-    s = fmt::create_store_skeleton(path_, &sb);
+  fmt::StoreDirState state = fmt::StoreDirState::kMissing;
+  for (int attempt = 0;; ++attempt) {
+    s = fmt::classify_store_dir(path_, &state);
     if (!s.ok()) return s;
-    fresh = true;
-  } else {
-    s = fmt::read_superblock(path_, &sb);
+    const bool creatable = state == fmt::StoreDirState::kMissing || state == fmt::StoreDirState::kEmpty ||
+                           state == fmt::StoreDirState::kSkeleton;
+    if (!create || !creatable) break;
+    bool raced = false;
+    s = create_new(state, &raced);
     if (!s.ok()) return s;
+    if (!raced) break;
+    if (attempt == 2)
+      return Status::Busy("store " + path_ + " is being created by another process at the same time; retry");
   }
+  if (create && state == fmt::StoreDirState::kNotAStore) {
+    struct stat st;
+    if (::stat(path_.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+      return Status::InvalidArgument(path_ + " exists and is not a directory");
+    return Status::InvalidArgument(path_ + " is not empty and not a ucm store; a store is created only in a "
+                                   "missing or empty directory");
+  }
+  s = fmt::read_superblock(path_, &sb);
+  if (!s.ok()) return s;
   if (rw) {
-    s = fmt::WriterLock::Acquire(path_, &lock_);
+    if (!lock_) {
+      s = fmt::WriterLock::Acquire(path_, &lock_);
+      if (!s.ok()) return s;
+    }
+    s = fmt::classify_store_dir(path_, &state);  // again, now under the writer lock
     if (!s.ok()) return s;
     struct stat ist;
     const bool have_index = ::stat((fmt::index_dir(path_) + "/CURRENT").c_str(), &ist) == 0;
-    if (!have_index && !fresh)
-      return Status::Corruption("store " + path_ + " has a superblock but no index (index/CURRENT missing); "
-                                "run `ucm build --rebuild-index " + path_ + "`");
-    s = Index::OpenPrimary(fmt::index_dir(path_), !have_index, &index_);
-    if (!s.ok()) return s;
+    if (!have_index && state != fmt::StoreDirState::kHalfCreated)
+      return Status::Corruption("store " + path_ + " has a superblock and data files but no index (index/CURRENT "
+                                "missing); run `ucm build --rebuild-index " + path_ + "`");
     if (!have_index) {
-      Index::Batch b;
-      b.put_meta_u32(kMetaFormatVersion, sb.format_version);
-      b.put_meta_u64(kMetaCreatedMs, sb.created_ms);
-      b.put_meta_string(kMetaCreatedBy, sb.created_by);
-      b.put_meta_u32(kMetaNextFileId, 1);
-      b.put_meta_u64(kMetaJournalSeq, 0);
-      s = index_->write(b, true);
+      // Creation by an older ucm was killed before the index existed, and there are no data
+      // files: nothing can be lost, so finish creating the store (store_v1.md §1.1).
+      std::error_code ec;
+      std::filesystem::remove_all(fmt::index_dir(path_), ec);
+      s = fmt::make_dirs(fmt::index_dir(path_));
       if (!s.ok()) return s;
     }
+    s = Index::OpenPrimary(fmt::index_dir(path_), !have_index, &index_);
+    if (!s.ok()) return s;
+    s = put_fresh_meta(index_.get(), sb, state == fmt::StoreDirState::kHalfCreated);
+    if (!s.ok()) return s;
     for (const auto& d : {fmt::data_dir(path_), fmt::access_dir(path_), fmt::readers_dir(path_), fmt::tmp_dir(path_)}) {
       s = fmt::make_dirs(d);
       if (!s.ok()) return s;

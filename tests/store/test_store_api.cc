@@ -202,6 +202,104 @@ TEST(StoreOpen, RefusesMissingNotAStoreNewerAndCorrupt) {
   fs::remove_all(p);
 }
 
+// Creation killed mid-way (store_v1.md §1.1): what older versions, or an in-place creation,
+// leave behind is repaired by the next writer; a killed creation's sibling is removed.
+TEST(StoreOpen, HalfCreatedStoresAreFinishedAndLeftoversRemoved) {
+  const std::string p = tmpdir("halfcreated");
+  OpenOptions cr;
+  cr.mode = OpenOptions::Mode::kReadWrite;
+  cr.create_if_missing = true;
+  OpenOptions rw;
+  rw.mode = OpenOptions::Mode::kReadWrite;
+  std::unique_ptr<Store> s;
+  NamespaceId ns;
+  std::vector<std::vector<uint8_t>> keep;
+
+  // 1. Skeleton directories without a superblock: not a store, but creatable.
+  for (const char* d : {"data", "access", "readers", "tmp"}) fs::create_directories(p + "/" + d);
+  std::ofstream(p + "/tmp/UCMSTORE.tmp") << "partial";
+  fmt::StoreDirState state;
+  ASSERT_TRUE(fmt::classify_store_dir(p, &state).ok());
+  EXPECT_EQ(state, fmt::StoreDirState::kSkeleton);
+  Status st = Store::Open(p, rw, &s);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("not a ucm store"), std::string::npos) << st.message();
+  ASSERT_TRUE(Store::Open(p, cr, &s).ok());
+  ASSERT_TRUE(s->register_namespace(small_ns(), &ns).ok());
+  ASSERT_TRUE(dump_blocks(s.get(), ns, small_ns(), chain(ns, 3, 1), &keep).ok());
+  s.reset();
+  fs::remove_all(p);
+
+  // 2. Superblock without index/CURRENT and without data files: a writer finishes it, with or
+  //    without create_if_missing; a reader before that is refused.
+  for (bool create : {false, true}) {
+    fmt::Superblock sb;
+    ASSERT_TRUE(fmt::create_store_skeleton(p, &sb).ok());
+    fs::create_directories(p + "/index");
+    std::ofstream(p + "/index/IDENTITY") << "x";
+    ASSERT_TRUE(fmt::classify_store_dir(p, &state).ok());
+    EXPECT_EQ(state, fmt::StoreDirState::kHalfCreated);
+    EXPECT_FALSE(Store::Open(p, OpenOptions{}, &s).ok());
+    st = Store::Open(p, create ? cr : rw, &s);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(s->register_namespace(small_ns(), &ns).ok());
+    auto hs = chain(ns, 3, 2);
+    ASSERT_TRUE(dump_blocks(s.get(), ns, small_ns(), hs, &keep).ok());
+    s.reset();
+    auto r = open_store(p, false);
+    ASSERT_TRUE(r);
+    size_t prefix = 0;
+    ASSERT_TRUE(r->lookup(ns, hs.data(), hs.size(), nullptr, &prefix).ok());
+    EXPECT_EQ(prefix, 3u);
+    r.reset();
+    fs::remove_all(p);
+  }
+
+  // 3. A superblock and data files but no index: not guessed at, rebuild-index is named.
+  {
+    ASSERT_TRUE(open_store(p, true, true));
+    auto w = open_store(p, true);
+    ASSERT_TRUE(w->register_namespace(small_ns(), &ns).ok());
+    w.reset();
+    fs::remove_all(p + "/index");
+    st = Store::Open(p, rw, &s);
+    EXPECT_EQ(st.code(), Code::kCorruption);
+    EXPECT_NE(st.message().find("rebuild-index"), std::string::npos) << st.message();
+    fs::remove_all(p);
+  }
+
+  // 4. Siblings left by killed creations: a dead creator's is removed, a live one's is kept.
+  pid_t dead = ::fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string gone = fmt::creating_dir(p, long(dead)), live = fmt::creating_dir(p, 1);
+  EXPECT_EQ(gone, fs::path(p).parent_path().string() + "/." + fs::path(p).filename().string() + ".creating-" +
+                      std::to_string(dead));
+  fs::create_directories(gone + "/index");
+  fs::create_directories(live);
+  ASSERT_TRUE(Store::Open(p, cr, &s).ok());
+  s.reset();
+  EXPECT_FALSE(fs::exists(gone));
+  EXPECT_TRUE(fs::exists(live));  // pid 1 is alive
+  EXPECT_FALSE(fs::exists(fmt::creating_dir(p, long(::getpid()))));
+  ASSERT_TRUE(fmt::classify_store_dir(p, &state).ok());
+  EXPECT_EQ(state, fmt::StoreDirState::kStore);
+  fs::remove_all(live);
+  fs::remove_all(p);
+
+  // 5. An existing empty directory (and a symlink to one) is replaced by the new store.
+  fs::create_directories(p + "_real");
+  fs::create_symlink(p + "_real", p);
+  ASSERT_TRUE(Store::Open(p, cr, &s).ok());
+  s.reset();
+  EXPECT_TRUE(fs::is_symlink(p));
+  EXPECT_TRUE(fs::exists(p + "_real/UCMSTORE"));
+  EXPECT_TRUE(open_store(p, false));
+  fs::remove_all(p + "_real");
+  fs::remove(p);
+}
+
 TEST(StoreOpen, SecondWriterIsBusyAndNamesThePid) {
   std::string p = tmpdir("busy");
   open_store(p, true, true).reset();
