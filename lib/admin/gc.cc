@@ -4,8 +4,9 @@
 // Crash safety: every index change is a synced Index batch; data is fdatasync'd before the
 // batch that points at it; files are unlinked only after the batch that retires them is durable
 // and the grace period has passed, so a crash at any point leaves a consistent store (at worst
-// some dead bytes, reclaimed by the next run). Readers hold no lock: nothing is overwritten or
-// truncated in place.
+// some dead bytes, reclaimed by the next run). Readers hold no lock: nothing is overwritten in
+// place, and the only truncation cuts a file's unindexed tail (bytes past its record's size, left
+// by a dump killed before its index commit), where no index entry has ever pointed.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -343,27 +344,71 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
   close_logs();
   fmt::fsync_dir(fmt::access_dir(path));
 
-  // 9. Compaction of files whose dead ratio exceeds the threshold.
+  // 9. Dead space from the files' sizes on disk. A dump killed after writing its records but
+  // before its index commit leaves them past the file record's `size` (every commit sets `size`
+  // to the file's end, so every indexed location lies below it). We hold the writer lock, so no
+  // writer appends to any file now (and writers never reopen an old file, §3.4): that unindexed
+  // tail is truncated back to `size` (ftruncate + fsync). No index entry points past `size`, so
+  // no reader can hold a valid location there. A file shorter than its record (damaged; its
+  // blocks were removed as corrupt above) gets `size` = its length on disk. Files with no live
+  // bytes are retired (unlinked after the grace); the others are compacted past the threshold.
   std::map<uint32_t, fmt::FileRecord> files;
   st = idx.for_each_file([&](uint32_t id, const fmt::FileRecord& f) {
     files[id] = f;
     return true;
   });
   if (!st.ok()) return st;
-  std::vector<uint32_t> to_compact;
-  for (auto& [id, f] : files) {
-    if (f.state == fmt::FileState::kRetired || f.size == 0) continue;
-    uint64_t dead = f.size > f.live_bytes ? f.size - f.live_bytes : 0;
-    if (static_cast<double>(dead) / static_cast<double>(f.size) > opts.compact_dead_ratio)
-      to_compact.push_back(id);
+  std::vector<uint32_t> to_compact, to_retire;
+  {
+    Batcher bt(idx);
+    for (auto& [id, f] : files) {
+      if (f.state == fmt::FileState::kRetired) continue;
+      const std::string fpath = fmt::data_file_path(path, id);
+      struct stat sb;
+      if (::stat(fpath.c_str(), &sb) != 0) {
+        // Missing: its blocks were removed as corrupt above (size check).
+        if (f.live_bytes == 0) to_retire.push_back(id);
+        continue;
+      }
+      const uint64_t disk = static_cast<uint64_t>(sb.st_size);
+      const uint64_t keep = std::max<uint64_t>(f.size, fmt::kPage);
+      uint64_t actual = disk;
+      if (disk > keep) {
+        int fd = ::open(fpath.c_str(), O_WRONLY | O_CLOEXEC);
+        bool done = fd >= 0 && ::ftruncate(fd, static_cast<off_t>(keep)) == 0 && ::fsync(fd) == 0;
+        if (fd >= 0) ::close(fd);
+        if (done) {
+          ++rep->tails_truncated;
+          rep->tail_bytes_truncated += disk - keep;
+          rep->bytes_reclaimed += disk - keep;
+          actual = keep;
+        }
+      }
+      if (actual != f.size) {
+        f.size = actual;
+        bt.b().put_file(id, f);
+        st = bt.op();
+        if (!st.ok()) return st;
+      }
+      if (f.live_bytes == 0) {
+        to_retire.push_back(id);  // nothing live: no copy needed
+        continue;
+      }
+      const uint64_t dead = actual > f.live_bytes ? actual - f.live_bytes : 0;
+      if (actual > 0 &&
+          static_cast<double>(dead) / static_cast<double>(actual) > opts.compact_dead_ratio)
+        to_compact.push_back(id);
+    }
+    st = bt.flush();
+    if (!st.ok()) return st;
   }
-  if (!to_compact.empty()) {
+  if (!to_compact.empty() || !to_retire.empty()) {
     std::vector<std::unique_ptr<fmt::DataFileWriter>> writers;
     std::map<uint32_t, uint64_t> new_live;
     std::set<NamespaceId> ns_changed;
     std::vector<std::pair<NamespaceId, BlockHash>> corrupt_found;
     fmt::AlignedBuffer rbuf;
-    std::vector<uint32_t> to_retire;
+    const size_t retired_without_copy = to_retire.size();
     auto writer = [&](uint64_t need) -> Status {
       if (!writers.empty() && writers.back()->size() + need <= fmt::kFileRollBytes)
         return Status::OK();
@@ -553,7 +598,7 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
     }
     st = bt.flush();
     if (!st.ok()) return st;
-    rep->files_compacted = to_retire.size();
+    rep->files_compacted = to_retire.size() - retired_without_copy;
   }
 
   // 10. Unlink retired files past the grace period.

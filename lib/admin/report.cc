@@ -190,6 +190,8 @@ std::string GcReport::to_json() const {
   j["files_retired"] = files_retired;
   j["files_deleted"] = files_deleted;
   j["unreferenced_files_deleted"] = unreferenced_files_deleted;
+  j["tails_truncated"] = tails_truncated;
+  j["tail_bytes_truncated"] = tail_bytes_truncated;
   j["bytes_reclaimed"] = bytes_reclaimed;
   j["access_logs_merged"] = access_logs_merged;
   j["access_logs_deleted"] = access_logs_deleted;
@@ -211,7 +213,9 @@ std::string GcReport::to_text() const {
     << corrupt_removed << " corrupt blocks\n";
   o << "data files       " << files_compacted << " compacted, " << files_retired << " retired, "
     << files_deleted << " deleted, " << unreferenced_files_deleted
-    << " unreferenced deleted; reclaimed " << format_bytes(bytes_reclaimed) << "\n";
+    << " unreferenced deleted, " << tails_truncated << " unindexed tails truncated ("
+    << format_bytes(tail_bytes_truncated) << "); reclaimed " << format_bytes(bytes_reclaimed)
+    << "\n";
   o << "housekeeping     " << access_logs_merged << " access logs merged, " << access_logs_deleted
     << " deleted; " << stale_dirs_removed << " stale dirs/files removed\n";
   o << "after            " << blocks_after << " blocks, " << format_bytes(bytes_after) << "\n";

@@ -145,6 +145,9 @@ struct GcReport {
   uint64_t orphans_removed = 0, corrupt_removed = 0;
   uint64_t files_compacted = 0, files_retired = 0, files_deleted = 0, bytes_reclaimed = 0;
   uint64_t unreferenced_files_deleted = 0; ///< data files no index entry refers to (crashed writers)
+  /// Data files cut back to their indexed size: the unindexed tails that dumps killed before
+  /// their index commit left behind (bytes also counted in bytes_reclaimed).
+  uint64_t tails_truncated = 0, tail_bytes_truncated = 0;
   uint64_t access_logs_merged = 0, access_logs_deleted = 0, stale_dirs_removed = 0;
   uint64_t blocks_after = 0, bytes_after = 0;
   std::vector<std::string> would_evict;    ///< dry run: "ns_hex:block_hex" (first 1000)
