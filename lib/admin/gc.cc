@@ -13,6 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -69,6 +72,36 @@ class Batcher {
   std::unique_ptr<Index::Batch> b_;
   size_t n_ = 0;
 };
+
+/// Journal trimming (store_v1.md §5.5): entries with sequence < journal_seq - keep go, in one
+/// synced DeleteRange. *n = how many there are (counted by a scan of just those keys). With
+/// `dry`, only counts. A reader whose last applied sequence is older finds the gap on its next
+/// catch-up and rescans the blocks family instead of replaying.
+Status trim_journal(Index& idx, uint64_t keep, bool dry, uint64_t* n) {
+  *n = 0;
+  const uint64_t last = idx.journal_seq();
+  if (last <= keep) return Status::OK();
+  const uint64_t cut = last - keep;  // first sequence kept
+  const std::string end = fmt::journal_key(cut);
+  Status st = idx.scan(Index::Family::kJournal, "", [&](std::string_view k, std::string_view) {
+    if (k >= std::string_view(end)) return false;
+    ++*n;
+    return true;
+  });
+  if (!st.ok() || dry || *n == 0) return st;
+  rocksdb::WriteBatch wb;
+  rocksdb::Status rs = wb.DeleteRange(idx.cf(Index::Family::kJournal), fmt::journal_key(0), end);
+  if (rs.ok()) {
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    rs = idx.db()->Write(wo, &wb);
+  }
+  if (!rs.ok())
+    return Status::IOError("gc: trimming the index journal below sequence " + std::to_string(cut) +
+                           " failed: " + rs.ToString() +
+                           "; the store is unchanged otherwise; check the disk and re-run gc");
+  return Status::OK();
+}
 
 bool pid_alive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH); }
 
@@ -304,7 +337,7 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
     rep->blocks_after = rep->blocks_before - removed_blocks;
     rep->bytes_after = rep->bytes_before - removed_bytes;
     close_logs();
-    return Status::OK();
+    return trim_journal(idx, opts.journal_keep, true, &rep->journal_trimmed);
   }
 
   // 8. Commit access times and removals.
@@ -683,6 +716,10 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
       if (fs::remove_all(e.path(), ec2) > 0) ++rep->stale_dirs_removed;
     }
   }
+
+  // 13. Journal entries more than journal_keep changes old (after this run's own removals).
+  st = trim_journal(idx, opts.journal_keep, false, &rep->journal_trimmed);
+  if (!st.ok()) return st;
 
   // Final counters.
   nss.clear();

@@ -196,6 +196,7 @@ std::string GcReport::to_json() const {
   j["access_logs_merged"] = access_logs_merged;
   j["access_logs_deleted"] = access_logs_deleted;
   j["stale_dirs_removed"] = stale_dirs_removed;
+  j["journal_trimmed"] = journal_trimmed;
   j["blocks_after"] = blocks_after;
   j["bytes_after"] = bytes_after;
   if (dry_run) j["would_evict"] = would_evict;
@@ -217,7 +218,8 @@ std::string GcReport::to_text() const {
     << format_bytes(tail_bytes_truncated) << "); reclaimed " << format_bytes(bytes_reclaimed)
     << "\n";
   o << "housekeeping     " << access_logs_merged << " access logs merged, " << access_logs_deleted
-    << " deleted; " << stale_dirs_removed << " stale dirs/files removed\n";
+    << " deleted; " << stale_dirs_removed << " stale dirs/files removed; "
+    << journal_trimmed << " journal entries " << (dry_run ? "to trim" : "trimmed") << "\n";
   o << "after            " << blocks_after << " blocks, " << format_bytes(bytes_after) << "\n";
   if (dry_run)
     for (const auto& w : would_evict) o << "  would evict " << w << "\n";

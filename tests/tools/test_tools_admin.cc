@@ -795,3 +795,61 @@ TEST_F(AdminStore, GcTruncatesUnindexedTailsOfKilledDumps) {
   EXPECT_EQ(g2.tails_truncated, 0u);
   EXPECT_EQ(g2.bytes_reclaimed, 0u);
 }
+
+TEST_F(AdminStore, GcTrimsJournalByCountAndStaleReadersRescan) {
+  auto journal_seqs = [&] {
+    std::vector<uint64_t> seqs;
+    std::unique_ptr<ReaderIndex> r;
+    EXPECT_TRUE(ReaderIndex::Open(path, &r).ok());
+    if (!r) return seqs;
+    EXPECT_TRUE(r->index()
+                    .for_each_journal(0, [&](uint64_t seq, const fmt::JournalEntry&) {
+                      seqs.push_back(seq);
+                      return true;
+                    })
+                    .ok());
+    return seqs;
+  };
+  // SetUp added 5 blocks: journal sequences 1..5.
+  ASSERT_EQ(journal_seqs(), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  // The default keeps a million: nothing to trim.
+  GcOptions o;
+  o.grace_ms = 0;
+  EXPECT_EQ(must_gc(path, o).journal_trimmed, 0u);
+  // A reader whose view stops at sequence 5.
+  auto reader = open_store(path, false);
+  EXPECT_EQ(present_count(reader.get(), ns_a, chain_a.hashes), 3u);
+  // 4 more blocks (sequences 6..9); then keep 2: entries < 9 - 2 = 7 go (1..6).
+  Chain c;
+  {
+    auto w = open_store(path, true);
+    c = dump_chain(w.get(), ns_b, desc_b, 700, 4, false);
+  }
+  o.journal_keep = 2;
+  o.dry_run = true;
+  GcReport d = must_gc(path, o);
+  EXPECT_EQ(d.journal_trimmed, 6u);
+  EXPECT_EQ(journal_seqs().size(), 9u);  // dry run changes nothing
+  o.dry_run = false;
+  GcReport g = must_gc(path, o);
+  EXPECT_EQ(g.journal_trimmed, 6u);
+  EXPECT_EQ(json::parse(g.to_json())["journal_trimmed"], 6);
+  EXPECT_NE(g.to_text().find("6 journal entries trimmed"), std::string::npos) << g.to_text();
+  EXPECT_EQ(journal_seqs(), (std::vector<uint64_t>{7, 8, 9}));
+  // The stale reader finds the gap (it applied up to 5, the journal starts at 7) and rescans.
+  ASSERT_TRUE(reader->refresh().ok());
+  EXPECT_EQ(present_count(reader.get(), ns_b, c.hashes), 4u);
+  EXPECT_EQ(present_count(reader.get(), ns_a, chain_a.hashes), 3u);
+  // A second run has nothing older than keep.
+  EXPECT_EQ(must_gc(path, o).journal_trimmed, 0u);
+  // Removals journal too: evicting namespace b adds 6 entries (10..15); keep 2 leaves 13..15.
+  o.ns = to_hex(ns_b);
+  o.max_bytes = 0;
+  GcReport g2 = must_gc(path, o);
+  EXPECT_EQ(g2.evicted_blocks, 6u);
+  EXPECT_EQ(g2.journal_trimmed, 6u);  // 7..12 (< 15 - 2 = 13)
+  EXPECT_EQ(journal_seqs(), (std::vector<uint64_t>{13, 14, 15}));
+  ASSERT_TRUE(reader->refresh().ok());
+  EXPECT_EQ(present_count(reader.get(), ns_b, c.hashes), 0u);
+  EXPECT_EQ(present_count(reader.get(), ns_a, chain_a.hashes), 3u);
+}

@@ -134,6 +134,10 @@ struct GcOptions {
   bool verify = false;                     ///< also remove blocks a full checksum pass finds corrupt
   uint64_t grace_ms = 60000;               ///< retired data files are unlinked after this long
   double compact_dead_ratio = 0.5;         ///< compact files whose dead/size exceeds this
+  /// Journal entries kept (store_v1.md §5.5): entries with sequence < journal_seq - journal_keep
+  /// are deleted. A read-only handle more than this many block changes behind rescans the
+  /// block index (O(blocks)) instead of replaying. Tests use small values.
+  uint64_t journal_keep = 1000000;
   ProgressFn progress;
 };
 struct GcReport {
@@ -149,6 +153,7 @@ struct GcReport {
   /// their index commit left behind (bytes also counted in bytes_reclaimed).
   uint64_t tails_truncated = 0, tail_bytes_truncated = 0;
   uint64_t access_logs_merged = 0, access_logs_deleted = 0, stale_dirs_removed = 0;
+  uint64_t journal_trimmed = 0;            ///< journal entries deleted (dry run: would delete)
   uint64_t blocks_after = 0, bytes_after = 0;
   std::vector<std::string> would_evict;    ///< dry run: "ns_hex:block_hex" (first 1000)
   std::string to_json() const;
