@@ -17,7 +17,12 @@
 
 namespace ucm::admin {
 
+/// ISO-8601 UTC with milliseconds ("2026-01-02T03:04:05.678Z"); "-" for 0.
 std::string format_time_ms(uint64_t ms);
+/// Age of time `ms` as seen at `now_ms` (both ms since the epoch): "just now" (< 1 s),
+/// "45 s ago" (< 120 s), "17 min ago" (< 120 min), "5 h ago" (< 48 h), "3 d ago"; "-" for 0;
+/// "in the future" when ms > now_ms by a second or more (clock skew between hosts).
+std::string format_age(uint64_t ms, uint64_t now_ms);
 std::string format_bytes(uint64_t b);
 
 /// A namespace as stored in the index (§5.2): its id, descriptor and the full JSON value.

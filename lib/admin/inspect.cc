@@ -27,6 +27,7 @@ uint64_t json_u64(const json& j, const char* key) {
 Status inspect(const std::string& path, const InspectOptions& opts, InspectReport* rep) {
   *rep = InspectReport();
   rep->path = path;
+  rep->now_ms = fmt::now_ms();
   // Validate arguments before touching the store.
   BlockHash want_block{};
   if (!opts.block_hex.empty()) {

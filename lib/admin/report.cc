@@ -25,6 +25,17 @@ std::string format_time_ms(uint64_t ms) {
   return buf;
 }
 
+std::string format_age(uint64_t ms, uint64_t now_ms) {
+  if (ms == 0) return "-";
+  if (ms > now_ms) return ms - now_ms < 1000 ? "just now" : "in the future";
+  const uint64_t s = (now_ms - ms) / 1000;
+  if (s < 1) return "just now";
+  if (s < 120) return std::to_string(s) + " s ago";
+  if (s < 120 * 60) return std::to_string(s / 60) + " min ago";
+  if (s < 48 * 3600) return std::to_string(s / 3600) + " h ago";
+  return std::to_string(s / 86400) + " d ago";
+}
+
 std::string format_bytes(uint64_t b) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = static_cast<double>(b);
@@ -87,12 +98,21 @@ std::string InspectReport::to_json() const {
   j["data_bytes"] = data_bytes;
   j["dead_bytes"] = dead_bytes;
   j["retired_files"] = retired_files;
+  auto iso = [](uint64_t ms) { return ms ? ojson(format_time_ms(ms)) : ojson(nullptr); };
+  j["inspected_ms"] = now_ms;
+  j["inspected"] = iso(now_ms);
   j["oldest_created_ms"] = oldest_created_ms;
+  j["oldest_created"] = iso(oldest_created_ms);
   j["newest_created_ms"] = newest_created_ms;
+  j["newest_created"] = iso(newest_created_ms);
   j["oldest_access_ms"] = oldest_access_ms;
+  j["oldest_access"] = iso(oldest_access_ms);
   j["newest_access_ms"] = newest_access_ms;
+  j["newest_access"] = iso(newest_access_ms);
   j["access_percentiles_ms"] = ojson{{"p10", access_p10_ms}, {"p50", access_p50_ms},
                                      {"p90", access_p90_ms}};
+  j["access_percentiles"] = ojson{{"p10", iso(access_p10_ms)}, {"p50", iso(access_p50_ms)},
+                                  {"p90", iso(access_p90_ms)}};
   ojson nss = ojson::array();
   for (const auto& n : namespaces) {
     ojson x;
@@ -140,12 +160,14 @@ std::string InspectReport::to_text() const {
   }
   o << "; " << retired_files << " retired)\n";
   if (blocks) {
-    o << "block created    " << format_time_ms(oldest_created_ms) << " .. "
-      << format_time_ms(newest_created_ms) << "\n";
-    o << "last access      " << format_time_ms(oldest_access_ms) << " .. "
-      << format_time_ms(newest_access_ms) << " (p10 " << format_time_ms(access_p10_ms)
-      << ", p50 " << format_time_ms(access_p50_ms) << ", p90 " << format_time_ms(access_p90_ms)
-      << ")\n";
+    auto age = [&](uint64_t ms) { return format_age(ms, now_ms); };
+    o << "block created    oldest " << age(oldest_created_ms) << ", newest "
+      << age(newest_created_ms) << "  (" << format_time_ms(oldest_created_ms) << " .. "
+      << format_time_ms(newest_created_ms) << ")\n";
+    o << "last access      oldest " << age(oldest_access_ms) << ", p10 " << age(access_p10_ms)
+      << ", p50 " << age(access_p50_ms) << ", p90 " << age(access_p90_ms) << ", newest "
+      << age(newest_access_ms) << "  (" << format_time_ms(oldest_access_ms) << " .. "
+      << format_time_ms(newest_access_ms) << ")\n";
   }
   o << "namespaces       " << namespaces.size() << "\n";
   for (const auto& n : namespaces) {

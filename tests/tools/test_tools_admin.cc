@@ -164,8 +164,26 @@ TEST_F(AdminStore, InspectJson) {
   EXPECT_GT(j["data_bytes"].get<uint64_t>(), 0u);
   EXPECT_GT(j["oldest_created_ms"].get<uint64_t>(), 0u);
   EXPECT_LE(j["oldest_access_ms"].get<uint64_t>(), j["newest_access_ms"].get<uint64_t>());
+  // Age / last-access spread as ISO-8601 UTC strings beside the ms values.
+  for (const char* k : {"oldest_created", "newest_created", "oldest_access", "newest_access"}) {
+    ASSERT_TRUE(j[k].is_string()) << k;
+    EXPECT_EQ(j[k], format_time_ms(j[std::string(k) + "_ms"].get<uint64_t>())) << k;
+    EXPECT_EQ(j[k].get<std::string>().back(), 'Z') << k;
+    EXPECT_EQ(j[k].get<std::string>()[10], 'T') << k;
+  }
+  EXPECT_TRUE(j["access_percentiles"]["p50"].is_string());
+  EXPECT_GE(j["inspected_ms"].get<uint64_t>(), j["newest_access_ms"].get<uint64_t>());
   EXPECT_FALSE(j.contains("verified"));
-  EXPECT_FALSE(r.to_text().empty());
+  // Text shows ages relative to when inspect ran (SetUp wrote everything just now).
+  const std::string text = r.to_text();
+  EXPECT_NE(text.find("block created    oldest just now"), std::string::npos) << text;
+  EXPECT_NE(text.find("last access      oldest just now"), std::string::npos) << text;
+  InspectReport aged = r;
+  aged.now_ms = r.oldest_created_ms + 3 * 86400 * 1000ull + 5000;
+  aged.newest_access_ms = aged.now_ms - 2 * 3600 * 1000ull;
+  const std::string at = aged.to_text();
+  EXPECT_NE(at.find("block created    oldest 3 d ago"), std::string::npos) << at;
+  EXPECT_NE(at.find("newest 2 h ago"), std::string::npos) << at;
 
   InspectOptions o;
   o.ns = desc_b.display_name();

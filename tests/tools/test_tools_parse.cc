@@ -70,6 +70,24 @@ TEST(ParseDuration, Errors) {
   EXPECT_EQ(ms, 7u);
 }
 
+TEST(FormatTime, IsoAndAges) {
+  EXPECT_EQ(format_time_ms(0), "-");
+  EXPECT_EQ(format_time_ms(1700000000123ull), "2023-11-14T22:13:20.123Z");
+  const uint64_t now = 1700000000000ull;
+  EXPECT_EQ(format_age(0, now), "-");
+  EXPECT_EQ(format_age(now, now), "just now");
+  EXPECT_EQ(format_age(now - 999, now), "just now");
+  EXPECT_EQ(format_age(now - 45000, now), "45 s ago");
+  EXPECT_EQ(format_age(now - 119999, now), "119 s ago");
+  EXPECT_EQ(format_age(now - 120000, now), "2 min ago");
+  EXPECT_EQ(format_age(now - 17 * 60000ull, now), "17 min ago");
+  EXPECT_EQ(format_age(now - 5 * 3600000ull, now), "5 h ago");
+  EXPECT_EQ(format_age(now - 47 * 3600000ull, now), "47 h ago");
+  EXPECT_EQ(format_age(now - 3 * 86400000ull - 1, now), "3 d ago");
+  EXPECT_EQ(format_age(now + 500, now), "just now");
+  EXPECT_EQ(format_age(now + 5000, now), "in the future");
+}
+
 TEST(ExitCodes, Mapping) {
   EXPECT_EQ(exit_code(Status::OK()), 0);
   EXPECT_EQ(exit_code(Status::IOError("x")), 1);

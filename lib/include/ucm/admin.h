@@ -104,6 +104,9 @@ struct InspectReport {
   uint64_t created_ms = 0;
   uint64_t blocks = 0, bytes = 0;          ///< bytes = payload + repr bytes of present blocks
   uint64_t data_files = 0, data_bytes = 0, dead_bytes = 0, retired_files = 0;
+  uint64_t now_ms = 0;                     ///< when inspect ran; to_text() shows ages against it
+  /// created_ms / last_access_ms spread over the blocks inspected (ms since the epoch; 0 when
+  /// there are none). JSON adds ISO-8601 UTC strings; text shows them as ages ("3 d ago").
   uint64_t oldest_created_ms = 0, newest_created_ms = 0;
   uint64_t oldest_access_ms = 0, newest_access_ms = 0;
   /// last_access_ms percentiles (p10, p50, p90) over the blocks inspected; 0 when none.
