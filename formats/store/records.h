@@ -221,9 +221,20 @@ struct RecordExpect {
 Status read_record(int fd, uint64_t offset, const RecordExpect& expect, AlignedBuffer* buf,
                    const std::string& where);
 
+/// Encodes one whole record into `dst` (record_size(payload) bytes; the header page, then the
+/// payload = concatenation of `pieces`, then zero padding to a page multiple). The payload is
+/// copied and XXH3-hashed in one pass, 64 KiB at a time, so each chunk is hashed while it is in
+/// cache. Fills h.payload_length, h.payload_checksum and h.created_ms (if 0).
+void encode_record(RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces, uint8_t* dst);
+
 /// Appends records to one data file. Created fresh (O_EXCL) by one writer session; never
-/// reopened for append (§3.4). append() is thread-safe (offsets are reserved atomically; each
-/// record is written with one pwrite at its own offset).
+/// reopened for append (§3.4). Thread-safe: offsets are reserved atomically and each write goes
+/// to its own range.
+///
+/// Two ways to write: append() (small records: one buffered pwritev of header page, the
+/// caller's pieces and a shared zero tail, no staging copy), or reserve() + write_at() (bulk:
+/// the caller reserves a contiguous range, encodes records with encode_record() into page-aligned
+/// buffers and writes them with O_DIRECT where the file system allows it).
 class DataFileWriter {
  public:
   /// Creates STORE/data/NNNNNNNN.ucmd with its header, fsyncs the file and data/.
@@ -236,6 +247,17 @@ class DataFileWriter {
   /// *offset = the record header's offset. NoSpace on ENOSPC (the reserved range is dead space).
   Status append(RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces,
                 uint64_t* offset);
+  /// Reserves `bytes` (a multiple of kPage) at the end of the file; *offset = its start. The
+  /// range is allocated at once (fallocate, extending the file; it reads as zeros until written,
+  /// which scanners treat as a torn tail), so that the O_DIRECT writes into it are overwrites
+  /// that ext4 runs concurrently under a shared inode lock. NoSpace when the file system cannot
+  /// hold it (the range is then dead space). File systems without fallocate: the range is only
+  /// reserved, and the writes extend the file.
+  Status reserve(uint64_t bytes, uint64_t* offset);
+  /// Writes `len` bytes from `buf` at `offset` inside a range from reserve(). When buf, len and
+  /// offset are page aligned the write uses O_DIRECT (no page-cache copy) if the file system
+  /// supports it, else a buffered pwrite. NoSpace on ENOSPC.
+  Status write_at(const void* buf, size_t len, uint64_t offset);
   /// fdatasync of the file.
   Status sync();
   /// Bytes reserved so far (header + all appended records) = the file size after pending appends.

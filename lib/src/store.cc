@@ -210,6 +210,7 @@ struct OpenFile {
 struct ActiveFile {
   std::unique_ptr<fmt::DataFileWriter> w;
   fmt::FileRecord rec;
+  uint64_t synced_epoch = 0;  ///< commit thread only: write epoch the last fdatasync covered
 };
 
 nlohmann::json parse_obj(const std::string& s) {
@@ -297,6 +298,14 @@ class StoreImpl : public Store {
   /// and keeps a reference to the writer so the caller can fdatasync it.
   Status append_record(fmt::RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces,
                        uint32_t* file, uint64_t* off, std::shared_ptr<ActiveFile>* af);
+  /// Writer: reserves `bytes` contiguous bytes in the active file (creating / rolling it).
+  Status reserve_range(uint64_t bytes, uint64_t* off, std::shared_ptr<ActiveFile>* af);
+  /// Writer: the active file, created or rolled when absent or past the roll size. Caller holds
+  /// append_mu_.
+  Status active_file_locked(std::shared_ptr<ActiveFile>* af);
+  /// Writer: runs `f` on the commit thread (FIFO).
+  void submit_commit(std::function<void()> f);
+  void commit_loop();
   /// Writer, for small metadata records: append + fdatasync + batch (with the file's bytes) commit.
   Status write_meta_record(fmt::RecordHeader* h, const std::string& payload, uint32_t* file, uint64_t* off,
                            const std::function<Status(Index::Batch&)>& fill);
@@ -339,7 +348,16 @@ class StoreImpl : public Store {
   std::shared_ptr<ActiveFile> active_;
   std::mutex commit_mu_;                  // serialises index commits (read-modify-write)
   std::mutex space_mu_;
-  uint64_t space_need_ = 0;               // > 0 after a NoSpace refusal: free bytes needed to resume
+  uint64_t space_need_ = 0;
+  // Dump commits (fdatasync + synced index batch) run on their own thread, in task order, so
+  // the I/O threads keep writing meanwhile. write_epoch_ counts finished record writes; a file
+  // whose last fdatasync began after a task's writes finished is not synced again for it.
+  std::atomic<uint64_t> write_epoch_{0};
+  std::thread commit_thread_;
+  std::mutex commit_q_mu_;
+  std::condition_variable commit_q_cv_;
+  std::deque<std::function<void()>> commit_q_;
+  bool commit_stop_ = false;               // > 0 after a NoSpace refusal: free bytes needed to resume
 
   std::thread bg_;
   std::mutex bg_mu_;
@@ -550,6 +568,7 @@ Status StoreImpl::init(bool create) {
   s = access_.open(path_, fmt::host_name() + "-" + std::to_string(::getpid()) + "-" + nonce());
   if (!s.ok()) return s;
   pool_ = std::make_unique<ThreadPool>(opts_.io_threads);
+  if (!read_only()) commit_thread_ = std::thread([this] { commit_loop(); });
   bg_ = std::thread([this] { background(); });
   return Status::OK();
 }
@@ -562,6 +581,14 @@ StoreImpl::~StoreImpl() {
   bg_cv_.notify_all();
   if (bg_.joinable()) bg_.join();
   if (pool_) pool_->shutdown();  // finishes queued load / dump jobs
+  if (commit_thread_.joinable()) {  // then their commits
+    {
+      std::lock_guard<std::mutex> g(commit_q_mu_);
+      commit_stop_ = true;
+    }
+    commit_q_cv_.notify_all();
+    commit_thread_.join();
+  }
   access_.close();
   {
     std::unique_lock<std::shared_mutex> g(files_mu_);
@@ -731,40 +758,75 @@ Status StoreImpl::check_space(uint64_t bytes, const std::string& what) {
                          "was written. Free disk space (e.g. `ucm gc --max-bytes`) and retry");
 }
 
+Status StoreImpl::active_file_locked(std::shared_ptr<ActiveFile>* af) {
+  if (!active_ || active_->w->size() >= fmt::kFileRollBytes) {
+    uint32_t id = 0;
+    Status s = index_->allocate_file_id(&id);
+    if (!s.ok()) return s;
+    auto nf = std::make_shared<ActiveFile>();
+    s = fmt::DataFileWriter::Create(path_, id, &nf->w);
+    if (!s.ok()) return s;
+    nf->rec.size = fmt::kPage;
+    nf->rec.state = fmt::FileState::kActive;
+    Index::Batch b;
+    {
+      std::lock_guard<std::mutex> c(commit_mu_);
+      if (active_) {
+        active_->rec.state = fmt::FileState::kSealed;
+        b.put_file(active_->w->file_id(), active_->rec);
+      }
+      b.put_file(id, nf->rec);
+      s = index_->write(b, true);
+    }
+    if (!s.ok()) return s;
+    active_ = nf;
+  }
+  *af = active_;
+  return Status::OK();
+}
+
 Status StoreImpl::append_record(fmt::RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces,
                                 uint32_t* file, uint64_t* off, std::shared_ptr<ActiveFile>* af) {
   std::shared_ptr<ActiveFile> cur;
   {
     std::lock_guard<std::mutex> g(append_mu_);
-    if (!active_ || active_->w->size() >= fmt::kFileRollBytes) {
-      uint32_t id = 0;
-      Status s = index_->allocate_file_id(&id);
-      if (!s.ok()) return s;
-      auto nf = std::make_shared<ActiveFile>();
-      s = fmt::DataFileWriter::Create(path_, id, &nf->w);
-      if (!s.ok()) return s;
-      nf->rec.size = fmt::kPage;
-      nf->rec.state = fmt::FileState::kActive;
-      Index::Batch b;
-      {
-        std::lock_guard<std::mutex> c(commit_mu_);
-        if (active_) {
-          active_->rec.state = fmt::FileState::kSealed;
-          b.put_file(active_->w->file_id(), active_->rec);
-        }
-        b.put_file(id, nf->rec);
-        s = index_->write(b, true);
-      }
-      if (!s.ok()) return s;
-      active_ = nf;
-    }
-    cur = active_;
+    Status s = active_file_locked(&cur);
+    if (!s.ok()) return s;
   }
   Status s = cur->w->append(h, pieces, off);
   if (!s.ok()) return s;
   *file = cur->w->file_id();
   *af = cur;
   return Status::OK();
+}
+
+Status StoreImpl::reserve_range(uint64_t bytes, uint64_t* off, std::shared_ptr<ActiveFile>* af) {
+  std::lock_guard<std::mutex> g(append_mu_);
+  Status s = active_file_locked(af);
+  if (!s.ok()) return s;
+  return (*af)->w->reserve(bytes, off);
+}
+
+void StoreImpl::submit_commit(std::function<void()> f) {
+  {
+    std::lock_guard<std::mutex> g(commit_q_mu_);
+    commit_q_.push_back(std::move(f));
+  }
+  commit_q_cv_.notify_one();
+}
+
+void StoreImpl::commit_loop() {
+  for (;;) {
+    std::function<void()> f;
+    {
+      std::unique_lock<std::mutex> l(commit_q_mu_);
+      commit_q_cv_.wait(l, [&] { return commit_stop_ || !commit_q_.empty(); });
+      if (commit_q_.empty()) return;
+      f = std::move(commit_q_.front());
+      commit_q_.pop_front();
+    }
+    f();
+  }
 }
 
 Status StoreImpl::write_meta_record(fmt::RecordHeader* h, const std::string& payload, uint32_t* file,
@@ -1212,8 +1274,10 @@ struct DumpState {
   std::vector<DumpItem> items;
   std::vector<fmt::BlockRecord> recs;
   std::vector<bool> skip;  // already present (no-op)
+  std::vector<std::shared_ptr<ActiveFile>> slot_file;  // per item: file of its reserved slot
+  std::vector<uint64_t> slot_off;                      // per item: offset of its KV record
   std::vector<std::shared_ptr<ActiveFile>> files;  // files written by this task (to fdatasync)
-  std::mutex mu;
+  uint64_t epoch = 0;  // write_epoch_ after the task's last write
 };
 }  // namespace
 
@@ -1264,9 +1328,67 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
   st->items.assign(items, items + n);
   st->recs.resize(n);
   st->skip.assign(n, false);
+  st->slot_file.resize(n);
+  st->slot_off.assign(n, 0);
+
+  // Existence, batched: the in-memory fingerprint table first (the writer keeps it exact for its
+  // own commits); only a fingerprint hit costs an index get. Duplicates within the task are
+  // written once.
+  {
+    std::vector<size_t> hits;
+    {
+      std::shared_lock<std::shared_mutex> g(table_mu_);
+      for (size_t i = 0; i < n; ++i)
+        if (table_.contains(fmt::block_fingerprint(ns, items[i].hash))) hits.push_back(i);
+    }
+    fmt::BlockRecord cur;
+    for (size_t i : hits)
+      if (index_->get_block(ns, items[i].hash, &cur).ok()) st->skip[i] = true;
+    if (n > 1) {
+      std::set<BlockHash> seen;
+      for (size_t i = 0; i < n; ++i)
+        if (!st->skip[i] && !seen.insert(items[i].hash).second) st->skip[i] = true;
+    }
+  }
+
+  // Space: the task's records are contiguous, reserved (and allocated) up front in runs of at
+  // most kRun bytes, each record's KV record followed by its repr record.
+  {
+    constexpr uint64_t kRun = 64ull << 20;
+    size_t i = 0;
+    while (i < n) {
+      uint64_t run = 0;
+      size_t j = i;
+      for (; j < n; ++j) {
+        if (st->skip[j]) continue;
+        const uint64_t rb = fmt::record_size(d.payload_bytes()) + (items[j].repr_len ? fmt::record_size(items[j].repr_len) : 0);
+        if (run && run + rb > kRun) break;
+        run += rb;
+      }
+      if (run) {
+        std::shared_ptr<ActiveFile> af;
+        uint64_t off = 0;
+        s = reserve_range(run, &off, &af);
+        if (!s.ok()) {
+          metrics_.count_error(s.code());
+          return TaskImpl::Failed(n, Status(s.code(), "dump of " + std::to_string(n) + " blocks: " + s.message() +
+                                                         " (nothing was committed)"));
+        }
+        if (st->files.empty() || st->files.back() != af) st->files.push_back(af);
+        for (size_t k = i; k < j; ++k) {
+          if (st->skip[k]) continue;
+          st->slot_file[k] = af;
+          st->slot_off[k] = off;
+          off += fmt::record_size(d.payload_bytes()) + (items[k].repr_len ? fmt::record_size(items[k].repr_len) : 0);
+        }
+      }
+      i = j;
+    }
+  }
 
   auto commit = [this, t, st] {
-    // All records of this task are written (or failed). Make them durable, then index them.
+    // On the commit thread. All records of this task are written (or failed). Make them
+    // durable (store_v1.md §3.4: data fdatasync'd before the synced index batch), then index them.
     const size_t n = st->items.size();
     auto& bs = t->statuses();
     bool any = false;
@@ -1287,13 +1409,16 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
       any = false;
     }
     if (any) {
-      std::set<uint32_t> synced;
-      for (auto& f : st->files)
-        if (synced.insert(f->w->file_id()).second && whole.ok()) whole = f->w->sync();
+      for (auto& f : st->files) {
+        if (!whole.ok()) break;
+        if (f->synced_epoch >= st->epoch) continue;  // an fdatasync begun after our writes covered it
+        const uint64_t e = write_epoch_.load();
+        whole = f->w->sync();
+        if (whole.ok()) f->synced_epoch = std::max(f->synced_epoch, e);
+      }
       if (whole.ok()) {
         std::lock_guard<std::mutex> g(commit_mu_);
         Index::Batch b;
-        std::set<BlockHash> seen;
         int64_t blocks = 0, bytes = 0;
         std::map<uint32_t, int64_t> live;
         std::vector<size_t> added;
@@ -1301,7 +1426,12 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
           if (!bs[i].ok() || st->skip[i]) continue;
           const auto& h = st->items[i].hash;
           fmt::BlockRecord cur;
-          if (!seen.insert(h).second || index_->get_block(st->ns, h, &cur).ok()) {
+          bool maybe;
+          {
+            std::shared_lock<std::shared_mutex> tg(table_mu_);
+            maybe = table_.contains(fmt::block_fingerprint(st->ns, h));
+          }
+          if (maybe && index_->get_block(st->ns, h, &cur).ok()) {
             st->skip[i] = true;  // raced with another dump of the same block: ours is dead space
             continue;
           }
@@ -1315,10 +1445,8 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
         }
         if (!added.empty()) {
           b.add_ns_counters(st->ns, blocks, bytes);
-          std::set<uint32_t> done_files;
           for (auto& f : st->files) {
             const uint32_t id = f->w->file_id();
-            if (!done_files.insert(id).second) continue;
             f->rec.size = f->w->size();
             f->rec.live_bytes += uint64_t(live[id]);
             b.put_file(id, f->rec);
@@ -1330,13 +1458,7 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
             applied_seq_ = index_->journal_seq();
           } else {
             // Nothing was indexed; undo the in-memory live bytes.
-            for (auto& f : st->files) {
-              const uint32_t id = f->w->file_id();
-              if (live.count(id)) {
-                f->rec.live_bytes -= uint64_t(live[id]);
-                live.erase(id);
-              }
-            }
+            for (auto& f : st->files) f->rec.live_bytes -= uint64_t(live[f->w->file_id()]);
           }
         }
         if (whole.ok())
@@ -1356,67 +1478,74 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
     metrics_.dump_task.observe_ns(elapsed_ns(t->t0));
     t->finish();
   };
+  auto job_finished = [this, t, st, commit] {
+    if (!t->job_done()) return;
+    st->epoch = write_epoch_.load();
+    submit_commit(commit);
+  };
 
-  for (size_t i = 0; i < n; ++i)
-    pool_->submit([this, t, st, i, commit] {
+  for (size_t i = 0; i < n; ++i) {
+    if (st->skip[i]) {
+      job_finished();  // cheap no-op
+      continue;
+    }
+    pool_->submit([this, t, st, i, job_finished] {
+      // Encode the KV record (and the repr record right after it) into a page-aligned staging
+      // buffer, copying and checksumming in one pass, then write both with one O_DIRECT write.
+      thread_local fmt::AlignedBuffer stage;
       const DumpItem& it = st->items[i];
+      const NamespaceDesc& d = st->desc;
+      const uint64_t kv_rec = fmt::record_size(d.payload_bytes());
+      const uint64_t total = kv_rec + (it.repr_len ? fmt::record_size(it.repr_len) : 0);
       Status s;
-      fmt::BlockRecord cur;
-      if (index_->get_block(st->ns, it.hash, &cur).ok()) {
-        st->skip[i] = true;  // cheap no-op
-      } else {
-        const NamespaceDesc& d = st->desc;
-        std::vector<std::pair<const void*, size_t>> pieces;
-        if (it.kv) pieces.emplace_back(it.kv, d.payload_bytes());
-        else {
-          const size_t page = d.payload_bytes() / (size_t(d.num_layers) * 2);
-          for (size_t p = 0; p < size_t(d.num_layers) * 2; ++p) pieces.emplace_back(it.kv_pages[p], page);
+      if (!stage.reserve(total)) s = Status::Internal("out of memory (dump staging buffer of " + std::to_string(total) + " bytes)");
+      std::vector<std::pair<const void*, size_t>> pieces;
+      if (it.kv) pieces.emplace_back(it.kv, d.payload_bytes());
+      else {
+        const size_t page = d.payload_bytes() / (size_t(d.num_layers) * 2);
+        for (size_t p = 0; p < size_t(d.num_layers) * 2; ++p) pieces.emplace_back(it.kv_pages[p], page);
+      }
+      fmt::RecordHeader h;
+      h.type = fmt::RecordType::kBlockKV;
+      h.ns = st->ns;
+      h.key = it.hash;
+      h.parent = it.parent;
+      h.token_count = it.token_count;
+      fmt::RecordHeader rh;
+      if (s.ok()) {
+        fmt::encode_record(&h, pieces, stage.data());
+        if (it.repr_len) {
+          rh = h;
+          rh.type = fmt::RecordType::kBlockRepr;
+          fmt::encode_record(&rh, {{it.repr, it.repr_len}}, stage.data() + kv_rec);
         }
-        fmt::RecordHeader h;
-        h.type = fmt::RecordType::kBlockKV;
-        h.ns = st->ns;
-        h.key = it.hash;
-        h.parent = it.parent;
-        h.token_count = it.token_count;
-        fmt::BlockRecord& r = st->recs[i];
-        uint32_t file = 0;
-        uint64_t off = 0;
-        std::shared_ptr<ActiveFile> af;
-        s = append_record(&h, pieces, &file, &off, &af);
+        const auto& af = st->slot_file[i];
+        const uint64_t off = st->slot_off[i];
+        s = af->w->write_at(stage.data(), total, off);
+        write_epoch_.fetch_add(1);
         if (s.ok()) {
-          {
-            std::lock_guard<std::mutex> g(st->mu);
-            st->files.push_back(af);
-          }
+          fmt::BlockRecord& r = st->recs[i];
           r.token_count = it.token_count;
           r.parent = it.parent;
-          r.kv_file = file;
+          r.kv_file = af->w->file_id();
           r.kv_offset = off;
           r.kv_length = h.payload_length;
           r.kv_checksum = h.payload_checksum;
           r.created_ms = h.created_ms;
           r.last_access_ms = h.created_ms;
-        }
-        if (s.ok() && it.repr && it.repr_len) {
-          fmt::RecordHeader rh = h;
-          rh.type = fmt::RecordType::kBlockRepr;
-          rh.payload_checksum = 0;
-          rh.payload_length = 0;
-          s = append_record(&rh, {{it.repr, it.repr_len}}, &file, &off, &af);
-          if (s.ok()) {
-            std::lock_guard<std::mutex> g(st->mu);
-            st->files.push_back(af);
+          if (it.repr_len) {
             r.flags |= 1;
-            r.repr_file = file;
-            r.repr_offset = off;
+            r.repr_file = r.kv_file;
+            r.repr_offset = off + kv_rec;
             r.repr_length = rh.payload_length;
             r.repr_checksum = rh.payload_checksum;
           }
         }
       }
       t->statuses()[i] = s;
-      if (t->job_done()) commit();
+      job_finished();
     });
+  }
   return t;
 }
 
