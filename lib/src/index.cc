@@ -318,6 +318,25 @@ Status Index::for_each_doc(const NamespaceId& ns, const std::function<bool(const
 // ---------------------------------------------------------------------------------------------
 Index::Batch::Batch() : wb_(new rocksdb::WriteBatch) {}
 Index::Batch::~Batch() = default;
+Index::Batch::Batch(Batch&& o) noexcept : Batch() { *this = std::move(o); }
+Index::Batch& Index::Batch::operator=(Batch&& o) noexcept {
+  if (this == &o) return *this;
+  std::swap(wb_, o.wb_);
+  ops_ = std::move(o.ops_);
+  journal_ = std::move(o.journal_);
+  ns_delta_ = std::move(o.ns_delta_);
+  file_delta_ = std::move(o.file_delta_);
+  o.clear();
+  return *this;
+}
+void Index::Batch::clear() {
+  if (wb_) wb_->Clear();
+  else wb_.reset(new rocksdb::WriteBatch);
+  ops_.clear();
+  journal_.clear();
+  ns_delta_.clear();
+  file_delta_.clear();
+}
 void Index::Batch::put(Family f, const std::string& k, const std::string& v) { ops_.push_back({f, false, k, v}); }
 void Index::Batch::del(Family f, const std::string& k) { ops_.push_back({f, true, k, {}}); }
 void Index::Batch::put_meta_u32(const char* k, uint32_t v) { put(Family::kMeta, k, le32(v)); }

@@ -88,6 +88,13 @@ class Index {
    public:
     Batch();
     ~Batch();
+    /// Moves the pending operations; `other` is left empty and usable.
+    Batch(Batch&& other) noexcept;
+    Batch& operator=(Batch&& other) noexcept;
+    Batch(const Batch&) = delete;
+    Batch& operator=(const Batch&) = delete;
+    /// Drops every pending operation (the batch is empty afterwards and can be reused).
+    void clear();
     void put(Family f, const std::string& key, const std::string& value);
     void del(Family f, const std::string& key);
     void put_meta_u32(const char* key, uint32_t v);
