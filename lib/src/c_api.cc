@@ -150,6 +150,24 @@ UCM_API int ucm_store_namespace_find(ucm_store_t* store, const char* name_or_id,
   });
 }
 
+UCM_API int ucm_store_namespace_hash_seed(ucm_store_t* store, const uint8_t* ns, uint8_t* seed_out) {
+  return guarded("ucm_store_namespace_hash_seed", [&] {
+    if (!store || !ns || !seed_out)
+      return fail(UCM_E_INVALID, "ucm_store_namespace_hash_seed: store, ns and seed_out must not be NULL");
+    ucm::NamespaceDesc d;
+    const std::string hex = ucm::to_hex(ns_of(ns));
+    ucm::Status s = store->s->find_namespace(hex, &d, nullptr);
+    if (!s.ok() && store->s->read_only()) {
+      (void)store->s->refresh();
+      s = store->s->find_namespace(hex, &d, nullptr);
+    }
+    if (!s.ok()) return fail(s);
+    const ucm::NamespaceId seed = d.hash_seed();
+    std::memcpy(seed_out, seed.data(), 16);
+    return ok();
+  });
+}
+
 UCM_API int ucm_store_namespace_register(ucm_store_t* store, const char* desc_json, uint8_t* ns_out) {
   return guarded("ucm_store_namespace_register", [&] {
     if (!store || !desc_json) return fail(UCM_E_INVALID, "ucm_store_namespace_register: store and desc_json must not be NULL");

@@ -55,6 +55,25 @@ NamespaceId NamespaceDesc::id() const {
   return out;
 }
 
+namespace {
+// extra.hash_seed_namespace (§7.1): InvalidArgument when present but not 32 hex digits,
+// NotFound when absent.
+Status extra_hash_seed(const std::string& extra_json, NamespaceId* out) {
+  auto e = nlohmann::json::parse(extra_json.empty() ? "{}" : extra_json, nullptr, false);
+  if (e.is_discarded() || !e.is_object() || !e.contains("hash_seed_namespace")) return Status::NotFound("no hash seed");
+  const auto& v = e["hash_seed_namespace"];
+  if (!v.is_string() || v.get<std::string>().size() != 32 || !parse_hex16(v.get<std::string>(), out).ok())
+    return Status::InvalidArgument("extra.hash_seed_namespace must be a namespace id of 32 hex digits, got " + v.dump());
+  return Status::OK();
+}
+}  // namespace
+
+NamespaceId NamespaceDesc::hash_seed() const {
+  NamespaceId seed{};
+  if (extra_hash_seed(extra_json, &seed).ok()) return seed;
+  return id();
+}
+
 std::string NamespaceDesc::display_name() const {
   if (!name.empty()) return name;
   return model_id + "/" + dtype_name(dtype) + "/b" + std::to_string(block_size) + "/" + to_hex(id()).substr(0, 8);
@@ -79,6 +98,11 @@ Status NamespaceDesc::validate() const {
   auto e = nlohmann::json::parse(extra_json.empty() ? "{}" : extra_json, nullptr, false);
   if (e.is_discarded() || !e.is_object())
     return Status::InvalidArgument("namespace " + model_id + ": extra must be a JSON object, got " + extra_json);
+  {
+    NamespaceId seed;
+    Status hs = extra_hash_seed(extra_json, &seed);
+    if (hs.code() == Code::kInvalidArgument) return Status::InvalidArgument("namespace " + model_id + ": " + hs.message());
+  }
   if (dtype != DType::kBF16 && dtype != DType::kFP16 && dtype != DType::kFP32)
     return Status::InvalidArgument("namespace " + model_id + ": bad dtype");
   return Status::OK();

@@ -128,6 +128,29 @@ TEST(CApi, RoundTrip) {
   EXPECT_NE(m.find("ucm_errors_total{code=\"NOT_FOUND\"} 1"), std::string::npos) << m;
 
   EXPECT_EQ(ucm_store_refresh(ro), UCM_OK);
+
+  // Hash seeds (store_v1.md §7.1): a native namespace seeds its chains with its own id; a
+  // converted one (extra.hash_seed_namespace) with its source's, so its hashes equal the source's.
+  uint8_t seed[16];
+  ASSERT_EQ(ucm_store_namespace_hash_seed(ro, ns, seed), UCM_OK) << ucm_last_error();
+  EXPECT_EQ(0, std::memcmp(seed, ns, 16));
+  static const char* hx = "0123456789abcdef";
+  std::string ns_hex;
+  for (uint8_t c : ns) ns_hex += std::string{hx[c >> 4], hx[c & 15]};
+  const std::string conv =
+      R"({"model_id":"capi-model","weights_digest":"ab","dtype":"bf16","block_size":4,"num_layers":2,)"
+      R"("num_kv_heads":2,"head_dim":4,"name":"capi-bf16","extra":{"hash_seed_namespace":")" + ns_hex + R"("}})";
+  uint8_t ns2[16];
+  ASSERT_EQ(ucm_store_namespace_register(st, conv.c_str(), ns2), UCM_OK) << ucm_last_error();
+  EXPECT_NE(0, std::memcmp(ns2, ns, 16));
+  ASSERT_EQ(ucm_store_namespace_hash_seed(ro, ns2, seed), UCM_OK) << ucm_last_error();  // refreshes once
+  EXPECT_EQ(0, std::memcmp(seed, ns, 16));
+  std::vector<uint8_t> conv_hashes(16 * 5);
+  ASSERT_EQ(ucm_hash_blocks(seed, nullptr, toks.data(), toks.size(), 4, conv_hashes.data(), 5, &nb), UCM_OK);
+  EXPECT_EQ(conv_hashes, hashes);
+  uint8_t nobody[16] = {9};
+  EXPECT_EQ(ucm_store_namespace_hash_seed(ro, nobody, seed), UCM_E_NOT_FOUND);
+  EXPECT_EQ(ucm_store_namespace_hash_seed(ro, nullptr, seed), UCM_E_INVALID);
   ucm_store_close(ro);
   ucm_store_close(st);
   fs::remove_all(p);

@@ -12,6 +12,7 @@
 
 #include "formats/store/records.h"
 #include "fptable.h"
+#include "index.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
 
@@ -106,6 +107,67 @@ TEST(Namespace, IdIsStableAndIgnoresName) {
   ASSERT_TRUE(NamespaceDesc::from_json(d.to_json(), &r).ok());
   EXPECT_EQ(r.id(), id);
   EXPECT_FALSE(NamespaceDesc::from_json(R"({"model_id":"x","num_layers":0,"num_kv_heads":1,"head_dim":1})", &r).ok());
+}
+
+TEST(Namespace, HashSeedIsTheSourceOfConvertedNamespaces) {
+  NamespaceDesc d;
+  d.model_id = "m";
+  d.num_layers = 2;
+  d.num_kv_heads = 1;
+  d.head_dim = 8;
+  EXPECT_EQ(d.hash_seed(), d.id());  // native namespace: its own id (store_v1.md §7.1)
+  NamespaceDesc c = d;
+  c.dtype = DType::kFP16;
+  c.extra_json = R"({"hash_seed_namespace":")" + to_hex(d.id()) + R"("})";
+  ASSERT_TRUE(c.validate().ok());
+  EXPECT_NE(c.id(), d.id());
+  EXPECT_EQ(c.hash_seed(), d.id());
+  EXPECT_EQ(root_hash(c.hash_seed()), root_hash(d.id()));
+  NamespaceDesc r;
+  ASSERT_TRUE(NamespaceDesc::from_json(c.to_json(), &r).ok());
+  EXPECT_EQ(r.hash_seed(), d.id());
+  for (const char* bad : {R"({"hash_seed_namespace":"abc"})", R"({"hash_seed_namespace":12})",
+                          R"({"hash_seed_namespace":"zz000000000000000000000000000000"})"}) {
+    c.extra_json = bad;
+    Status s = c.validate();
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("hash_seed_namespace"), std::string::npos) << s.message();
+  }
+}
+
+TEST(IndexBatch, MoveAndClear) {
+  const std::string dir = tmpdir("batch");
+  std::unique_ptr<Index> ix;
+  ASSERT_TRUE(Index::OpenPrimary(dir, true, &ix).ok());
+  NamespaceId ns = seq_ns();
+  fmt::BlockRecord r;
+  r.kv_file = 1;
+  r.kv_offset = 4096;
+  r.kv_length = 10;
+  BlockHash a{}, b{};
+  a[0] = 1;
+  b[0] = 2;
+  Index::Batch x;
+  x.put_block(ns, a, r);
+  EXPECT_FALSE(x.empty());
+  Index::Batch y(std::move(x));
+  EXPECT_TRUE(x.empty());  // NOLINT(bugprone-use-after-move): moved-from batches are empty and usable
+  EXPECT_FALSE(y.empty());
+  x.put_block(ns, b, r);
+  x.clear();
+  EXPECT_TRUE(x.empty());
+  ASSERT_TRUE(ix->write(x, true).ok());  // an empty batch commits nothing
+  Index::Batch z;
+  z = std::move(y);
+  EXPECT_TRUE(y.empty());
+  ASSERT_TRUE(ix->write(z, true).ok());
+  fmt::BlockRecord got;
+  EXPECT_TRUE(ix->get_block(ns, a, &got).ok());
+  EXPECT_EQ(got.kv_offset, 4096u);
+  EXPECT_EQ(ix->get_block(ns, b, &got).code(), Code::kNotFound);
+  EXPECT_EQ(ix->journal_seq(), 1u);
+  ix.reset();
+  fs::remove_all(dir);
 }
 
 TEST(Hex, RoundTripAndErrors) {

@@ -32,11 +32,17 @@ struct NamespaceDesc {
   std::string canonical_json() const;
   /// MD5(canonical_json()).
   NamespaceId id() const;
+  /// The namespace id that seeds this namespace's block hash chains (store_v1.md §7.1):
+  /// extra.hash_seed_namespace (32 hex digits; set by `ucm migrate --dtype` so converted blocks
+  /// keep their source's hashes) when present, else id(). Chains start at root_hash(hash_seed());
+  /// everything that hashes tokens for this namespace must use it, not id().
+  NamespaceId hash_seed() const;
   /// Name if set, else "<model_id>/<dtype>/b<block_size>/<first 8 hex of id>".
   std::string display_name() const;
   /// KV payload bytes of one block: L * 2 * T * H * D * dtype_size.
   uint64_t payload_bytes() const;
-  /// Checks ranges (nonzero dims, layout 1, known hash scheme, extra is a JSON object).
+  /// Checks ranges (nonzero dims, layout 1, known hash scheme, extra is a JSON object whose
+  /// "hash_seed_namespace", if present, is a string of 32 hex digits).
   Status validate() const;
   /// Full JSON including name.
   std::string to_json() const;

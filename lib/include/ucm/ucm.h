@@ -71,14 +71,24 @@ UCM_API int ucm_store_refresh(ucm_store_t* store);
  * needed (without NUL). UCM_E_INVALID if desc_cap is too small. */
 UCM_API int ucm_store_namespace_find(ucm_store_t* store, const char* name_or_id, uint8_t* ns_out,
                                      char* desc_json, size_t desc_cap, size_t* desc_len);
+/* The namespace id that seeds the block hash chains of namespace ns (store_v1.md §7.1) into
+ * seed_out[16]: the namespace's own id, or, for a namespace converted by `ucm migrate --dtype`,
+ * the id of the namespace whose block hashes its blocks keep (extra.hash_seed_namespace).
+ * Servers hash a sequence start with ucm_hash_blocks(seed_out, NULL, ...), never with ns itself:
+ * the two differ for converted namespaces, and hashes chained from ns would all miss.
+ * UCM_E_NOT_FOUND when ns is not registered (read-only handles refresh once first). */
+UCM_API int ucm_store_namespace_hash_seed(ucm_store_t* store, const uint8_t* ns, uint8_t* seed_out);
 /* Writer: registers a namespace from its descriptor JSON (store_v1.md §7). ns_out: [16]. */
 UCM_API int ucm_store_namespace_register(ucm_store_t* store, const char* desc_json, uint8_t* ns_out);
 /* A namespace attachment (e.g. "r4_projection") into buf[cap]; *len gets its size. */
 UCM_API int ucm_store_attachment_get(ucm_store_t* store, const uint8_t* ns, const char* name,
                                      void* buf, size_t cap, size_t* len);
 
-/* Chained block hashes (store_v1.md §4.1) of the full blocks of tokens[n_tokens].
- * parent: [16] hash to chain from, or NULL for a sequence start (root of ns).
+/* Chained block hashes (store_v1.md §4.1) of the full blocks of tokens[n_tokens]. Pure: it does
+ * not look at any store.
+ * ns: [16] the chain's hash seed (ucm_store_namespace_hash_seed: for most namespaces their own
+ * id, for converted ones the source's), used only when parent is NULL.
+ * parent: [16] hash to chain from, or NULL for a sequence start (root_hash(ns) = MD5("ucm.hash.v1" || ns)).
  * out_hashes: [max_blocks][16]. *n_blocks = floor(n_tokens / block_size) (UCM_E_INVALID when
  * that exceeds max_blocks, with *n_blocks set to the number needed). */
 UCM_API int ucm_hash_blocks(const uint8_t* ns, const uint8_t* parent, const uint32_t* tokens,
