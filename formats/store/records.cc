@@ -565,6 +565,32 @@ Status read_record(int fd, uint64_t offset, const RecordExpect& e, AlignedBuffer
 }
 
 // ---------------------------------------------------------------------------------------------
+std::string encode_attachment_payload(std::string_view name, const void* data, size_t len) {
+  const size_t prefix = (4 + name.size() + 7) / 8 * 8;
+  std::string out(prefix + len, '\0');
+  auto* p = reinterpret_cast<uint8_t*>(out.data());
+  put_le32(p, uint32_t(name.size()));
+  std::memcpy(p + 4, name.data(), name.size());
+  if (len) std::memcpy(p + prefix, data, len);
+  return out;
+}
+
+Status decode_attachment_payload(uint32_t flags, const uint8_t* payload, size_t len, const std::string& where,
+                                 std::string* name, size_t* data_offset) {
+  name->clear();
+  *data_offset = 0;
+  if (!(flags & kRecordFlagNamed)) return Status::OK();
+  if (len < 4) return Status::Corruption(where + ": attachment payload of " + std::to_string(len) + " bytes has no name prefix");
+  const uint64_t n = get_le32(payload);
+  const uint64_t prefix = (4 + n + 7) / 8 * 8;
+  if (prefix > len)
+    return Status::Corruption(where + ": attachment name of " + std::to_string(n) + " bytes runs past its " +
+                              std::to_string(len) + "-byte payload");
+  name->assign(reinterpret_cast<const char*>(payload + 4), size_t(n));
+  *data_offset = size_t(prefix);
+  return Status::OK();
+}
+
 void encode_record(RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces, uint8_t* dst) {
   constexpr size_t kChunk = 64 << 10;
   XXH3_state_t xs;

@@ -172,6 +172,20 @@ struct RecordHeader {
   uint32_t token_count = 0;
   uint64_t created_ms = 0;
 };
+/// Record header flag bit 0 (§3.2, NS_ATTACHMENT only): the payload starts with the attachment's
+/// name (§3.3). Records of writers before it have flags 0 and hold the bare data.
+inline constexpr uint32_t kRecordFlagNamed = 1;
+/// Longest attachment name (bytes of UTF-8) a writer accepts.
+inline constexpr size_t kMaxAttachmentName = 1024;
+/// An NS_ATTACHMENT payload (§3.3): u32 name_len || name || zero pad to a multiple of 8 || data.
+std::string encode_attachment_payload(std::string_view name, const void* data, size_t len);
+/// Splits the payload of an NS_ATTACHMENT record whose header has `flags`: with kRecordFlagNamed,
+/// *name = the name and *data_offset = where the data starts; without (older records), *name is
+/// empty and the whole payload is data (*data_offset = 0). Corruption (naming `where`) when the
+/// name prefix runs past the payload.
+Status decode_attachment_payload(uint32_t flags, const uint8_t* payload, size_t len, const std::string& where,
+                                 std::string* name, size_t* data_offset);
+
 /// Fills a whole 4096-byte page (zeros + fields + header checksum).
 void encode_record_header(const RecordHeader& h, uint8_t page[kPage]);
 /// Checks magic, record_version, header_size and header checksum. Corruption names `where`.

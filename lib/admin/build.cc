@@ -173,7 +173,18 @@ Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildRep
             for (auto& [name, v] : j["attachments"].items()) attachment_names.insert(name);
           break;
         }
-        case fmt::RecordType::kNsAttachment: keep(attach, bkey(h.ns, h.key), l); break;
+        case fmt::RecordType::kNsAttachment: {
+          // Named records (flag bit 0, store_v1.md §3.3) carry their name; older ones are only
+          // recovered when a NAMESPACE record or kKnownAttachments names them.
+          std::string name;
+          size_t data_off = 0;
+          if (fmt::decode_attachment_payload(h.flags, reinterpret_cast<const uint8_t*>(payload.data()), payload.size(),
+                                             fpath, &name, &data_off).ok() &&
+              !name.empty() && fmt::md5(name.data(), name.size()) == h.key)
+            attachment_names.insert(name);
+          keep(attach, bkey(h.ns, h.key), l);
+          break;
+        }
         case fmt::RecordType::kDocument: {
           json j = json::parse(payload, nullptr, false);
           if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) {

@@ -209,7 +209,18 @@ Status read_attachment(const std::string& store, const NamespaceId& ns, const st
   Status st = fmt::read_record(f, offset, ex, &buf, p);
   ::close(f);
   if (!st.ok()) return st;
-  out->assign(reinterpret_cast<const char*>(buf.data() + fmt::kPage), length);
+  // Named records start with their name (store_v1.md §3.3): return the data only.
+  fmt::RecordHeader h;
+  st = fmt::decode_record_header(buf.data(), p, &h);
+  if (!st.ok()) return st;
+  std::string stored;
+  size_t data_off = 0;
+  st = fmt::decode_attachment_payload(h.flags, buf.data() + fmt::kPage, length, p, &stored, &data_off);
+  if (!st.ok()) return st;
+  if ((h.flags & fmt::kRecordFlagNamed) && stored != name)
+    return Status::Corruption(p + " at offset " + std::to_string(offset) + ": attachment record holds \"" + stored +
+                              "\", the index says \"" + name + "\"");
+  out->assign(reinterpret_cast<const char*>(buf.data() + fmt::kPage + data_off), length - data_off);
   return Status::OK();
 }
 

@@ -899,14 +899,19 @@ Status StoreImpl::put_attachment(const NamespaceId& ns, const std::string& name,
   Status s = writer_only("put_attachment");
   if (!s.ok()) return s;
   if (name.empty()) return Status::InvalidArgument("attachment name is empty");
+  if (name.size() > fmt::kMaxAttachmentName)
+    return Status::InvalidArgument("attachment name of " + std::to_string(name.size()) + " bytes is longer than " +
+                                   std::to_string(fmt::kMaxAttachmentName) + "; use a shorter name");
+  if (len && !data) return Status::InvalidArgument("put_attachment: data is null with len > 0");
   std::string tmp;
   s = index_->get_namespace(ns, &tmp);
   if (!s.ok()) return s;
   fmt::RecordHeader h;
   h.type = fmt::RecordType::kNsAttachment;
+  h.flags = fmt::kRecordFlagNamed;  // the payload carries the name, so rebuild-index recovers it (§3.3)
   h.ns = ns;
   h.key = fmt::md5(name.data(), name.size());
-  std::string payload(static_cast<const char*>(data), len);
+  const std::string payload = fmt::encode_attachment_payload(name, data, len);
   uint32_t file = 0;
   uint64_t off = 0;
   return write_meta_record(&h, payload, &file, &off, [&](Index::Batch& b) {
@@ -914,7 +919,7 @@ Status StoreImpl::put_attachment(const NamespaceId& ns, const std::string& name,
     Status st = index_->get_namespace(ns, &cur);
     if (!st.ok()) return st;
     auto j = parse_obj(cur);
-    j["attachments"][name] = {file, off, uint64_t(len), h.payload_checksum};
+    j["attachments"][name] = {file, off, uint64_t(payload.size()), h.payload_checksum};
     b.put_namespace(ns, j.dump());
     return Status::OK();
   });
@@ -936,9 +941,22 @@ Status StoreImpl::get_attachment(const NamespaceId& ns, const std::string& name,
   e.payload_length = a[2].get<uint64_t>();
   e.payload_checksum = a[3].get<uint64_t>();
   fmt::AlignedBuffer buf;
-  s = read_verified(a[0].get<uint32_t>(), a[1].get<uint64_t>(), e, &buf);
+  const uint32_t file = a[0].get<uint32_t>();
+  const uint64_t off = a[1].get<uint64_t>();
+  s = read_verified(file, off, e, &buf);
   if (!s.ok()) return s;
-  data->assign(reinterpret_cast<const char*>(buf.data() + fmt::kPage), e.payload_length);
+  const std::string where = path_ + "/" + rel_data_name(file) + " at offset " + std::to_string(off);
+  fmt::RecordHeader h;
+  s = fmt::decode_record_header(buf.data(), where, &h);
+  if (!s.ok()) return s;
+  std::string stored;
+  size_t data_off = 0;
+  const uint8_t* p = buf.data() + fmt::kPage;
+  s = fmt::decode_attachment_payload(h.flags, p, e.payload_length, where, &stored, &data_off);
+  if (!s.ok()) return s;
+  if ((h.flags & fmt::kRecordFlagNamed) && stored != name)
+    return Status::Corruption(where + ": attachment record holds \"" + stored + "\", the index says \"" + name + "\"");
+  data->assign(reinterpret_cast<const char*>(p + data_off), e.payload_length - data_off);
   return Status::OK();
 }
 

@@ -436,6 +436,29 @@ TEST(StoreIO, DumpLookupLoadRoundTrip) {
   ASSERT_TRUE(s->get_attachment(ns, "r4_projection", &got).ok());
   EXPECT_EQ(got, att);
   EXPECT_EQ(s->get_attachment(ns, "nope", &got).code(), Code::kNotFound);
+  {
+    // The NS_ATTACHMENT record carries its name (store_v1.md §3.3), so a rebuild can recover it.
+    bool seen = false;
+    for (auto& e : fs::directory_iterator(fmt::data_dir(p))) {
+      std::unique_ptr<fmt::DataFileScanner> sc;
+      ASSERT_TRUE(fmt::DataFileScanner::Open(e.path().string(), &sc).ok());
+      fmt::ScannedRecord rec;
+      std::string pl;
+      while (sc->next(&rec, &pl)) {
+        if (rec.state != fmt::ScannedRecord::State::kValid || rec.header.type != fmt::RecordType::kNsAttachment) continue;
+        EXPECT_EQ(rec.header.flags, fmt::kRecordFlagNamed);
+        std::string name;
+        size_t off = 0;
+        ASSERT_TRUE(fmt::decode_attachment_payload(rec.header.flags, reinterpret_cast<const uint8_t*>(pl.data()),
+                                                   pl.size(), "t", &name, &off).ok());
+        EXPECT_EQ(name, "r4_projection");
+        EXPECT_EQ(off, 24u);  // 4 + 13 bytes, padded to 8
+        EXPECT_EQ(pl.substr(off), att);
+        seen = true;
+      }
+    }
+    EXPECT_TRUE(seen);
+  }
   DocumentEntry dg;
   ASSERT_TRUE(s->get_document(ns, doc.id, &dg).ok());
   EXPECT_EQ(dg.last_block, hs[7]);
