@@ -99,8 +99,22 @@ struct DocumentEntry {
 class Store {
  public:
   /// Opens (or with create_if_missing, creates) the store at `path`.
-  /// Errors: InvalidArgument (missing path, not a store), Version (newer format), Busy (another
-  /// writer; message names pid/host), Corruption (bad superblock), IOError.
+  ///
+  /// Creation (store_v1.md §1.1) happens only with create_if_missing (mode kReadWrite) and only
+  /// when `path` is missing, an empty directory, or the skeleton a killed creation left (no
+  /// superblock, only empty store directories / RocksDB files / LOCK). The store is built in a
+  /// sibling "<parent>/.<name>.creating-<pid>" and renamed onto `path`, so `path` holds a
+  /// complete store or nothing; on a mount point (which a rename cannot replace) it is built in
+  /// place, superblock last. If another process creates the store meanwhile, this opens it
+  /// instead (usually Busy: that creator holds the writer lock). Leftover siblings of dead
+  /// creators are removed. A superblock without index/CURRENT and without data files (creation
+  /// killed before the index existed) is finished by the next read-write open; read-only opens
+  /// refuse it until then. A non-empty directory without a superblock is never touched.
+  ///
+  /// Errors: InvalidArgument (missing path, not a store, create_if_missing with kReadOnly),
+  /// Version (newer format), Busy (another writer; message names pid/host), Corruption (bad
+  /// superblock; or a superblock and data files without an index: run `ucm build
+  /// --rebuild-index`), IOError, NoSpace.
   static Status Open(const std::string& path, const OpenOptions& opts, std::unique_ptr<Store>* out);
   virtual ~Store() = default;
 
@@ -115,7 +129,11 @@ class Store {
   virtual Status find_namespace(const std::string& name_or_id, NamespaceDesc* desc, NamespaceId* id) = 0;
   virtual std::vector<NamespaceDesc> namespaces() = 0;
   /// Writer: stores a named blob with the namespace (e.g. "r4_projection"). Replaces same name.
+  /// The record carries the name (store_v1.md §3.3), so `ucm build --rebuild-index` recovers it.
+  /// InvalidArgument: empty name or longer than 1024 bytes. NoSpace: see dump().
   virtual Status put_attachment(const NamespaceId& ns, const std::string& name, const void* data, size_t len) = 0;
+  /// The blob (without the record's name prefix), checksum-verified. NotFound: no such
+  /// attachment; Corruption: checksum or name mismatch.
   virtual Status get_attachment(const NamespaceId& ns, const std::string& name, std::string* data) = 0;
 
   // --- blocks
@@ -130,6 +148,19 @@ class Store {
   virtual std::shared_ptr<Task> load_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n,
                                           void* const* dst, const size_t* cap) = 0;
   /// Writer: dumps n blocks asynchronously. Durable (fsync'd data + synced index) when done.
+  /// Blocks already present (or repeated within the call) are no-ops with status OK.
+  ///
+  /// Free-space reserve (store_v1.md §3.4): before writing anything, the task's bytes B (record
+  /// sizes, 4096 + payload rounded up to 4096, per KV and repr record, plus one page for a
+  /// possible new data file) are checked against the file system's free space (statvfs, blocks
+  /// available to unprivileged users). It needs B + max(2B, min(64 MiB, file system size / 16))
+  /// free; otherwise the task fails at once with NoSpace for every block and nothing is written.
+  /// After a refusal, later dumps need as much free space as the refused one did (at most
+  /// min(64 MiB, size / 16) more than was free then) until space is freed. The reserve keeps the
+  /// index able to commit, flush and close. If a write still hits ENOSPC (another process filled
+  /// the disk), the whole task fails with NoSpace and none of its blocks is committed.
+  ///
+  /// The item payloads (kv, kv_pages, repr) must stay valid until the task is done.
   virtual std::shared_ptr<Task> dump(const NamespaceId& ns, const DumpItem* items, size_t n) = 0;
   virtual Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) = 0;
 
