@@ -170,7 +170,8 @@ std::string describe_diff(const NamespaceDesc& a, const NamespaceDesc& b) {
 class Runner {
  public:
   Runner(const PrecomputeOptions& o, const model::LlamaModel& m, const tok::Tokenizer& tk, Store* store,
-         const NamespaceId& ns, const std::vector<float>& proj, PrecomputeSummary* sum)
+         const NamespaceId& ns, const NamespaceId& hash_seed, const std::vector<float>& proj,
+         PrecomputeSummary* sum)
       : o_(o), m_(m), tk_(tk), store_(store), ns_(ns), sum_(sum) {
     const auto& c = m.config();
     L_ = c.num_hidden_layers;
@@ -178,7 +179,7 @@ class Runner {
     D_ = c.head_dim;
     bs_ = o.block_size;
     spec_ = ReprSpec{uint32_t(L_), uint32_t(H_), uint32_t(D_), bs_, o.hash_bits, o.dtype};
-    root_ = root_hash(ns);
+    root_ = root_hash(hash_seed);  // spec §7.1: chains start from the namespace's hash seed
     max_tokens_ = o.max_doc_tokens ? o.max_doc_tokens : uint64_t(c.max_position_embeddings);
     max_tokens_ = std::min<uint64_t>(max_tokens_, uint64_t(c.max_position_embeddings));
     max_tokens_ -= max_tokens_ % bs_;
@@ -790,7 +791,7 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
 
   const uint64_t total = (o.progress || ::isatty(STDERR_FILENO)) ? count_documents(so) : 0;
   SignalScope sig(o.handle_signals);
-  Runner r(o, *m, *tk, store.get(), ns, proj, sum);
+  Runner r(o, *m, *tk, store.get(), ns, desc.hash_seed(), proj, sum);
   st = r.run(src.get(), o.limit ? std::min<uint64_t>(o.limit, total) : total);
   sum->prefill_seconds = r.prefill_seconds();
   return st;
