@@ -37,6 +37,7 @@ def load_lib(path):
         "ucm_store_refresh": (C.c_int, [C.c_void_p]),
         "ucm_store_namespace_register": (C.c_int, [C.c_void_p, C.c_char_p, u8p]),
         "ucm_store_namespace_find": (C.c_int, [C.c_void_p, C.c_char_p, u8p, C.c_char_p, C.c_size_t, szp]),
+        "ucm_store_namespace_hash_seed": (C.c_int, [C.c_void_p, u8p, u8p]),
         "ucm_hash_blocks": (C.c_int, [u8p, u8p, C.POINTER(C.c_uint32), C.c_size_t, C.c_uint32, u8p, C.c_size_t, szp]),
         "ucm_store_lookup": (C.c_int, [C.c_void_p, u8p, u8p, C.c_size_t, u8p, szp]),
         "ucm_store_load": (C.c_int, [C.c_void_p, u8p, u8p, C.c_size_t, C.c_int, C.POINTER(C.c_void_p),
@@ -117,6 +118,14 @@ def main():
         found = (C.c_uint8 * 16)()
         check(lib, lib.ucm_store_namespace_find(r, b"py", found, None, 0, None), "find")
         assert bytes(found) == bytes(ns)
+        # A server chains from the namespace's hash seed (spec §7.1); for a namespace that was not
+        # dtype-converted it is the namespace id, so the chain equals the writer's.
+        seed = (C.c_uint8 * 16)()
+        check(lib, lib.ucm_store_namespace_hash_seed(r, found, seed), "hash seed")
+        assert bytes(seed) == bytes(ns)
+        again = (C.c_uint8 * (16 * 3))()
+        check(lib, lib.ucm_hash_blocks(seed, None, toks, len(tokens), T, again, 3, C.byref(nb)), "rehash")
+        assert bytes(again) == bytes(hashes)
         present = (C.c_uint8 * 3)()
         prefix = C.c_size_t()
         check(lib, lib.ucm_store_lookup(r, ns, hashes, 3, present, C.byref(prefix)), "lookup")
