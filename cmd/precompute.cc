@@ -1,6 +1,7 @@
 // cmd/precompute.cc: `ucm precompute` parses arguments and calls ucm::precompute::run_precompute.
 #include "precompute.h"
 
+#include <csignal>
 #include <memory>
 #include <string>
 
@@ -68,6 +69,10 @@ void run(const PrecomputeArgs& a) {
   Status st = run_precompute(o, Resources{}, &sum);
   // The summary is printed even after an error: what was committed stays committed.
   finish("precompute", a.common, st, sum, st.ok() || sum.documents > 0);
+  // Stopped by SIGINT/SIGTERM after a clean finish of the in-flight batches: the summary is printed
+  // ("interrupted": true) and the exit status is the shell's 128 + signal (130, 143), so scripts see
+  // that the run is incomplete (re-run with --resume).
+  if (sum.interrupted) throw CLI::RuntimeError(128 + (sum.signal > 0 ? sum.signal : SIGINT));
 }
 
 }  // namespace

@@ -48,7 +48,9 @@ uint64_t now_ms() {
 
 // ---- signals: the first SIGINT/SIGTERM stops reading; a second one kills (default action).
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
   g_stop.store(true);
   ::signal(sig, SIG_DFL);
 }
@@ -56,6 +58,7 @@ class SignalScope {
  public:
   explicit SignalScope(bool enable) : enabled_(enable) {
     g_stop.store(false);
+    g_stop_signal.store(0);
     if (!enabled_) return;
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
@@ -215,6 +218,7 @@ class Runner {
     }
     if (!src_error_.ok() && st.ok()) st = src_error_;
     sum_->interrupted = g_stop.load();
+    sum_->signal = g_stop_signal.load();
     sum_->seconds = secs_since(t0_);
     sum_->tokens_per_second = sum_->seconds > 0 ? double(sum_->tokens) / sum_->seconds : 0;
     if (show_progress_) {
@@ -226,7 +230,13 @@ class Runner {
 
  private:
   // ---- stage 1: read, template, tokenize, truncate, pack (serial)
+  // After a stop signal no batch enters the pipeline, not even one already packed: only batches
+  // being prefilled or processed finish (they are dumped and registered).
   BatchPtr next_batch(tbb::flow_control& fc) {
+    if (g_stop.load()) {
+      fc.stop();
+      return nullptr;
+    }
     while (ready_.empty()) {
       if (eof_ || g_stop.load()) {
         fc.stop();
@@ -347,7 +357,7 @@ class Runner {
 
   // ---- stage 2: prefill (serial)
   BatchPtr prefill(BatchPtr b) {
-    if (!b) return b;
+    if (!b || g_stop.load()) return nullptr;  // stopped: drop batches not prefilled yet
     const int64_t B = int64_t(b->docs.size()), T = b->T;
     auto tokens = torch::zeros({B, T}, torch::kInt64);
     auto lengths = torch::empty({B}, torch::kInt64);
@@ -685,6 +695,7 @@ std::string PrecomputeSummary::to_json() const {
   j["prefill_seconds"] = prefill_seconds;
   j["tokens_per_second"] = tokens_per_second;
   j["interrupted"] = interrupted;
+  j["signal"] = signal;
   j["namespace"] = namespace_name;
   j["namespace_id"] = namespace_id;
   return j.dump();
@@ -704,7 +715,9 @@ std::string PrecomputeSummary::to_text() const {
   std::snprintf(buf, sizeof buf, "tokens %llu in %.1f s (%.0f tokens/s; prefill %.1f s)\n",
                 (unsigned long long)tokens, seconds, tokens_per_second, prefill_seconds);
   s << buf;
-  if (interrupted) s << "interrupted: re-run with --resume to continue\n";
+  if (interrupted)
+    s << "interrupted" << (signal ? " by signal " + std::to_string(signal) : std::string())
+      << ": re-run with --resume to continue\n";
   return s.str();
 }
 

@@ -77,6 +77,7 @@ struct PrecomputeSummary {
   double prefill_seconds = 0;    ///< time spent inside LlamaModel::forward
   double tokens_per_second = 0;
   bool interrupted = false;      ///< stopped by SIGINT/SIGTERM
+  int signal = 0;                ///< the signal that stopped the run (2 SIGINT, 15 SIGTERM), 0 = none
   std::string namespace_name, namespace_id;
   std::string to_json() const;
   std::string to_text() const;
