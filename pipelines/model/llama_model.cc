@@ -339,7 +339,10 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
   for (const auto& L : layers_) {
     auto h = rms_norm(x, L.ln1, eps);
     auto qkv = L.bqkv.defined() ? torch::addmm(L.bqkv, h, L.wqkv.t()) : torch::mm(h, L.wqkv.t());
-    auto q = apply_rope(qkv.narrow(1, 0, nh * hd).view({B, T, nh, hd}), cos, sin);
+    // The softmax scale is applied to q (B*T*nh*hd values) rather than to the score blocks
+    // (B*nh*T*T/2): one pass less over the scores; 1/sqrt(hd) is a power of two for hd = 64, 256
+    // (bit-identical to scaling the scores), otherwise it differs by fp32 rounding only.
+    auto q = apply_rope(qkv.narrow(1, 0, nh * hd).view({B, T, nh, hd}), cos, sin).mul_(scale);
     auto k = apply_rope(qkv.narrow(1, nh * hd, nkv * hd).view({B, T, nkv, hd}), cos, sin);
     auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).reshape({B, T, nkv, hd}).contiguous();
 
@@ -352,12 +355,17 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
       const int64_t n = std::min(chunk, T - s), e = s + n;
       auto qc = qh.narrow(3, s, n).reshape({B, nkv, G * n, hd});
       auto sc = torch::matmul(qc, kt.narrow(3, 0, e));  // [B, nkv, G*n, e]
-      sc.mul_(scale);
       auto qi = pos.narrow(0, s, n).unsqueeze(1);  // [n, 1]
-      auto kj = pos.narrow(0, 0, e).unsqueeze(0);  // [1, e]
-      auto mask = kj > qi;
-      if (c.sliding_window) mask = mask.logical_or(qi - kj >= *c.sliding_window);
-      sc.view({B, nkv, G, n, e}).masked_fill_(mask, -std::numeric_limits<float>::infinity());
+      if (c.sliding_window) {
+        auto kj = pos.narrow(0, 0, e).unsqueeze(0);  // [1, e]
+        auto mask = (kj > qi).logical_or(qi - kj >= *c.sliding_window);
+        sc.view({B, nkv, G, n, e}).masked_fill_(mask, -std::numeric_limits<float>::infinity());
+      } else {
+        // Causal: keys [0, s) are visible to every query of the chunk; only the diagonal n x n
+        // block [s, e) needs the mask.
+        auto kj = pos.narrow(0, s, n).unsqueeze(0);  // [1, n]
+        sc.view({B, nkv, G, n, e}).narrow(4, s, n).masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
+      }
       auto p = sc.softmax(-1);
       auto o = torch::matmul(p, vh.narrow(2, 0, e));  // [B, nkv, G*n, hd]
       attn.narrow(1, s, n).copy_(o.view({B, nkv, G, n, hd}).permute({0, 3, 1, 2, 4}));

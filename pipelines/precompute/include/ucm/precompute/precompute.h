@@ -100,15 +100,19 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
 /// `ucm bench precompute`: bare prefill vs full precompute on the same batches.
 struct BenchResult {
   uint64_t documents = 0, tokens = 0, batches = 0;
-  double prefill_seconds = 0, prefill_tokens_per_second = 0;
+  double prefill_seconds = 0;         ///< mean of the bare-prefill runs before and after precompute
+  double prefill_seconds_before = 0, prefill_seconds_after = 0;
+  double prefill_tokens_per_second = 0;  ///< tokens / prefill_seconds
   double precompute_seconds = 0, precompute_tokens_per_second = 0;
+  double precompute_prefill_seconds = 0;  ///< time inside LlamaModel::forward during the precompute
   double ratio = 0;  ///< precompute / prefill throughput (target >= 0.9)
   std::string to_json() const;
   std::string to_text() const;
 };
 /// Reads the first `docs` documents of `o.corpus`, times LlamaModel::forward alone on the batches
 /// precompute would build, then a full precompute of the same documents into a fresh temporary
-/// store (deleted afterwards; o.store is ignored).
+/// store (deleted afterwards; o.store is ignored), then the bare forward again; the prefill rate
+/// is over the mean of the two bare runs.
 Status bench_precompute(const PrecomputeOptions& o, uint64_t docs, BenchResult* out);
 
 }  // namespace ucm::precompute
