@@ -10,42 +10,15 @@
 #include <sstream>
 #include <system_error>
 
+#include "ucm/tok/tokenizer.hpp"
+
 namespace ucm::corpus {
 
 namespace fs = std::filesystem;
 
 std::optional<std::size_t> find_invalid_utf8(std::string_view s) noexcept {
-  std::size_t i = 0;
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  while (i < s.size()) {
-    const unsigned char c = b(i);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t need;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      need = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      need = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      need = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    for (std::size_t k = 1; k <= need; ++k) {
-      if (i + k >= s.size() || b(i + k) < lo || b(i + k) > hi) return i;
-      lo = 0x80;
-      hi = 0xBF;
-    }
-    i += need + 1;
-  }
-  return std::nullopt;
+  // One validator for the whole pipeline: the tokenizer's (RFC 3629, ASCII fast path).
+  return ucm::tok::find_invalid_utf8(s);
 }
 
 namespace {
