@@ -311,8 +311,22 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
         cur += blocks[i].r.bytes();
         order.push_back(i);
       }
+    // Recency of a block for eviction = the newest access in its subtree: using a block means
+    // its whole prefix was used, so a parent is never older than its children and, with ties
+    // broken deepest first, chain tails go first.
+    std::vector<uint64_t> recency(blocks.size());
+    for (size_t i = 0; i < blocks.size(); ++i) recency[i] = blocks[i].access;
+    {
+      std::vector<size_t> by_depth = order;
+      std::sort(by_depth.begin(), by_depth.end(),
+                [&](size_t a, size_t b) { return blocks[a].depth > blocks[b].depth; });
+      for (size_t i : by_depth) {
+        auto p = by_key.find(bkey(blocks[i].ns, blocks[i].r.parent));
+        if (p != by_key.end()) recency[p->second] = std::max(recency[p->second], recency[i]);
+      }
+    }
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      if (blocks[a].access != blocks[b].access) return blocks[a].access < blocks[b].access;
+      if (recency[a] != recency[b]) return recency[a] < recency[b];
       if (blocks[a].depth != blocks[b].depth) return blocks[a].depth > blocks[b].depth;
       return a < b;
     });
