@@ -27,17 +27,23 @@ void print_text(const std::string& s) {
   std::fflush(stdout);
 }
 
-void print_error(const std::string& cmd, const CommonFlags& f, const Status& st, bool json_out) {
-  (void)f;
+std::string error_json(const Status& st) {
+  nlohmann::ordered_json j = {{"code", code_name(st.code())},
+                              {"message", st.message()},
+                              {"exit_code", admin::exit_code(st)}};
+  return j.dump();
+}
+
+void print_error(const std::string& cmd, const Status& st) {
   std::fprintf(stderr, "ucm %s: %s\n", cmd.c_str(), st.ToString().c_str());
   std::fflush(stderr);
-  if (json_out) {
-    nlohmann::ordered_json j;
-    j["error"] = {{"code", code_name(st.code())},
-                  {"message", st.message()},
-                  {"exit_code", admin::exit_code(st)}};
-    print_text(j.dump(2) + "\n");
-  }
+}
+
+void print_json(const std::string& report_json, const Status& st) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  if (!report_json.empty()) j = nlohmann::ordered_json::parse(report_json);
+  if (!st.ok()) j["error"] = nlohmann::ordered_json::parse(error_json(st));
+  print_text(j.dump(2) + "\n");
 }
 
 }  // namespace ucm::cli

@@ -22,22 +22,35 @@ void add_common_flags(CLI::App* sub, CommonFlags* f);
 /// --progress was not given. Never writes to stdout.
 admin::ProgressFn make_progress(const std::string& cmd, const CommonFlags& f);
 
-/// Prints `report` (JSON or text) on stdout when `print_report`; prints the error (if any) on
-/// stderr as "ucm <cmd>: <CODE>: <message>" (with --json also as {"error": {...}} on stdout when
-/// the report is not printed). Throws CLI::RuntimeError(exit_code(st)) when st is not OK.
+/// Prints the outcome of a subcommand and throws CLI::RuntimeError(exit_code(st)) when st is not OK.
+///
+/// Text mode: `report` as text on stdout when `print_report`; an error goes to stderr as
+/// "ucm <cmd>: <CODE>: <message>".
+/// --json: stdout carries exactly one JSON object, whatever the outcome: the report, the report
+/// with an "error" member ({"code", "message", "exit_code"}) when a partial report is printed
+/// after an error, or {"error": {...}} alone. The error is also written to stderr.
 template <class Report>
 void finish(const std::string& cmd, const CommonFlags& f, const Status& st, const Report& report,
             bool print_report);
 
-void print_error(const std::string& cmd, const CommonFlags& f, const Status& st, bool json_out);
+/// The {"code", "message", "exit_code"} object of `st` as JSON text.
+std::string error_json(const Status& st);
+/// Prints `st` on stderr as "ucm <cmd>: <CODE>: <message>".
+void print_error(const std::string& cmd, const Status& st);
+/// --json: prints `report_json` (or {} when empty) with an "error" member for `st` added when
+/// st is not OK, as one JSON object on stdout.
+void print_json(const std::string& report_json, const Status& st);
 void print_text(const std::string& s);
 
 template <class Report>
 void finish(const std::string& cmd, const CommonFlags& f, const Status& st, const Report& report,
             bool print_report) {
-  if (print_report) print_text(f.json ? report.to_json() + "\n" : report.to_text());
+  if (f.json)
+    print_json(print_report ? report.to_json() : std::string(), st);
+  else if (print_report)
+    print_text(report.to_text());
   if (!st.ok()) {
-    print_error(cmd, f, st, f.json && !print_report);
+    print_error(cmd, st);
     throw CLI::RuntimeError(admin::exit_code(st));
   }
 }

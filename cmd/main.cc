@@ -2,8 +2,16 @@
 // subcom_in_files pattern) and is registered by one line in kSubcommands below.
 #include <CLI/CLI.hpp>
 
+#include <nlohmann/json.hpp>
+#include <spdlog/cfg/env.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
+#include <cstring>
 #include <string>
+
+#include "common.h"
 
 #include "build.h"
 #include "formats/store/records.h"
@@ -75,9 +83,20 @@ std::string version_text() {
   return s;
 }
 
+bool wants_json(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--json") == 0) return true;
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // stdout carries only reports (text, or one JSON object with --json); every message of the
+  // tools and the library goes to stderr. SPDLOG_LEVEL=debug (etc.) changes the level.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("ucm"));
+  spdlog::cfg::load_env_levels();
+  const bool json = wants_json(argc, argv);
   CLI::App app{"ucm: a durable, indexed, checksummed store for LLM KV caches", "ucm"};
   app.footer(kFooter);
   app.require_subcommand(0, 1);
@@ -93,10 +112,11 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(e.name, desc);
     sub->allow_extras();
     std::string name = e.name, missing = e.missing;
-    sub->callback([name, missing] {
-      std::fprintf(stderr,
-                   "ucm %s: this ucm was built without it (%s); rebuild ucm with that support\n",
-                   name.c_str(), missing.c_str());
+    sub->callback([name, missing, json] {
+      const ucm::Status st = ucm::Status::NotSupported("this ucm was built without it (" + missing +
+                                                       "); rebuild ucm with that support");
+      if (json) ucm::cli::print_json("", st);
+      ucm::cli::print_error(name, st);
       throw CLI::RuntimeError(ucm::admin::kExitError);
     });
   }
@@ -109,6 +129,12 @@ int main(int argc, char** argv) {
     return app.exit(e);  // --help
   } catch (const CLI::ParseError& e) {
     app.exit(e);
+    if (json) {
+      // A usage error still gives one JSON object on stdout; its exit_code is the process's.
+      nlohmann::ordered_json j;
+      j["error"] = {{"code", "USAGE"}, {"message", e.what()}, {"exit_code", ucm::admin::kExitUsage}};
+      ucm::cli::print_text(j.dump(2) + "\n");
+    }
     return ucm::admin::kExitUsage;
   }
   if (show_version) {

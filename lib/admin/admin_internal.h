@@ -10,6 +10,7 @@
 
 #include "formats/store/records.h"
 #include "lib/src/index.h"
+#include "lib/src/index_open.h"
 #include "ucm/admin.h"
 #include "ucm/namespace.h"
 #include "ucm/status.h"
@@ -42,23 +43,20 @@ NamespaceId hash_seed_namespace(const NamespaceDesc& desc, const NamespaceId& id
 /// root_hash(hash_seed_namespace(desc, id)): the parent of the first block of every chain.
 BlockHash chain_root(const NamespaceDesc& desc, const NamespaceId& id);
 
-/// A read-only view of a store's index: a RocksDB secondary in STORE/readers/<host>-<pid>-<n>,
-/// removed on destruction. Checks the superblock first (Version / Corruption / not a store).
-class ReaderIndex {
+/// The superblock (checked first: Version / Corruption / not a store), then a read-only view of
+/// the index (ucm::ReaderIndex, lib/src/index_open.h: needs no write access to the store).
+class ReaderView {
  public:
-  static Status Open(const std::string& store, std::unique_ptr<ReaderIndex>* out);
-  ~ReaderIndex();
-  Index& index() { return *idx_; }
+  static Status Open(const std::string& store, std::unique_ptr<ReaderView>* out);
+  Index& index() { return ri_->index(); }
   const fmt::Superblock& superblock() const { return sb_; }
 
  private:
-  ReaderIndex() = default;
-  std::unique_ptr<Index> idx_;
-  std::string secondary_dir_;
   fmt::Superblock sb_;
+  std::unique_ptr<ReaderIndex> ri_;
 };
 
-/// The writer side: superblock check, WriterLock, primary index.
+/// The writer side: superblock check, WriterLock, primary index (which must exist).
 struct WriterIndex {
   fmt::Superblock sb;
   std::unique_ptr<fmt::WriterLock> lock;

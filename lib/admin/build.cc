@@ -8,6 +8,7 @@
 #include <set>
 
 #include "admin_internal.h"
+#include "lib/src/document.h"
 #include "ucm/store.h"
 
 namespace ucm::admin {
@@ -305,6 +306,21 @@ Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildRep
   for (auto& [key, d] : docs) {
     if (!descs.count(key.first)) {
       ++rep->unknown_namespace_records;
+      continue;
+    }
+    // Only complete documents are registered (store_v1.md §5.6): every block from the last back
+    // to the first must have been recovered (a DOCUMENT record outlives blocks gc removed).
+    DocumentEntry de;
+    bool complete = document_from_json(d.json, &de).ok() && de.blocks > 0;
+    BlockHash h = de.last_block;
+    for (uint32_t k = 0; complete && k < de.blocks; ++k) {
+      auto it = kv.find(bkey(key.first, h));
+      if (it == kv.end()) complete = false;
+      else if (k + 1 == de.blocks) complete = h == de.first_block;
+      else h = it->second.parent;
+    }
+    if (!complete) {
+      ++rep->incomplete_documents;
       continue;
     }
     bp->put_doc(key.first, key.second, d.json);

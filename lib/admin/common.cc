@@ -69,47 +69,27 @@ BlockHash chain_root(const NamespaceDesc& desc, const NamespaceId& id) {
   return root_hash(hash_seed_namespace(desc, id));
 }
 
-// ------------------------------------------------------------------------------- ReaderIndex
-Status ReaderIndex::Open(const std::string& store, std::unique_ptr<ReaderIndex>* out) {
-  std::unique_ptr<ReaderIndex> r(new ReaderIndex());
+// -------------------------------------------------------------------------------- ReaderView
+Status ReaderView::Open(const std::string& store, std::unique_ptr<ReaderView>* out) {
+  std::unique_ptr<ReaderView> r(new ReaderView());
   Status st = fmt::read_superblock(store, &r->sb_);
   if (!st.ok()) return st;
-  static std::atomic<uint64_t> counter{0};
-  r->secondary_dir_ = fmt::readers_dir(store) + "/" + fmt::host_name() + "-" +
-                      std::to_string(::getpid()) + "-admin" + std::to_string(fmt::now_ms()) +
-                      "." + std::to_string(counter++);
-  st = fmt::make_dirs(r->secondary_dir_);
+  st = ReaderIndex::Open(store, "", "admin", &r->ri_);
   if (!st.ok()) return st;
-  st = Index::OpenSecondary(fmt::index_dir(store), r->secondary_dir_, &r->idx_);
-  if (!st.ok()) {
-    std::error_code ec;
-    fs::remove_all(r->secondary_dir_, ec);
-    return Status(st.code(), "cannot open the index of " + store + " read-only: " + st.message() +
-                                 " (if index/ is lost or damaged, run `ucm build " + store +
-                                 " --rebuild-index`)");
-  }
-  r->idx_->try_catch_up();
   *out = std::move(r);
   return Status::OK();
-}
-
-ReaderIndex::~ReaderIndex() {
-  idx_.reset();
-  std::error_code ec;
-  if (!secondary_dir_.empty()) fs::remove_all(secondary_dir_, ec);
 }
 
 Status WriterIndex::Open(const std::string& store, std::unique_ptr<WriterIndex>* out) {
   auto w = std::make_unique<WriterIndex>();
   Status st = fmt::read_superblock(store, &w->sb);
   if (!st.ok()) return st;
+  st = require_index(store);  // before the lock: nothing is created for a store without an index
+  if (!st.ok()) return st;
   st = fmt::WriterLock::Acquire(store, &w->lock);
   if (!st.ok()) return st;
-  st = Index::OpenPrimary(fmt::index_dir(store), false, &w->idx);
-  if (!st.ok())
-    return Status(st.code(), "cannot open the index of " + store + ": " + st.message() +
-                                 " (if index/ is lost or damaged, run `ucm build " + store +
-                                 " --rebuild-index`)");
+  st = open_writer_index(store, &w->idx);
+  if (!st.ok()) return st;
   *out = std::move(w);
   return Status::OK();
 }

@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "admin_internal.h"
+#include "lib/src/document.h"
 
 namespace ucm::admin {
 
@@ -103,7 +104,46 @@ Status trim_journal(Index& idx, uint64_t keep, bool dry, uint64_t* n) {
   return Status::OK();
 }
 
-bool pid_alive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH); }
+/// The document registry holds only complete documents (store_v1.md §5.6): an entry whose chain,
+/// walked from its last block back through the parents to its first block, meets a block that
+/// is absent or removed by this run is deleted (dry run: only counted). Every document of every
+/// namespace is checked, so entries left stale by an older ucm are repaired too.
+Status drop_incomplete_documents(Index& idx, const std::vector<NsInfo>& nss, const std::vector<Blk>& blocks,
+                                 const std::unordered_map<std::string, size_t>& by_key, bool dry,
+                                 GcReport* rep) {
+  Batcher bt(idx);
+  Status st;
+  for (const auto& n : nss) {
+    std::vector<std::string> drop;
+    Status s = idx.for_each_doc(n.id, [&](const std::string& id, const std::string& js) {
+      DocumentEntry d;
+      bool complete = document_from_json(js, &d).ok() && d.blocks > 0;
+      BlockHash h = d.last_block;
+      for (uint32_t k = 0; complete && k < d.blocks; ++k) {
+        auto it = by_key.find(bkey(n.id, h));
+        if (it == by_key.end() || blocks[it->second].removed()) {
+          complete = false;
+        } else if (k + 1 == d.blocks) {
+          complete = h == d.first_block;
+        } else {
+          h = blocks[it->second].r.parent;
+        }
+      }
+      if (!complete) drop.push_back(id);
+      return true;
+    });
+    if (!s.ok()) return s;
+    for (const auto& id : drop) {
+      ++rep->documents_removed;
+      if (rep->documents_removed_ids.size() < 1000) rep->documents_removed_ids.push_back(to_hex(n.id) + ":" + id);
+      if (dry) continue;
+      bt.b().delete_doc(n.id, id);
+      st = bt.op();
+      if (!st.ok()) return st;
+    }
+  }
+  return bt.flush();
+}
 
 }  // namespace
 
@@ -351,6 +391,8 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
     rep->blocks_after = rep->blocks_before - removed_blocks;
     rep->bytes_after = rep->bytes_before - removed_bytes;
     close_logs();
+    st = drop_incomplete_documents(idx, nss, blocks, by_key, true, rep);
+    if (!st.ok()) return st;
     return trim_journal(idx, opts.journal_keep, true, &rep->journal_trimmed);
   }
 
@@ -390,6 +432,9 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
   }
   close_logs();
   fmt::fsync_dir(fmt::access_dir(path));
+  // The registry follows the removals at once, so that no entry outlives its blocks.
+  st = drop_incomplete_documents(idx, nss, blocks, by_key, false, rep);
+  if (!st.ok()) return st;
 
   // 9. Dead space from the files' sizes on disk. A dump killed after writing its records but
   // before its index commit leaves them past the file record's `size` (every commit sets `size`
@@ -648,6 +693,10 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
     rep->files_compacted = to_retire.size() - retired_without_copy;
   }
 
+  // Compaction may have found more corrupt blocks: their documents go too.
+  st = drop_incomplete_documents(idx, nss, blocks, by_key, false, rep);
+  if (!st.ok()) return st;
+
   // 10. Unlink retired files past the grace period.
   {
     Batcher bt(idx);
@@ -711,19 +760,7 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
   // and only writers use tmp/; moved-aside broken indexes are kept for the operator).
   {
     std::error_code ec;
-    const std::string host = fmt::host_name();
-    for (const auto& e : fs::directory_iterator(fmt::readers_dir(path), ec)) {
-      std::string name = e.path().filename().string();
-      size_t b = name.rfind('-');
-      if (b == std::string::npos || b == 0) continue;
-      size_t a = name.rfind('-', b - 1);
-      if (a == std::string::npos) continue;
-      if (name.substr(0, a) != host) continue;
-      long pid = std::strtol(name.substr(a + 1, b - a - 1).c_str(), nullptr, 10);
-      if (pid <= 0 || pid_alive(pid)) continue;
-      std::error_code ec2;
-      if (fs::remove_all(e.path(), ec2) > 0) ++rep->stale_dirs_removed;
-    }
+    rep->stale_dirs_removed += remove_stale_reader_dirs(fmt::readers_dir(path));
     for (const auto& e : fs::directory_iterator(fmt::tmp_dir(path), ec)) {
       if (e.path().filename().string().rfind("index.broken-", 0) == 0) continue;
       std::error_code ec2;

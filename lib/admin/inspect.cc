@@ -37,8 +37,8 @@ Status inspect(const std::string& path, const InspectOptions& opts, InspectRepor
                                      "' is not a block hash: expected exactly 32 hex digits "
                                      "(as printed by `ucm inspect --docs` or the library)");
   }
-  std::unique_ptr<ReaderIndex> ri;
-  Status st = ReaderIndex::Open(path, &ri);
+  std::unique_ptr<ReaderView> ri;
+  Status st = ReaderView::Open(path, &ri);
   if (!st.ok()) return st;
   Index& idx = ri->index();
   rep->format_version = ri->superblock().format_version;

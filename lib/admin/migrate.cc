@@ -56,8 +56,8 @@ Status migrate(const std::string& src, const std::string& dst, const MigrateOpti
       return Status::InvalidArgument("--dtype '" + opts.dtype + "': expected bf16 or fp16");
   }
 
-  std::unique_ptr<ReaderIndex> ri;
-  Status st = ReaderIndex::Open(src, &ri);
+  std::unique_ptr<ReaderView> ri;
+  Status st = ReaderView::Open(src, &ri);
   if (!st.ok()) return st;
   Index& sidx = ri->index();
   std::vector<NsInfo> nss;

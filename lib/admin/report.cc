@@ -65,6 +65,7 @@ std::string BuildReport::to_json() const {
     j["torn_bytes"] = torn_bytes;
     j["namespaces"] = namespaces;
     j["documents"] = documents;
+    j["incomplete_documents"] = incomplete_documents;
     j["unknown_namespace_records"] = unknown_namespace_records;
   }
   return j.dump(2);
@@ -76,7 +77,8 @@ std::string BuildReport::to_text() const {
   if (rebuilt) {
     if (!moved_index_to.empty()) o << "old index moved to " << moved_index_to << "\n";
     o << "scanned " << files_scanned << " data files: " << blocks_indexed << " blocks, "
-      << namespaces << " namespaces, " << documents << " documents indexed; " << corrupt_records
+      << namespaces << " namespaces, " << documents << " documents indexed (" << incomplete_documents
+      << " incomplete left out); " << corrupt_records
       << " corrupt records skipped, " << duplicate_records << " duplicates, " << torn_bytes
       << " torn tail bytes, " << unknown_namespace_records
       << " records of unknown namespaces\n";
@@ -219,6 +221,8 @@ std::string GcReport::to_json() const {
   j["access_logs_deleted"] = access_logs_deleted;
   j["stale_dirs_removed"] = stale_dirs_removed;
   j["journal_trimmed"] = journal_trimmed;
+  j["documents_removed"] = documents_removed;
+  j["documents_removed_ids"] = documents_removed_ids;
   j["blocks_after"] = blocks_after;
   j["bytes_after"] = bytes_after;
   if (dry_run) j["would_evict"] = would_evict;
@@ -234,6 +238,10 @@ std::string GcReport::to_text() const {
     << " as descendants of evicted blocks, " << unreferenced_removed << " unreferenced)\n";
   o << (dry_run ? "would remove     " : "removed          ") << orphans_removed << " orphans, "
     << corrupt_removed << " corrupt blocks\n";
+  o << (dry_run ? "would unregister " : "unregistered     ") << documents_removed
+    << " documents that lost blocks (precompute --resume computes them again)\n";
+  for (size_t i = 0; i < documents_removed_ids.size() && i < 20; ++i)
+    o << "  document " << documents_removed_ids[i] << "\n";
   o << "data files       " << files_compacted << " compacted, " << files_retired << " retired, "
     << files_deleted << " deleted, " << unreferenced_files_deleted
     << " unreferenced deleted, " << tails_truncated << " unindexed tails truncated ("

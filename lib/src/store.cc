@@ -24,10 +24,13 @@
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "formats/store/records.h"
 #include "fptable.h"
+#include "document.h"
 #include "index.h"
+#include "index_open.h"
 #include "metrics.h"
 
 namespace ucm {
@@ -42,14 +45,6 @@ uint64_t elapsed_ns(Clock::time_point t0) {
 std::string rel_data_name(uint32_t id) {
   char b[32];
   std::snprintf(b, sizeof b, "data/%08u.ucmd", id);
-  return b;
-}
-
-std::string nonce() {
-  std::random_device rd;
-  uint64_t v = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(Clock::now().time_since_epoch().count());
-  char b[24];
-  std::snprintf(b, sizeof b, "%012llx", static_cast<unsigned long long>(v & 0xffffffffffffull));
   return b;
 }
 
@@ -323,8 +318,9 @@ class StoreImpl : public Store {
   std::string path_;
   OpenOptions opts_;
   std::unique_ptr<fmt::WriterLock> lock_;
-  std::unique_ptr<Index> index_;
-  std::string reader_dir_;
+  Index* index_ = nullptr;                 // own_index_ (writer) or ro_index_'s (reader)
+  std::unique_ptr<Index> own_index_;
+  std::unique_ptr<ReaderIndex> ro_index_;
   std::unique_ptr<ThreadPool> pool_;
   AccessLog access_;
   mutable Metrics metrics_;
@@ -526,11 +522,8 @@ Status StoreImpl::init(bool create) {
     }
     s = fmt::classify_store_dir(path_, &state);  // again, now under the writer lock
     if (!s.ok()) return s;
-    struct stat ist;
-    const bool have_index = ::stat((fmt::index_dir(path_) + "/CURRENT").c_str(), &ist) == 0;
-    if (!have_index && state != fmt::StoreDirState::kHalfCreated)
-      return Status::Corruption("store " + path_ + " has a superblock and data files but no index (index/CURRENT "
-                                "missing); run `ucm build --rebuild-index " + path_ + "`");
+    const bool have_index = require_index(path_).ok();
+    if (!have_index && state != fmt::StoreDirState::kHalfCreated) return require_index(path_);
     if (!have_index) {
       // Creation by an older ucm was killed before the index existed, and there are no data
       // files: nothing can be lost, so finish creating the store (store_v1.md §1.1).
@@ -538,26 +531,22 @@ Status StoreImpl::init(bool create) {
       std::filesystem::remove_all(fmt::index_dir(path_), ec);
       s = fmt::make_dirs(fmt::index_dir(path_));
       if (!s.ok()) return s;
+      s = Index::OpenPrimary(fmt::index_dir(path_), true, &own_index_);
+    } else {
+      s = open_writer_index(path_, &own_index_);
     }
-    s = Index::OpenPrimary(fmt::index_dir(path_), !have_index, &index_);
     if (!s.ok()) return s;
-    s = put_fresh_meta(index_.get(), sb, state == fmt::StoreDirState::kHalfCreated);
+    index_ = own_index_.get();
+    s = put_fresh_meta(index_, sb, state == fmt::StoreDirState::kHalfCreated);
     if (!s.ok()) return s;
     for (const auto& d : {fmt::data_dir(path_), fmt::access_dir(path_), fmt::readers_dir(path_), fmt::tmp_dir(path_)}) {
       s = fmt::make_dirs(d);
       if (!s.ok()) return s;
     }
   } else {
-    reader_dir_ = fmt::readers_dir(path_) + "/" + fmt::host_name() + "-" + std::to_string(::getpid()) + "-" + nonce();
-    s = Index::OpenSecondary(fmt::index_dir(path_), reader_dir_, &index_);
-    if (!s.ok()) {
-      std::error_code ec;
-      std::filesystem::remove_all(reader_dir_, ec);
-      reader_dir_.clear();
-      if (s.code() == Code::kInvalidArgument || s.code() == Code::kIOError)
-        return Status(s.code(), s.message() + "; if the store was never written, open it read-write once (ucm build)");
-      return s;
-    }
+    s = ReaderIndex::Open(path_, opts_.reader_dir, "", &ro_index_);
+    if (!s.ok()) return s;
+    index_ = &ro_index_->index();
   }
   uint64_t fv = 0;
   if (index_->get_meta_u64(kMetaFormatVersion, &fv).ok() && fv > fmt::kFormatVersion)
@@ -565,8 +554,14 @@ Status StoreImpl::init(bool create) {
                            std::to_string(fmt::kFormatVersion) + "); upgrade ucm");
   s = rebuild_table();
   if (!s.ok()) return s;
-  s = access_.open(path_, fmt::host_name() + "-" + std::to_string(::getpid()) + "-" + nonce());
-  if (!s.ok()) return s;
+  s = access_.open(path_, process_unique_name());
+  if (!s.ok()) {
+    if (!read_only()) return s;
+    // A reader without write access to STORE/access (another user's store, a read-only mount)
+    // serves loads without recording their recency: gc then ranks its blocks by what other
+    // handles logged (docs/library.md, "Read-only opens").
+    spdlog::info("store {}: loads through this handle are not recorded for gc's recency ({})", path_, s.message());
+  }
   pool_ = std::make_unique<ThreadPool>(opts_.io_threads);
   if (!read_only()) commit_thread_ = std::thread([this] { commit_loop(); });
   bg_ = std::thread([this] { background(); });
@@ -597,11 +592,9 @@ StoreImpl::~StoreImpl() {
     files_.clear();
   }
   active_.reset();
-  index_.reset();
-  if (!reader_dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(reader_dir_, ec);
-  }
+  index_ = nullptr;
+  own_index_.reset();
+  ro_index_.reset();
   lock_.reset();
 }
 
@@ -968,15 +961,7 @@ Status StoreImpl::put_document(const NamespaceId& ns, const DocumentEntry& doc) 
   std::string tmp;
   s = index_->get_namespace(ns, &tmp);
   if (!s.ok()) return s;
-  nlohmann::json j;
-  j["id"] = doc.id;
-  j["first_block"] = to_hex(doc.first_block);
-  j["last_block"] = to_hex(doc.last_block);
-  j["blocks"] = doc.blocks;
-  j["tokens"] = doc.tokens;
-  j["source"] = doc.source;
-  j["created_ms"] = doc.created_ms ? doc.created_ms : fmt::now_ms();
-  const std::string payload = j.dump();
+  const std::string payload = document_to_json(doc);
   fmt::RecordHeader h;
   h.type = fmt::RecordType::kDocument;
   h.ns = ns;
@@ -989,38 +974,18 @@ Status StoreImpl::put_document(const NamespaceId& ns, const DocumentEntry& doc) 
   });
 }
 
-namespace {
-Status doc_from_json(const std::string& json, DocumentEntry* d) {
-  auto j = parse_obj(json);
-  try {
-    d->id = j.at("id").get<std::string>();
-    Status s = parse_hex16(j.at("first_block").get<std::string>(), &d->first_block);
-    if (!s.ok()) return s;
-    s = parse_hex16(j.at("last_block").get<std::string>(), &d->last_block);
-    if (!s.ok()) return s;
-    d->blocks = j.value("blocks", 0u);
-    d->tokens = j.value("tokens", uint64_t(0));
-    d->source = j.value("source", std::string());
-    d->created_ms = j.value("created_ms", uint64_t(0));
-  } catch (const std::exception& e) {
-    return Status::Corruption(std::string("document registry entry is malformed: ") + e.what());
-  }
-  return Status::OK();
-}
-}  // namespace
-
 Status StoreImpl::get_document(const NamespaceId& ns, const std::string& id, DocumentEntry* doc) {
   std::string json;
   Status s = index_->get_doc(ns, id, &json);
   if (!s.ok()) return s;
-  return doc_from_json(json, doc);
+  return document_from_json(json, doc);
 }
 
 std::vector<DocumentEntry> StoreImpl::documents(const NamespaceId& ns) {
   std::vector<DocumentEntry> out;
   (void)index_->for_each_doc(ns, [&](const std::string&, const std::string& json) {
     DocumentEntry d;
-    if (doc_from_json(json, &d).ok()) out.push_back(std::move(d));
+    if (document_from_json(json, &d).ok()) out.push_back(std::move(d));
     return true;
   });
   return out;

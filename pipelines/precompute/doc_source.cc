@@ -4,6 +4,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "ucm/corpus/corpus.hpp"
 
@@ -17,9 +18,17 @@ class CorpusDocSource : public DocSource {
   CorpusDocSource(corpus::Reader r, corpus::Template t, std::shared_ptr<std::deque<corpus::Issue>> issues)
       : reader_(std::move(r)), tmpl_(std::move(t)), issues_(std::move(issues)) {}
 
-  Result next(SourceDoc* doc, std::string* reason, Status* st) override {
+  // Order of what comes out: the issues found while looking for a document, then that document.
+  // The reader reports issues through on_issue while next() runs, so a document read together
+  // with issues is held in pending_ until those issues have been returned, one per call.
+  Result next(SourceDoc* doc, SkippedEntry* skipped, Status* st) override {
     *st = Status::OK();
-    if (drain(reason)) return Result::kSkipped;
+    if (drain(skipped)) return Result::kSkipped;
+    if (pending_) {
+      emit(std::move(*pending_), doc);
+      pending_.reset();
+      return Result::kDoc;
+    }
     corpus::Document d;
     bool got = false;
     try {
@@ -29,33 +38,31 @@ class CorpusDocSource : public DocSource {
                                     " (without --strict malformed entries are skipped)");
       return Result::kEnd;
     }
-    // Issues found while looking for this document come first.
-    if (drain(reason)) {
+    if (drain(skipped)) {
       if (got) pending_ = std::move(d);
       return Result::kSkipped;
     }
-    if (pending_) {
-      std::swap(d, *pending_);
-      pending_.reset();
-      if (got) pending_ = std::move(d);  // unreachable in practice: one document per call
-      got = true;
-    }
     if (!got) return Result::kEnd;
-    doc->id = std::move(d.id);
-    doc->text = std::move(d.text);
-    doc->source = std::move(d.source);
+    emit(std::move(d), doc);
     return Result::kDoc;
   }
   const std::string& prefix() const override { return tmpl_.prefix(); }
   const std::string& suffix() const override { return tmpl_.suffix(); }
 
  private:
-  bool drain(std::string* reason) {
+  static void emit(corpus::Document d, SourceDoc* doc) {
+    doc->id = std::move(d.id);
+    doc->text = std::move(d.text);
+    doc->source = std::move(d.source);
+  }
+
+  bool drain(SkippedEntry* skipped) {
     if (issues_->empty()) return false;
-    const corpus::Issue is = issues_->front();
+    corpus::Issue is = std::move(issues_->front());
     issues_->pop_front();
-    *reason = std::string(is.kind == corpus::Issue::Kind::Empty ? "empty" : "malformed") + "\t" + is.location +
-              ": " + is.reason;
+    skipped->kind = is.kind == corpus::Issue::Kind::Empty ? "empty" : "malformed";
+    skipped->location = std::move(is.location);
+    skipped->reason = std::move(is.reason);
     return true;
   }
 

@@ -12,6 +12,13 @@ struct SourceDoc {
   std::string id, text, source;
 };
 
+/// A corpus entry that was skipped, and why.
+struct SkippedEntry {
+  std::string kind;      ///< "malformed" (bad JSON, invalid UTF-8, unreadable file) or "empty"
+  std::string location;  ///< "<file>:<line>" (JSONL) or "<file>" (directory)
+  std::string reason;    ///< e.g. "bad JSON: ...", "invalid UTF-8 (byte 0xff at byte offset 3)"
+};
+
 struct DocSourceOptions {
   std::string path;          ///< JSONL file or directory
   std::string suffix;        ///< directory corpora: file-name suffix filter ("" = all files)
@@ -25,10 +32,10 @@ class DocSource {
   virtual ~DocSource() = default;
   enum class Result { kDoc, kSkipped, kEnd };
   /// kDoc: *doc filled (text is the raw document text; the template is applied by the caller).
-  /// kSkipped: an entry was skipped (non-strict); *reason = "<kind>\t<location>: <why>", kind
-  /// "malformed" or "empty".
+  /// kSkipped: an entry was skipped (non-strict); *skipped says which and why. Entries come out
+  /// in corpus order: a skipped entry is reported before the documents that follow it.
   /// kEnd: no more documents. Errors (strict mode, I/O) are returned in *st with kEnd.
-  virtual Result next(SourceDoc* doc, std::string* reason, Status* st) = 0;
+  virtual Result next(SourceDoc* doc, SkippedEntry* skipped, Status* st) = 0;
   /// The template's text before / after the document ("" when there is no template).
   virtual const std::string& prefix() const = 0;
   virtual const std::string& suffix() const = 0;

@@ -250,9 +250,17 @@ class Runner {
     return b;
   }
 
-  void skip(const std::string& reason) {
+  // Counts a skipped entry under `kind`; entries that are not stored because of a problem with
+  // them (everything but "resumed") are also listed in the summary with where and why.
+  void skip(const std::string& kind, const std::string& id = {}, const std::string& location = {},
+            const std::string& reason = {}) {
     std::lock_guard<std::mutex> g(sum_mu_);
-    sum_->skipped[reason]++;
+    sum_->skipped[kind]++;
+    if (kind == "resumed") return;
+    if (sum_->skipped_entries.size() < PrecomputeSummary::kMaxSkippedEntries)
+      sum_->skipped_entries.push_back({kind, id, location, reason});
+    else
+      sum_->skipped_entries_truncated = true;
   }
 
   void fill_window() {
@@ -264,32 +272,38 @@ class Runner {
         break;
       }
       SourceDoc d;
-      std::string reason;
+      SkippedEntry sk;
       Status st;
-      auto r = src_->next(&d, &reason, &st);
+      auto r = src_->next(&d, &sk, &st);
       if (r == DocSource::Result::kEnd) {
         eof_ = true;
         if (!st.ok()) src_error_ = st;
         break;
       }
       if (r == DocSource::Result::kSkipped) {
-        const auto tab = reason.find('\t');
-        const std::string kind = reason.substr(0, tab);
-        spdlog::warn("corpus: skipped ({}) {}", kind, tab == std::string::npos ? "" : reason.substr(tab + 1));
-        skip(kind);
+        spdlog::warn("corpus: {}: {}, skipped ({})", sk.location, sk.reason, sk.kind);
+        skip(sk.kind, {}, sk.location, sk.reason);
         continue;
       }
       sum_->documents_seen++;
       if (o_.resume) {
+        // A registered document is skipped only while its last block is still stored: that
+        // block's hash chains its whole prefix, and gc drops the registry entry of a document
+        // that loses any block, so the entry and its last block together mean "complete".
         DocumentEntry e;
         if (store_->get_document(ns_, d.id, &e).ok()) {
-          skip("resumed");
-          continue;
+          BlockInfo bi;
+          if (store_->get_block(ns_, e.last_block, &bi).ok()) {
+            skip("resumed");
+            continue;
+          }
+          spdlog::warn("document {} ({}) is registered but its last block {} is gone; computing it again", d.id,
+                       d.source, to_hex(e.last_block));
         }
       }
       if (d.text.find_first_not_of(" \t\r\n\f\v") == std::string::npos) {
-        spdlog::info("document {} ({}): empty, skipped", d.id, d.source);
-        skip("empty");
+        spdlog::warn("corpus: {}: document {} is only white space, skipped (empty)", d.source, d.id);
+        skip("empty", d.id, d.source, "only white space");
         continue;
       }
       std::vector<int32_t> ids;
@@ -305,7 +319,7 @@ class Runner {
           break;
         }
         spdlog::warn("{}: skipped", msg);
-        skip("invalid_utf8");
+        skip("invalid_utf8", d.id, d.source, "invalid UTF-8 at byte " + std::to_string(off) + " of the text");
         continue;
       } catch (const tok::TokenizerError& e) {
         src_error_ = Status::InvalidArgument("tokenizing document " + d.id + ": " + e.what());
@@ -320,7 +334,8 @@ class Runner {
       const size_t full = ids.size() - ids.size() % bs_;
       if (full == 0) {
         spdlog::info("document {} ({}): {} tokens < one block of {}, skipped", d.id, d.source, ids.size(), bs_);
-        skip("short");
+        skip("short", d.id, d.source,
+             std::to_string(ids.size()) + " tokens, fewer than one block of " + std::to_string(bs_));
         continue;
       }
       ids.resize(full);
@@ -687,6 +702,14 @@ std::string PrecomputeSummary::to_json() const {
   }
   j["skipped"] = sk;
   j["skipped_total"] = total;
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& e : skipped_entries) {
+    nlohmann::json x = {{"kind", e.kind}, {"location", e.location}, {"reason", e.reason}};
+    if (!e.id.empty()) x["id"] = e.id;
+    entries.push_back(std::move(x));
+  }
+  j["skipped_entries"] = std::move(entries);
+  j["skipped_entries_truncated"] = skipped_entries_truncated;
   j["truncated"] = truncated;
   j["blocks_written"] = blocks_written;
   j["blocks_existing"] = blocks_existing;
@@ -710,6 +733,14 @@ std::string PrecomputeSummary::to_text() const {
     for (auto& [k, v] : skipped) s << " " << k << "=" << v;
   }
   s << ", truncated " << truncated << "\n";
+  constexpr size_t kShown = 20;
+  for (size_t i = 0; i < skipped_entries.size() && i < kShown; ++i) {
+    const auto& e = skipped_entries[i];
+    s << "  skipped (" << e.kind << ") " << e.location << (e.id.empty() ? "" : " id " + e.id) << ": " << e.reason
+      << "\n";
+  }
+  if (skipped_entries.size() > kShown || skipped_entries_truncated)
+    s << "  ... and more skipped entries (all of them: --json, or the warnings on stderr)\n";
   s << "blocks " << blocks_written << " written, " << blocks_existing << " already present\n";
   char buf[160];
   std::snprintf(buf, sizeof buf, "tokens %llu in %.1f s (%.0f tokens/s; prefill %.1f s)\n",
@@ -868,9 +899,9 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
   uint64_t seen = 0;
   while (seen < docs) {
     SourceDoc d;
-    std::string reason;
+    SkippedEntry skipped;
     Status rs;
-    auto r = src->next(&d, &reason, &rs);
+    auto r = src->next(&d, &skipped, &rs);
     if (r == DocSource::Result::kEnd) {
       if (!rs.ok()) return rs;
       break;

@@ -833,7 +833,7 @@ TEST_F(AdminStore, GcTrimsJournalByCountAndStaleReadersRescan) {
   auto journal_seqs = [&] {
     std::vector<uint64_t> seqs;
     std::unique_ptr<ReaderIndex> r;
-    EXPECT_TRUE(ReaderIndex::Open(path, &r).ok());
+    EXPECT_TRUE(ReaderIndex::Open(path, "", "test", &r).ok());
     if (!r) return seqs;
     EXPECT_TRUE(r->index()
                     .for_each_journal(0, [&](uint64_t seq, const fmt::JournalEntry&) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/store/records.h"
+#include "cli_run.h"
 #include "tools_test_util.h"
 #include "ucm/admin.h"
 
@@ -16,22 +17,7 @@ using json = nlohmann::json;
 
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-CliRun run(const std::string& args) {
-  TempDir t;
-  std::string cmd = std::string(UCM_BIN) + " " + args + " >" + t.sub("out") + " 2>" + t.sub("err");
-  int rc = std::system(cmd.c_str());
-  CliRun r;
-  r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = read_file(t.sub("out"));
-  r.err = read_file(t.sub("err"));
-  return r;
-}
+CliRun run(const std::string& args) { return run_shell(std::string(UCM_BIN) + " " + args); }
 
 }  // namespace
 

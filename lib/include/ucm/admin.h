@@ -66,6 +66,8 @@ struct BuildReport {
   std::string moved_index_to;///< rebuild: where the old index/ was moved (empty if there was none)
   uint64_t blocks_indexed = 0, files_scanned = 0, corrupt_records = 0;  ///< rebuild only
   uint64_t duplicate_records = 0, namespaces = 0, documents = 0, torn_bytes = 0;  ///< rebuild
+  /// rebuild: DOCUMENT records not registered because a block of theirs was not recovered
+  uint64_t incomplete_documents = 0;
   /// rebuild: valid records skipped because their namespace's NAMESPACE record is lost, or
   /// attachments whose name is unknown
   uint64_t unknown_namespace_records = 0;
@@ -157,6 +159,11 @@ struct GcReport {
   uint64_t tails_truncated = 0, tail_bytes_truncated = 0;
   uint64_t access_logs_merged = 0, access_logs_deleted = 0, stale_dirs_removed = 0;
   uint64_t journal_trimmed = 0;            ///< journal entries deleted (dry run: would delete)
+  /// Document registry entries removed because a block of theirs is gone (removed by this run,
+  /// or missing already): the registry lists only complete documents, so `precompute --resume`
+  /// computes these again (dry run: would remove).
+  uint64_t documents_removed = 0;
+  std::vector<std::string> documents_removed_ids;  ///< "ns_hex:document id" (first 1000)
   uint64_t blocks_after = 0, bytes_after = 0;
   std::vector<std::string> would_evict;    ///< dry run: "ns_hex:block_hex" (first 1000)
   std::string to_json() const;

@@ -24,6 +24,11 @@ struct OpenOptions {
   /// Read-only: how often the background thread catches up with the writer (ms). 0 = never
   /// (only explicit refresh()). Visibility bound = this + catch-up time; default keeps it < 5 s.
   uint32_t refresh_interval_ms = 1000;
+  /// Read-only: base directory for this handle's private index scratch directory. "" = the
+  /// environment variable UCM_READER_DIR, else STORE/readers when writable, else a per-user
+  /// local directory ($XDG_RUNTIME_DIR/ucm-readers or /tmp/ucm-readers-<uid>). Read-only opens
+  /// need no write access to the store (docs/library.md, "Read-only opens").
+  std::string reader_dir;
 };
 
 /// Index entry of one block (store_v1.md §5.3).

@@ -69,6 +69,16 @@ struct PrecomputeSummary {
   uint64_t documents = 0;        ///< documents registered by this run
   uint64_t documents_seen = 0;   ///< documents read from the corpus (this shard)
   std::map<std::string, uint64_t> skipped;  ///< reason -> count: empty, short, resumed, malformed, invalid_utf8
+  /// One skipped entry that was not stored because of a problem with it (not "resumed").
+  struct Skipped {
+    std::string kind;      ///< empty, short, malformed, invalid_utf8
+    std::string id;        ///< document id ("" when the entry could not be parsed)
+    std::string location;  ///< "<file>:<line>" for JSONL, the file for a directory corpus
+    std::string reason;
+  };
+  static constexpr size_t kMaxSkippedEntries = 1000;
+  std::vector<Skipped> skipped_entries;    ///< in corpus order, at most kMaxSkippedEntries
+  bool skipped_entries_truncated = false;  ///< more entries were skipped than listed
   uint64_t truncated = 0;        ///< documents cut at max_doc_tokens
   uint64_t blocks_written = 0;   ///< new blocks dumped
   uint64_t blocks_existing = 0;  ///< blocks already present (shared prefixes, reruns)
