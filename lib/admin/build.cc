@@ -30,6 +30,15 @@ Status build(const std::string& path, const BuildOptions& opts, BuildReport* rep
     fmt::Superblock sb;
     Status st = fmt::read_superblock(path, &sb);
     if (!st.ok()) return st;
+    if (!require_index(path).ok()) {
+      // No index: a creation killed before the index existed is finished by a read-write open
+      // (store_v1.md §1.1); a store with data files gets the same Corruption as every command.
+      OpenOptions oo;
+      oo.mode = OpenOptions::Mode::kReadWrite;
+      std::unique_ptr<Store> store;
+      st = Store::Open(path, oo, &store);
+      if (!st.ok()) return st;
+    }
     rep->created = false;
     rep->format_message = "store " + path + " already exists (format version " +
                           std::to_string(sb.format_version) + ", created by " + sb.created_by +

@@ -17,6 +17,8 @@ Status upgrade(const std::string& path, MigrateReport* rep) {
   fmt::Superblock sb;
   Status st = fmt::read_superblock(path, &sb);
   if (!st.ok()) return st;
+  st = require_index(path);
+  if (!st.ok()) return st;
   if (sb.format_version == fmt::kFormatVersion) {
     rep->message = "store " + path + " is already at format version " +
                    std::to_string(fmt::kFormatVersion) + "; nothing to upgrade";

@@ -9,8 +9,9 @@
 #include <rocksdb/write_batch.h>
 
 #include <nlohmann/json.hpp>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include "lib/src/log.h"
 
 #include <cstdarg>
 #include <cstdio>
@@ -74,19 +75,7 @@ class SpdlogRocksLogger : public rocksdb::Logger {
   std::shared_ptr<spdlog::logger> log_;
 };
 
-std::shared_ptr<spdlog::logger> rocks_spdlog() {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> g(mu);
-  auto l = spdlog::get("ucm.rocksdb");
-  if (!l) {
-    try {
-      l = spdlog::stderr_color_mt("ucm.rocksdb");
-    } catch (const spdlog::spdlog_ex&) {  // registered meanwhile by the application
-      l = spdlog::get("ucm.rocksdb");
-    }
-  }
-  return l;
-}
+std::shared_ptr<spdlog::logger> rocks_spdlog() { return named_logger("ucm.rocksdb"); }
 
 rocksdb::Options base_options() {
   rocksdb::Options o;

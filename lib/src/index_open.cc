@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "formats/store/records.h"
+#include "lib/src/log.h"
 
 namespace ucm {
 namespace fs = std::filesystem;
@@ -126,7 +127,7 @@ Status ReaderIndex::Open(const std::string& store, const std::string& reader_dir
       if (!st.ok()) return st;
       remove_stale_reader_dirs(base);
       r->scratch_ = base + "/" + name;
-      spdlog::debug("store {}: {} is not writable ({}); read-only handle uses {}", store, fmt::readers_dir(store),
+      log().debug("store {}: {} is not writable ({}); read-only handle uses {}", store, fmt::readers_dir(store),
                     std::strerror(e), r->scratch_);
     } else {
       return Status::FromErrno(e, "create reader directory " + in_store);

@@ -31,6 +31,7 @@
 #include "document.h"
 #include "index.h"
 #include "index_open.h"
+#include "log.h"
 #include "metrics.h"
 
 namespace ucm {
@@ -560,7 +561,7 @@ Status StoreImpl::init(bool create) {
     // A reader without write access to STORE/access (another user's store, a read-only mount)
     // serves loads without recording their recency: gc then ranks its blocks by what other
     // handles logged (docs/library.md, "Read-only opens").
-    spdlog::info("store {}: loads through this handle are not recorded for gc's recency ({})", path_, s.message());
+    log().info("store {}: loads through this handle are not recorded for gc's recency ({})", path_, s.message());
   }
   pool_ = std::make_unique<ThreadPool>(opts_.io_threads);
   if (!read_only()) commit_thread_ = std::thread([this] { commit_loop(); });

@@ -247,23 +247,36 @@ TEST_F(PrecomputeTest, PayloadAndReprsMatchRunner) {
   }
   ASSERT_TRUE(s->load_repr(ns, h.data(), h.size(), rp.data(), cap.data())->wait().ok());
 
-  size_t bit_mismatch = 0, bits_total = 0;
+  // The store's bytes come from precompute's forward pass; `out` is a second pass of the same
+  // model over the same tokens. Two passes agree only up to fp32 rounding: the BLAS kernels and
+  // the split over threads depend on the batch shape and on how busy the machine is (about 1e-6
+  // here; see TwoForwardPassesDifferOnlyByRounding). So the comparisons against `out` allow half
+  // a bf16 ulp plus that much. The guarantees that matter are exact: the R1 bounds hold for the
+  // keys the store serves (below), and for the fp32 keys of the pass that produced them
+  // (ReprIsExactForTheKeysOfItsOwnPass).
+  // got (bf16) vs want (fp32 of the other pass): half a bf16 step of want, plus the passes'
+  // difference, relative to `scale` (the magnitude of the values want was computed from).
+  const auto near = [](float got, float want, float scale) {
+    return std::fabs(got - want) <= std::fabs(want) / 256 + std::fabs(scale) * 1e-4f + 1e-6f;
+  };
+  size_t bit_mismatch = 0, bits_total = 0, exact = 0, compared = 0;
   for (size_t blk = 0; blk < h.size(); ++blk) {
     // Payload: layers 0 and L-1, K and V, tokens 0, 7, 15 of the block, every head and dim.
     for (int64_t l : {int64_t(0), L - 1})
       for (int kv = 0; kv < 2; ++kv) {
-        auto ref = (kv == 0 ? out.k : out.v)[size_t(l)].contiguous().to(torch::kBFloat16).contiguous();
-        const uint16_t* r = reinterpret_cast<const uint16_t*>(ref.data_ptr());
+        auto ref = (kv == 0 ? out.k : out.v)[size_t(l)].contiguous();
+        const float* r = ref.data_ptr<float>();
         for (int64_t t : {0, 7, 15})
           for (int64_t hd = 0; hd < H * D; ++hd) {
             const int64_t tok = int64_t(blk) * 16 + t;
-            uint16_t got;
-            std::memcpy(&got, bufs[blk].data() + ((((l * 2 + kv) * 16 + t) * H * D) + hd) * 2, 2);
-            ASSERT_EQ(got, r[tok * H * D + hd]) << "block " << blk << " layer " << l << " kv " << kv << " t " << t;
+            const float got = bf16f(bufs[blk], size_t((((l * 2 + kv) * 16 + t) * H * D) + hd));
+            const float want = r[tok * H * D + hd];
+            ASSERT_TRUE(near(got, want, want)) << got << " vs " << want << ": block " << blk << " layer " << l << " kv "
+                                         << kv << " t " << t;
+            ++compared;
+            exact += to_bf16_torch(want) == to_bf16_torch(got);
           }
       }
-    // Representations, recomputed with plain loops from the runner's fp32 keys.
-    // The stored length is the table's end; load_repr copies repr_length bytes.
     BlockInfo bi;
     ASSERT_TRUE(s->get_block(ns, h[blk], &bi).ok());
     Repr rep;
@@ -283,6 +296,15 @@ TEST_F(PrecomputeTest, PayloadAndReprsMatchRunner) {
       const float* kp = k.data_ptr<float>();
       for (int64_t hh = 0; hh < H; ++hh) {
         for (int64_t d = 0; d < D; ++d) {
+          const float smin = bf16f(r1.second, size_t(((l * 2 + 0) * H + hh) * D + d));
+          const float smax = bf16f(r1.second, size_t(((l * 2 + 1) * H + hh) * D + d));
+          // Exact: the bounds hold for every key the store serves (K of this block, all tokens).
+          for (int64_t t = 0; t < 16; ++t) {
+            const float served = bf16f(bufs[blk], size_t((((l * 2 + 0) * 16 + t) * H + hh) * D + d));
+            ASSERT_LE(smin, served) << "R1 min above a served key: l" << l << " h" << hh << " d" << d << " t" << t;
+            ASSERT_GE(smax, served) << "R1 max below a served key: l" << l << " h" << hh << " d" << d << " t" << t;
+          }
+          // Against the second pass: the mean, and the bounds up to that pass's rounding.
           double sum = 0;
           float mn = INFINITY, mx = -INFINITY;
           for (int64_t t = 0; t < 16; ++t) {
@@ -291,17 +313,15 @@ TEST_F(PrecomputeTest, PayloadAndReprsMatchRunner) {
             mn = std::min(mn, v);
             mx = std::max(mx, v);
           }
-          const size_t i0 = size_t((l * H + hh) * D + d);
-          uint16_t got0;
-          std::memcpy(&got0, r0.second.data() + i0 * 2, 2);
-          ASSERT_EQ(got0, to_bf16_torch(float(sum / 16))) << "R0 l" << l << " h" << hh << " d" << d;
-          const float smin = bf16f(r1.second, size_t(((l * 2 + 0) * H + hh) * D + d));
-          const float smax = bf16f(r1.second, size_t(((l * 2 + 1) * H + hh) * D + d));
-          // Bounds hold for every token, and are the tightest bf16 values that do.
-          ASSERT_LE(smin, mn);
-          ASSERT_GE(smax, mx);
-          ASSERT_LE(mn - smin, std::fabs(mn) * (1.0f / 128) + 1e-30f);
-          ASSERT_LE(smax - mx, std::fabs(mx) * (1.0f / 128) + 1e-30f);
+          const float r0v = bf16f(r0.second, size_t((l * H + hh) * D + d));
+          ASSERT_TRUE(near(r0v, float(sum / 16), std::max(std::fabs(mn), std::fabs(mx))))
+              << r0v << " vs " << sum / 16 << ": R0 l" << l << " h" << hh << " d" << d;
+          const float tol_mn = std::fabs(mn) * 1e-4f + 1e-6f, tol_mx = std::fabs(mx) * 1e-4f + 1e-6f;
+          ASSERT_LE(smin, mn + tol_mn);
+          ASSERT_GE(smax, mx - tol_mx);
+          // ... and they are tight: within one bf16 step of the extremes.
+          ASSERT_LE(mn - smin, std::fabs(mn) * (1.0f / 128) + tol_mn);
+          ASSERT_LE(smax - mx, std::fabs(mx) * (1.0f / 128) + tol_mx);
         }
         for (int64_t t = 0; t < 16; ++t) {
           const float* kt = kp + ((int64_t(blk) * 16 + t) * H + hh) * D;
@@ -315,7 +335,7 @@ TEST_F(PrecomputeTest, PayloadAndReprsMatchRunner) {
             ++bits_total;
             if (bit != (dot >= 0)) {
               ++bit_mismatch;
-              // fp32 vs double rounding may flip only a dot product that is ~0
+              // fp32 vs double rounding (and the other pass) may flip only a dot product that is ~0
               ASSERT_LT(std::fabs(dot), 1e-5 * std::sqrt(norm)) << "R4 l" << l << " h" << hh << " t" << t << " j" << j;
             }
           }
@@ -324,6 +344,91 @@ TEST_F(PrecomputeTest, PayloadAndReprsMatchRunner) {
     }
   }
   EXPECT_LE(bit_mismatch, bits_total / 100000 + 1);
+  // Nearly all payload values round to the same bf16 in both passes (a few flip at a rounding
+  // boundary); recorded for the log.
+  RecordProperty("payload_values_compared", int(compared));
+  RecordProperty("payload_values_bit_identical", int(exact));
+  EXPECT_GE(exact * 100, compared * 99) << exact << " of " << compared << " identical: more than rounding";
+}
+
+// The pass that produces the representations also produces the keys they describe: encoded from
+// that pass's fp32 keys (what precompute does for every block), R0 and R1 are exact.
+TEST_F(PrecomputeTest, ReprIsExactForTheKeysOfItsOwnPass) {
+  auto s = open_ro(root_ / "storeA");
+  const NamespaceId ns = ns_of(s.get());
+  NamespaceDesc desc;
+  NamespaceId id;
+  ASSERT_TRUE(s->find_namespace(to_hex(ns), &desc, &id).ok());
+  const int64_t L = desc.num_layers, H = desc.num_kv_heads, D = desc.head_dim;
+  const uint32_t NB = 128;
+  std::string proj;
+  ASSERT_TRUE(s->get_attachment(ns, "r4_projection", &proj).ok());
+  const float* P = reinterpret_cast<const float*>(proj.data());
+  auto ids = stored_ids("numeric.rst.txt");
+  const int64_t T = int64_t(ids.size());
+  auto tokens = torch::empty({1, T}, torch::kInt64);
+  for (int64_t t = 0; t < T; ++t) tokens[0][t] = ids[size_t(t)];
+  auto out = model_->forward(tokens, torch::tensor({T}, torch::kInt64), false);
+  std::vector<torch::Tensor> k(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) k[size_t(l)] = out.k[size_t(l)].contiguous();
+  const ReprSpec spec{uint32_t(L), uint32_t(H), uint32_t(D), 16, NB, DType::kBF16};
+  for (int64_t blk = 0; blk < T / 16; ++blk) {
+    std::vector<const float*> kp;
+    for (int64_t l = 0; l < L; ++l) kp.push_back(k[size_t(l)].data_ptr<float>() + blk * 16 * H * D);
+    std::string enc;
+    encode_block_repr(spec, kp.data(), size_t(H * D), nullptr, 0, P, &enc);
+    Repr rep;
+    ASSERT_TRUE(decode_repr(enc, &rep));
+    const auto& r0 = rep.sections[0].second;
+    const auto& r1 = rep.sections[1].second;
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t hh = 0; hh < H; ++hh)
+        for (int64_t d = 0; d < D; ++d) {
+          double sum = 0;
+          float mn = INFINITY, mx = -INFINITY;
+          for (int64_t t = 0; t < 16; ++t) {
+            const float v = kp[size_t(l)][(t * H + hh) * D + d];
+            sum += v;
+            mn = std::min(mn, v);
+            mx = std::max(mx, v);
+          }
+          const size_t i0 = size_t((l * H + hh) * D + d);
+          uint16_t got0;
+          std::memcpy(&got0, r0.data() + i0 * 2, 2);
+          ASSERT_EQ(got0, to_bf16_torch(float(sum / 16))) << "R0 l" << l << " h" << hh << " d" << d;
+          const float smin = bf16f(r1, size_t(((l * 2 + 0) * H + hh) * D + d));
+          const float smax = bf16f(r1, size_t(((l * 2 + 1) * H + hh) * D + d));
+          ASSERT_LE(smin, mn);
+          ASSERT_GE(smax, mx);
+          // The tightest bf16 values that hold: one step further in would cut off a key.
+          ASSERT_EQ(smin, bf16_to_float(bf16_round_down(mn)));
+          ASSERT_EQ(smax, bf16_to_float(bf16_round_up(mx)));
+        }
+  }
+}
+
+// Confirms the cause of the old PayloadAndReprsMatchRunner failure (R1 max -0.121582 below a
+// second pass's key -0.121581 on another machine): two forward passes over the same tokens, with a
+// different batch shape, give keys that differ by fp32 rounding, not more.
+TEST_F(PrecomputeTest, TwoForwardPassesDifferOnlyByRounding) {
+  auto ids = stored_ids("numeric.rst.txt");
+  const int64_t T = int64_t(ids.size());
+  auto one = torch::empty({1, T}, torch::kInt64);
+  for (int64_t t = 0; t < T; ++t) one[0][t] = ids[size_t(t)];
+  auto a = model_->forward(one, torch::tensor({T}, torch::kInt64), false);
+  // The same sequence as row 1 of a batch of 2, beside a longer padded row.
+  auto two = torch::full({2, T + 32}, 2, torch::kInt64);
+  two[0].copy_(torch::arange(100, 100 + T + 32, torch::kInt64));
+  two[1].narrow(0, 0, T).copy_(one[0]);
+  auto b = model_->forward(two, torch::tensor({T + 32, T}, torch::kInt64), false);
+  double worst = 0, scale = 0;
+  for (size_t l = 0; l < a.k.size(); ++l) {
+    worst = std::max(worst, (a.k[l][0] - b.k[l][1].narrow(0, 0, T)).abs().max().item<double>());
+    scale = std::max(scale, a.k[l].abs().max().item<double>());
+  }
+  RecordProperty("max_abs_key_difference_e9", int(worst * 1e9));
+  std::printf("two passes: max |dK| = %.3g (max |K| = %.3g)\n", worst, scale);
+  EXPECT_LE(worst, 1e-4 * scale) << "more than rounding";
 }
 
 TEST_F(PrecomputeTest, ProjectionIsOrthogonalAndDeterministic) {
@@ -405,7 +510,16 @@ TEST_F(PrecomputeTest, ShardsMergedEqualSingleRun) {
     db.ptrs = {b.data()};
     ASSERT_TRUE(sa->load(ns, &h.back(), 1, da)->wait().ok());
     ASSERT_TRUE(s->load(ns, &h.back(), 1, db)->wait().ok());
-    EXPECT_TRUE(a == b) << n;
+    // Two precompute runs are two forward passes: equal up to fp32 rounding, so each bf16 value
+    // is the same or one step away (TwoForwardPassesDifferOnlyByRounding).
+    size_t differ = 0;
+    for (size_t i = 0; i < a.size() / 2; ++i) {
+      const float x = bf16f(a, i), y = bf16f(b, i);
+      ASSERT_LE(std::fabs(x - y), std::max(std::fabs(x), std::fabs(y)) * (1.0f / 128) + 1e-6f)
+          << n << ": element " << i;
+      differ += x != y;
+    }
+    EXPECT_LE(differ * 100, a.size() / 2) << n << ": " << differ << " elements differ";
   }
 }
 

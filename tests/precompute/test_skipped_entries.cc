@@ -458,3 +458,23 @@ TEST_F(PrecomputeSkips, ResumeRecomputesARegisteredDocumentWhoseLastBlockIsGone)
   EXPECT_TRUE(s->get_block(s->namespaces()[0].id(), reg["g2"].last_block, &bi).ok());
   fs::remove_all(d);
 }
+
+// A store without index/: precompute answers like every other command (exit 3, the fix named),
+// and creates nothing.
+TEST_F(PrecomputeSkips, MissingIndexIsTheSameCorruptionAsEverywhere) {
+  const fs::path d = fresh_dir("noindex");
+  const Corpus c = make_jsonl(d, Bad::kEmpty);
+  const fs::path store = d / "store";
+  PrecomputeSummary sum;
+  ASSERT_TRUE(run_precompute(options(c.path, store), Resources{model_, tok_}, &sum).ok());
+  fs::remove_all(store / "index");
+  test::CliRun r = test::run_shell(ucm() + " precompute --model " + test::shell_quote(model_dir()) + " --corpus " +
+                                   test::shell_quote(c.path.string()) + " --json --store " +
+                                   test::shell_quote(store.string()));
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.err.find("ucm build " + store.string() + " --rebuild-index"), std::string::npos) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["error"]["code"], "CORRUPTION");
+  EXPECT_FALSE(fs::exists(store / "index"));
+  fs::remove_all(d);
+}

@@ -886,3 +886,66 @@ TEST_F(AdminStore, GcTrimsJournalByCountAndStaleReadersRescan) {
   EXPECT_EQ(present_count(reader.get(), ns_b, c.hashes), 0u);
   EXPECT_EQ(present_count(reader.get(), ns_a, chain_a.hashes), 3u);
 }
+
+// The document registry lists only complete documents: gc unregisters a document when any of its
+// blocks goes (corrupt, evicted, or already missing), dry runs only report it, and rebuild-index
+// does not bring the entry back from its DOCUMENT record.
+TEST_F(AdminStore, GcUnregistersDocumentsThatLoseBlocks) {
+  // A second, intact document in ns_b.
+  {
+    auto s = open_store(path, true);
+    DocumentEntry d;
+    d.id = "doc-b";
+    d.first_block = chain_b.hashes.front();
+    d.last_block = chain_b.hashes.back();
+    d.blocks = 2;
+    ASSERT_TRUE(s->put_document(ns_b, d).ok());
+  }
+  // Spoil the middle block of doc-a (one payload byte): a verify gc removes it and its child.
+  ASSERT_TRUE(spoil_payload_byte(path, ns_a, chain_a.hashes[1]));
+  GcOptions o;
+  o.grace_ms = 0;
+  o.verify = true;
+  o.dry_run = true;
+  GcReport dry = must_gc(path, o);
+  EXPECT_EQ(dry.documents_removed, 1u);
+  ASSERT_EQ(dry.documents_removed_ids.size(), 1u);
+  EXPECT_EQ(dry.documents_removed_ids[0], to_hex(ns_a) + ":doc-a");
+  {
+    auto s = open_store(path, false);
+    EXPECT_EQ(s->documents(ns_a).size(), 1u) << "a dry run changed the registry";
+  }
+  o.dry_run = false;
+  GcReport g = must_gc(path, o);
+  EXPECT_EQ(g.corrupt_removed, 1u);
+  EXPECT_EQ(g.documents_removed, 1u);
+  {
+    auto s = open_store(path, false);
+    EXPECT_TRUE(s->documents(ns_a).empty());
+    EXPECT_EQ(s->documents(ns_b).size(), 1u) << "an intact document was unregistered";
+    DocumentEntry e;
+    EXPECT_EQ(s->get_document(ns_a, "doc-a", &e).code(), Code::kNotFound);
+  }
+  // Rebuilding the index from the data files keeps it out (its DOCUMENT record is still there).
+  BuildOptions bo;
+  bo.rebuild_index = true;
+  BuildReport br;
+  ASSERT_TRUE(build(path, bo, &br).ok());
+  EXPECT_EQ(br.documents, 1u);
+  EXPECT_EQ(br.incomplete_documents, 1u);
+  {
+    auto s = open_store(path, false);
+    EXPECT_TRUE(s->documents(ns_a).empty());
+    EXPECT_EQ(s->documents(ns_b).size(), 1u);
+  }
+  // Eviction by size takes chain tails first: doc-b loses its last block and is unregistered.
+  GcOptions ev;
+  ev.grace_ms = 0;
+  ev.ns = to_hex(ns_b);
+  ev.max_bytes = desc_b.payload_bytes();  // of its 2 blocks, the tail goes
+  GcReport ge = must_gc(path, ev);
+  EXPECT_EQ(ge.evicted_blocks, 1u);
+  EXPECT_EQ(ge.documents_removed, 1u);
+  auto s = open_store(path, false);
+  EXPECT_TRUE(s->documents(ns_b).empty());
+}

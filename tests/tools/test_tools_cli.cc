@@ -3,6 +3,8 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <filesystem>
+#include <set>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -76,20 +78,7 @@ TEST(Cli, BuildInspectJsonVerifyAndVersion) {
   EXPECT_NE(bad.err.find("32 hex digits"), std::string::npos) << bad.err;
 
   // Corrupt one payload byte: inspect --verify exits 3 and lists the block.
-  BlockInfo bi;
-  {
-    auto st = open_store(s, false);
-    ASSERT_TRUE(st->get_block(ns, c.hashes[1], &bi).ok());
-  }
-  {
-    std::FILE* f = std::fopen(fmt::data_file_path(s, bi.kv_file).c_str(), "r+b");
-    ASSERT_NE(f, nullptr);
-    std::fseek(f, static_cast<long>(bi.kv_offset + fmt::kPage + 3), SEEK_SET);
-    int ch = std::fgetc(f);
-    std::fseek(f, static_cast<long>(bi.kv_offset + fmt::kPage + 3), SEEK_SET);
-    std::fputc(ch ^ 1, f);
-    std::fclose(f);
-  }
+  ASSERT_TRUE(spoil_payload_byte(s, ns, c.hashes[1], 3, 1));
   CliRun v = run("inspect " + s + " --verify --json --progress");
   EXPECT_EQ(v.code, 3) << v.err;
   json jv = json::parse(v.out);  // stdout is pure JSON even with --progress
@@ -135,4 +124,134 @@ TEST(Cli, BuildInspectJsonVerifyAndVersion) {
     EXPECT_EQ(r.code, 5) << cmd << ": " << r.err;
     EXPECT_NE(r.err.find("newer than this ucm supports"), std::string::npos) << r.err;
   }
+}
+
+namespace {
+
+// A store of one namespace and one chain of 3 blocks.
+void make_store(const std::string& s, NamespaceId* ns_out = nullptr, Chain* chain_out = nullptr) {
+  NamespaceDesc desc = tiny_desc();
+  NamespaceId ns{};
+  auto st = open_store(s, true, true);
+  ASSERT_TRUE(st->register_namespace(desc, &ns).ok());
+  Chain c = dump_chain(st.get(), ns, desc, 1, 3);
+  DocumentEntry doc;
+  doc.id = "doc";
+  doc.first_block = c.hashes.front();
+  doc.last_block = c.hashes.back();
+  doc.blocks = 3;
+  ASSERT_TRUE(st->put_document(ns, doc).ok());
+  if (ns_out) *ns_out = ns;
+  if (chain_out) *chain_out = c;
+}
+
+// Every entry under `dir`, recursively (relative paths).
+std::set<std::string> tree(const std::string& dir) {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+    out.insert(std::filesystem::relative(it->path(), dir).string());
+  return out;
+}
+
+}  // namespace
+
+// --json: stdout is exactly one JSON object for every subcommand and every outcome; the error is
+// in it ({"error": {"code", "message", "exit_code"}}, exit_code = the process's), and on stderr.
+TEST(Cli, JsonStdoutIsOneObjectInEveryFailure) {
+  TempDir d;
+  const std::string s = d.sub("store");
+  make_store(s);
+  {
+    std::ofstream(d.sub("afile")) << "x";
+    std::filesystem::create_directories(d.sub("notastore"));
+    std::ofstream(d.sub("notastore/readme")) << "x";
+  }
+  struct Case {
+    std::string args;
+    int code;
+  };
+  std::vector<Case> cases = {
+      {"build " + d.sub("afile"), 1},
+      {"build " + d.sub("notastore"), 1},
+      {"build " + d.sub("notastore") + " --rebuild-index", 1},
+      {"inspect /nonexistent/store", 1},
+      {"inspect " + s + " --block nothex", 1},
+      {"inspect " + s + " --namespace nosuch", 1},
+      {"gc /nonexistent/store", 1},
+      {"gc " + s + " --max-bytes lots", 1},
+      {"gc " + s + " --max-age forever", 1},
+      {"migrate /nonexistent/store " + d.sub("dst"), 1},
+      {"migrate " + s + " " + d.sub("afile"), 1},
+      {"migrate " + s + " " + d.sub("dst2") + " --namespace nosuch", 1},
+      {"inspect", 2},
+      {"gc " + s + " --bogus-flag", 2},
+      {"migrate " + s + " x --dtype int8", 2},
+      {"bench store --blocks 0", 2},
+  };
+  for (const auto& c : cases) {
+    CliRun r = run(c.args + " --json");
+    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.err;
+    json j = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << c.args << ": stdout is not one JSON value:\n" << r.out;
+    ASSERT_TRUE(j.is_object()) << c.args;
+    ASSERT_TRUE(j.contains("error")) << c.args << ": " << r.out;
+    EXPECT_EQ(j["error"]["exit_code"], c.code) << c.args;
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty()) << c.args;
+    EXPECT_FALSE(r.err.empty()) << c.args << ": the error also goes to stderr";
+  }
+  // A failure after a partial report: the report and the error in one object.
+  NamespaceId ns;
+  Chain c;
+  const std::string s2 = d.sub("store2");
+  make_store(s2, &ns, &c);
+  BlockInfo bi;
+  {
+    auto st = open_store(s2, false);
+    ASSERT_TRUE(st->get_block(ns, c.hashes[0], &bi).ok());
+  }
+  std::filesystem::resize_file(fmt::data_file_path(s2, bi.kv_file), bi.kv_offset + 100);
+  CliRun v = run("inspect " + s2 + " --verify --json");
+  EXPECT_EQ(v.code, 3) << v.err;
+  json j = json::parse(v.out);
+  EXPECT_EQ(j["corrupt"].size(), 3u);
+  EXPECT_EQ(j["error"]["exit_code"], 3);
+  EXPECT_EQ(j["error"]["code"], "CORRUPTION");
+}
+
+// A store whose index/ is gone: every command answers the same (exit 3, CORRUPTION, the fix
+// named), and nothing is created in the store.
+TEST(Cli, MissingIndexSameAnswerFromEveryCommandNothingCreated) {
+  TempDir d;
+  const std::string s = d.sub("store");
+  make_store(s);
+  std::filesystem::remove_all(s + "/index");
+  const std::set<std::string> before = tree(s);
+  const std::string fix = "ucm build " + s + " --rebuild-index";
+  for (const std::string& args : {"inspect " + s, "inspect " + s + " --verify", "inspect " + s + " --docs",
+                                  "gc " + s, "gc " + s + " --dry-run", "migrate " + s + " " + d.sub("dst"),
+                                  "migrate " + s + " --upgrade", "build " + s}) {
+    CliRun r = run(args + " --json");
+    EXPECT_EQ(r.code, 3) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(fix), std::string::npos) << args << ": " << r.err;
+    json j = json::parse(r.out);
+    EXPECT_EQ(j["error"]["code"], "CORRUPTION") << args;
+    EXPECT_EQ(tree(s), before) << args << " changed the store";
+  }
+  // The library says the same.
+  for (bool rw : {false, true}) {
+    OpenOptions o;
+    o.mode = rw ? OpenOptions::Mode::kReadWrite : OpenOptions::Mode::kReadOnly;
+    std::unique_ptr<Store> st;
+    Status r = Store::Open(s, o, &st);
+    EXPECT_EQ(r.code(), Code::kCorruption) << r.ToString();
+    EXPECT_NE(r.message().find(fix), std::string::npos) << r.ToString();
+    EXPECT_EQ(tree(s), before);
+  }
+  // And the fix works.
+  CliRun b = run("build " + s + " --rebuild-index --json");
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(json::parse(b.out)["blocks_indexed"], 3);
+  EXPECT_EQ(run("inspect " + s + " --verify").code, 0);
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/store/records.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
 #include "ucm/store.h"
@@ -104,6 +106,27 @@ inline Status load_block(Store* s, const NamespaceId& ns, const NamespaceDesc& d
   dest.ptrs.push_back(out->data());
   auto t = s->load(ns, &h, 1, dest);
   return t->wait();
+}
+
+/// Flips bits `mask` of byte `at` of the KV payload of `h` (the record's payload starts one page
+/// after its offset), so that its checksum fails. False when the block or file is not found.
+inline bool spoil_payload_byte(const std::string& store, const NamespaceId& ns, const BlockHash& h,
+                               uint64_t at = 1, int mask = 0x40) {
+  BlockInfo bi;
+  {
+    OpenOptions o;
+    o.refresh_interval_ms = 0;
+    std::unique_ptr<Store> s;
+    if (!Store::Open(store, o, &s).ok() || !s->get_block(ns, h, &bi).ok()) return false;
+  }
+  std::FILE* f = std::fopen(fmt::data_file_path(store, bi.kv_file).c_str(), "r+b");
+  if (!f) return false;
+  const long off = static_cast<long>(bi.kv_offset + fmt::kPage + at);
+  std::fseek(f, off, SEEK_SET);
+  const int ch = std::fgetc(f);
+  std::fseek(f, off, SEEK_SET);
+  std::fputc(ch ^ mask, f);
+  return std::fclose(f) == 0;
 }
 
 inline std::string read_file(const std::string& p) {
