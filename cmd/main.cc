@@ -19,6 +19,7 @@
 #include "inspect.h"
 #include "migrate.h"
 #include "ucm/admin.h"
+#include "ucm/version.h"
 
 #if UCM_CLI_HAVE_BENCH
 #include "bench.h"
@@ -27,9 +28,6 @@
 #include "precompute.h"
 #endif
 
-#ifndef UCM_VERSION
-#define UCM_VERSION "0.0.0"
-#endif
 #ifndef UCM_HAVE_TORCH
 #define UCM_HAVE_TORCH 0
 #endif
@@ -76,7 +74,7 @@ constexpr const char* kFooter =
     "on stderr even when it is not a terminal). Reference: docs/cli.md.";
 
 std::string version_text() {
-  std::string s = "ucm " UCM_VERSION "\n";
+  std::string s = "ucm " UCM_VERSION_STRING "\n";
   s += "store format version " + std::to_string(ucm::fmt::kFormatVersion) + "\n";
   s += std::string("libtorch support: ") + (UCM_HAVE_TORCH ? "yes" : "no") + "\n";
   s += std::string("CUDA support: ") + (UCM_HAVE_CUDA ? "yes" : "no") + "\n";

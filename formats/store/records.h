@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ucm/status.h"
+#include "ucm/version.h"
 #include "ucm/types.h"
 
 namespace ucm::fmt {
@@ -32,7 +33,7 @@ inline constexpr size_t kBlockRecordSize = 96;      ///< BlockRecord v1 (§5.3)
 inline constexpr size_t kFileRecordSize = 28;       ///< FileRecord (§5.4)
 inline constexpr size_t kJournalEntrySize = 33;     ///< op + ns + hash (§5.5)
 inline constexpr size_t kAccessRecordSize = 40;     ///< access log record (§6)
-inline constexpr const char* kVersionString = "ucm 0.1.0";
+inline constexpr const char* kVersionString = "ucm " UCM_VERSION_STRING;
 
 /// XXH3-64, seed 0: the checksum of every structure in the format.
 uint64_t xxh3(const void* data, size_t len);

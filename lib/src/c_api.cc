@@ -1,13 +1,31 @@
 // lib/src/c_api.cc: the C ABI (ucm/ucm.h) over ucm::Store. No exception crosses this boundary.
 #include "ucm/ucm.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "formats/store/records.h"
+#include "lib/src/log.h"
 #include "ucm/hash.h"
+#include "ucm/status.h"
 #include "ucm/store.h"
+
+// The return codes are ucm::Code's values (ucm/status.h).
+static_assert(UCM_OK == static_cast<int>(ucm::Code::kOk));
+static_assert(UCM_E_NOT_FOUND == static_cast<int>(ucm::Code::kNotFound));
+static_assert(UCM_E_CORRUPTION == static_cast<int>(ucm::Code::kCorruption));
+static_assert(UCM_E_INVALID == static_cast<int>(ucm::Code::kInvalidArgument));
+static_assert(UCM_E_IO == static_cast<int>(ucm::Code::kIOError));
+static_assert(UCM_E_BUSY == static_cast<int>(ucm::Code::kBusy));
+static_assert(UCM_E_VERSION == static_cast<int>(ucm::Code::kVersion));
+static_assert(UCM_E_NOT_SUPPORTED == static_cast<int>(ucm::Code::kNotSupported));
+static_assert(UCM_E_NO_SPACE == static_cast<int>(ucm::Code::kNoSpace));
+static_assert(UCM_E_PENDING == static_cast<int>(ucm::Code::kPending));
+static_assert(UCM_E_INTERNAL == static_cast<int>(ucm::Code::kInternal));
+static_assert(UCM_LOG_DEBUG == static_cast<int>(ucm::LogLevel::kDebug) &&
+              UCM_LOG_ERROR == static_cast<int>(ucm::LogLevel::kError));
 
 struct ucm_store {
   std::unique_ptr<ucm::Store> s;
@@ -71,11 +89,11 @@ int finish_task(std::shared_ptr<ucm::Task> t, ucm_task_t** out) {
 
 extern "C" {
 
-UCM_API const char* ucm_version(void) { return "0.1.0"; }
+UCM_API const char* ucm_version(void) { return UCM_VERSION_STRING; }
 UCM_API uint32_t ucm_format_version(void) { return ucm::fmt::kFormatVersion; }
 UCM_API const char* ucm_last_error(void) { return g_last_error.c_str(); }
 
-UCM_API const char* ucm_strerror(int code) {
+UCM_API const char* ucm_code_name(int code) {
   switch (code) {
     case UCM_OK: return "UCM_OK";
     case UCM_E_NOT_FOUND: return "UCM_E_NOT_FOUND";
@@ -92,20 +110,70 @@ UCM_API const char* ucm_strerror(int code) {
   }
 }
 
-UCM_API int ucm_store_open(const char* path, int mode, ucm_store_t** out) {
+UCM_API const char* ucm_strerror(int code) {
+  switch (code) {
+    case UCM_OK: return "success";
+    case UCM_E_NOT_FOUND: return "not found: the block or namespace is not in the store (a miss: compute it)";
+    case UCM_E_CORRUPTION:
+      return "corruption: a checksum or header did not match; the block is treated as a miss and nothing "
+             "was copied (or the store itself is damaged: see ucm_last_error)";
+    case UCM_E_INVALID: return "invalid argument: ucm_last_error says which";
+    case UCM_E_IO: return "I/O error from the operating system: ucm_last_error names the file and the error";
+    case UCM_E_BUSY: return "busy: another process holds the store's writer lock";
+    case UCM_E_VERSION: return "the store's format version is newer than this library: upgrade libucm";
+    case UCM_E_NOT_SUPPORTED: return "not supported by this build or this handle (e.g. a write on a read-only handle)";
+    case UCM_E_NO_SPACE: return "no space left on the store's file system: nothing of the failed task was committed";
+    case UCM_E_PENDING: return "pending: the task has not finished yet";
+    case UCM_E_INTERNAL: return "internal error in libucm: please report it with ucm_last_error";
+    default: return "unknown return code";
+  }
+}
+
+UCM_API void ucm_log_set_callback(ucm_log_callback cb, void* user_data, int min_level) {
+  try {
+    ucm::set_log_callback(reinterpret_cast<ucm::LogCallback>(cb), user_data,
+                          static_cast<ucm::LogLevel>(std::clamp(min_level, UCM_LOG_DEBUG, UCM_LOG_ERROR)));
+  } catch (...) {
+  }
+}
+
+UCM_API ucm_store_open_params ucm_store_default_open_params(void) {
+  const ucm::OpenOptions d;
+  ucm_store_open_params p{};
+  p.struct_size = sizeof(ucm_store_open_params);
+  p.mode = UCM_OPEN_READ_ONLY;
+  p.io_threads = d.io_threads;
+  p.direct_io = d.direct_io ? 1 : 0;
+  p.refresh_interval_ms = d.refresh_interval_ms;
+  p.reader_dir = nullptr;
+  return p;
+}
+
+UCM_API int ucm_store_open(const char* path, const ucm_store_open_params* params, ucm_store_t** out) {
   return guarded("ucm_store_open", [&] {
+    if (out) *out = nullptr;
     if (!path || !out) return fail(UCM_E_INVALID, "ucm_store_open: path and out must not be NULL");
-    *out = nullptr;
+    const ucm_store_open_params p = params ? *params : ucm_store_default_open_params();
+    if (p.struct_size < sizeof(ucm_store_open_params))
+      return fail(UCM_E_INVALID, "ucm_store_open: params.struct_size " + std::to_string(p.struct_size) +
+                                     " is smaller than this library's " + std::to_string(sizeof(ucm_store_open_params)) +
+                                     "; start from ucm_store_default_open_params()");
     ucm::OpenOptions o;
-    switch (mode) {
+    switch (p.mode) {
       case UCM_OPEN_READ_ONLY: o.mode = ucm::OpenOptions::Mode::kReadOnly; break;
       case UCM_OPEN_READ_WRITE: o.mode = ucm::OpenOptions::Mode::kReadWrite; break;
       case UCM_OPEN_CREATE:
         o.mode = ucm::OpenOptions::Mode::kReadWrite;
         o.create_if_missing = true;
         break;
-      default: return fail(UCM_E_INVALID, "ucm_store_open: unknown mode " + std::to_string(mode) + " (use UCM_OPEN_*)");
+      default:
+        return fail(UCM_E_INVALID, "ucm_store_open: unknown mode " + std::to_string(p.mode) + " (use UCM_OPEN_*)");
     }
+    if (p.io_threads == 0) return fail(UCM_E_INVALID, "ucm_store_open: io_threads is 0");
+    o.io_threads = p.io_threads;
+    o.direct_io = p.direct_io != 0;
+    o.refresh_interval_ms = p.refresh_interval_ms;
+    if (p.reader_dir) o.reader_dir = p.reader_dir;
     std::unique_ptr<ucm::Store> s;
     ucm::Status st = ucm::Store::Open(path, o, &s);
     if (!st.ok()) return fail(st);

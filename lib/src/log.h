@@ -16,4 +16,12 @@ std::shared_ptr<spdlog::logger> named_logger(const std::string& name);
 /// named_logger("ucm").
 spdlog::logger& log();
 
+/// Levels of the C ABI's log callback (UCM_LOG_*).
+enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
+using LogCallback = void (*)(int level, const char* message, void* user_data);
+/// Routes the messages of the loggers libucm created (named_logger) to cb, at min_level and
+/// above; cb == nullptr restores stderr (at info). Loggers the application registered itself
+/// are left alone.
+void set_log_callback(LogCallback cb, void* user_data, LogLevel min_level);
+
 }  // namespace ucm

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """libucm through ctypes, the way a Python inference server uses it (stdlib only).
 
-Usage: test_ctypes.py [path/to/libucm.so]   (or env UCM_LIB)
+Usage: test_ctypes.py [path/to/libucm.so [expected version]]   (or env UCM_LIB)
 
 Creates a store, registers a namespace, hashes a token array, dumps blocks, opens a second
 (read-only) handle, looks up, loads into ctypes buffers with a KV-head range (contiguous and
@@ -25,6 +25,15 @@ L, T, H, D, S = 2, 16, 4, 8, 2  # layers, block tokens, KV heads, head dim, bf16
 PAYLOAD = L * 2 * T * H * D * S
 
 
+class OpenParams(C.Structure):
+    """ucm_store_open_params (ucm/ucm.h)."""
+    _fields_ = [("struct_size", C.c_uint32), ("mode", C.c_int32), ("io_threads", C.c_uint32),
+                ("direct_io", C.c_int32), ("refresh_interval_ms", C.c_uint32), ("reader_dir", C.c_char_p)]
+
+
+LOG_CB = C.CFUNCTYPE(None, C.c_int, C.c_char_p, C.c_void_p)
+
+
 def load_lib(path):
     lib = C.CDLL(path)
     u8p, szp = C.POINTER(C.c_uint8), C.POINTER(C.c_size_t)
@@ -32,7 +41,10 @@ def load_lib(path):
         "ucm_version": (C.c_char_p, []),
         "ucm_last_error": (C.c_char_p, []),
         "ucm_strerror": (C.c_char_p, [C.c_int]),
-        "ucm_store_open": (C.c_int, [C.c_char_p, C.c_int, C.POINTER(C.c_void_p)]),
+        "ucm_code_name": (C.c_char_p, [C.c_int]),
+        "ucm_log_set_callback": (None, [LOG_CB, C.c_void_p, C.c_int]),
+        "ucm_store_default_open_params": (OpenParams, []),
+        "ucm_store_open": (C.c_int, [C.c_char_p, C.POINTER(OpenParams), C.POINTER(C.c_void_p)]),
         "ucm_store_close": (None, [C.c_void_p]),
         "ucm_store_refresh": (C.c_int, [C.c_void_p]),
         "ucm_store_namespace_register": (C.c_int, [C.c_void_p, C.c_char_p, u8p]),
@@ -58,7 +70,17 @@ def load_lib(path):
 
 def check(lib, rc, what):
     if rc != UCM_OK:
-        raise AssertionError(f"{what}: {lib.ucm_strerror(rc).decode()}: {lib.ucm_last_error().decode()}")
+        raise AssertionError(f"{what}: {lib.ucm_code_name(rc).decode()}: {lib.ucm_last_error().decode()}")
+
+
+def open_store(lib, path, mode):
+    """ucm_store_open with the default params and `mode`; returns the handle."""
+    p = lib.ucm_store_default_open_params()
+    assert p.struct_size == C.sizeof(OpenParams), (p.struct_size, C.sizeof(OpenParams))
+    p.mode = mode
+    h = C.c_void_p()
+    check(lib, lib.ucm_store_open(path, C.byref(p), C.byref(h)), f"open mode {mode}")
+    return h
 
 
 def payload(i):
@@ -79,12 +101,18 @@ def heads_slice(p, h0, h1):
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("UCM_LIB", "libucm.so")
     lib = load_lib(path)
-    assert lib.ucm_version().decode() == "0.1.0"
+    if len(sys.argv) > 2:
+        assert lib.ucm_version().decode() == sys.argv[2], (lib.ucm_version(), sys.argv[2])
+    assert lib.ucm_code_name(2) == b"UCM_E_CORRUPTION"
+    assert b"checksum" in lib.ucm_strerror(2)
+    # A server routes libucm's messages into its own log.
+    messages = []
+    log_cb = LOG_CB(lambda level, msg, user: messages.append((level, msg.decode())))
+    lib.ucm_log_set_callback(log_cb, None, 0)
     tmp = tempfile.mkdtemp(prefix="ucm_ctypes_")
     store_path = os.path.join(tmp, "store").encode()
     try:
-        w = C.c_void_p()
-        check(lib, lib.ucm_store_open(store_path, UCM_OPEN_CREATE, C.byref(w)), "open create")
+        w = open_store(lib, store_path, UCM_OPEN_CREATE)
         desc = {"model_id": "ctypes-model", "weights_digest": "cafe", "dtype": "bf16", "block_size": T,
                 "num_layers": L, "num_kv_heads": H, "head_dim": D, "name": "py"}
         ns = (C.c_uint8 * 16)()
@@ -113,8 +141,7 @@ def main():
         check(lib, lib.ucm_task_wait(task, -1), "dump wait")
         lib.ucm_task_free(task)
 
-        r = C.c_void_p()
-        check(lib, lib.ucm_store_open(store_path, UCM_OPEN_READ_ONLY, C.byref(r)), "open read-only")
+        r = open_store(lib, store_path, UCM_OPEN_READ_ONLY)
         found = (C.c_uint8 * 16)()
         check(lib, lib.ucm_store_namespace_find(r, b"py", found, None, 0, None), "find")
         assert bytes(found) == bytes(ns)
@@ -173,6 +200,9 @@ def main():
         check(lib, lib.ucm_store_refresh(r), "refresh")
         lib.ucm_store_close(r)
         lib.ucm_store_close(w)
+        # RocksDB's info log (at debug) came through the callback, never to stdout.
+        assert any(m.startswith("ucm.rocksdb: ") and lvl == 0 for lvl, m in messages), messages[:5]
+        lib.ucm_log_set_callback(LOG_CB(), None, 1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("test_ctypes: OK")

@@ -308,7 +308,7 @@ TEST(Records, EncodingsRoundTrip) {
   fmt::encode_superblock(sb, sbb);
   fmt::Superblock sb2;
   ASSERT_TRUE(fmt::decode_superblock(sbb, 64, "x", &sb2).ok());
-  EXPECT_EQ(sb2.created_by, "ucm 0.1.0");
+  EXPECT_EQ(sb2.created_by, "ucm " UCM_VERSION_STRING);
   EXPECT_EQ(sb2.created_ms, 123u);
 }
 

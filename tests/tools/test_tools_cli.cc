@@ -34,7 +34,7 @@ TEST(Cli, HelpListsSubcommandsAndExitCodes) {
 TEST(Cli, Version) {
   CliRun r = run("--version");
   EXPECT_EQ(r.code, 0);
-  EXPECT_NE(r.out.find("ucm 0.1.0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ucm " UCM_VERSION_STRING "\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("store format version 1"), std::string::npos);
   EXPECT_NE(r.out.find("libtorch support: "), std::string::npos);
   EXPECT_NE(r.out.find("CUDA support: "), std::string::npos);

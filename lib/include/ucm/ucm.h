@@ -1,20 +1,30 @@
 /* ucm/ucm.h: the stable C ABI of libucm, for inference servers (C, C++, Python ctypes).
  *
  * Conventions
- *  - Opaque handles: ucm_store_t, ucm_task_t. Create/destroy pairs; never free them yourself.
+ *  - Opaque handles: ucm_store_t, ucm_task_t. Each has a create/destroy pair; never free them
+ *    yourself.
  *  - Every function returning int returns a UCM_* code below (0 = success).
  *  - The text of the last error on the calling thread: ucm_last_error() (valid until the next
- *    call on that thread).
+ *    call into libucm on that thread).
  *  - Buffers are caller-owned. Hashes and namespace ids are 16 raw bytes; arrays of them are
- *    packed, [n][16].
- *  - Thread safety: a ucm_store_t may be used from many threads at once.
- *  - The format behind it: formats/store/store_v1.md.
+ *    packed, [n][16]. Input buffers are read during the call only, except the sources of
+ *    ucm_store_dump and the destinations of ucm_store_load, which must stay valid until the task
+ *    is finished (ucm_task_check() == 1 or ucm_task_wait() returned something other than
+ *    UCM_E_PENDING).
+ *  - Threads: a ucm_store_t may be used from many threads at once. A ucm_task_t may be checked
+ *    and waited on from several threads; ucm_task_free must be called once, when no other
+ *    thread uses the task. Close a store only after every task it created has been freed
+ *    (ucm_task_free waits for a task that is still running). The log callback (ucm_log_set_callback)
+ *    is called from libucm's own threads as well as from the caller's.
+ *  - The format behind it: formats/store/store_v1.md. Guide: docs/library.md.
  */
 #ifndef UCM_UCM_H_
 #define UCM_UCM_H_
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "ucm/version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,10 +49,16 @@ extern "C" {
 #define UCM_E_PENDING 9        /* task not finished (ucm_task_wait with a timeout) */
 #define UCM_E_INTERNAL 10
 
-/* Open modes. */
-#define UCM_OPEN_READ_ONLY 0   /* any number of processes, alongside one writer */
+/* Open modes (ucm_store_open_params.mode). */
+#define UCM_OPEN_READ_ONLY 0   /* any number of processes, alongside one writer; needs read access only */
 #define UCM_OPEN_READ_WRITE 1  /* one writer at a time */
-#define UCM_OPEN_CREATE 2      /* read-write, creating the store if missing */
+#define UCM_OPEN_CREATE 2      /* read-write, creating the store if missing or empty */
+
+/* Log levels (ucm_log_set_callback). */
+#define UCM_LOG_DEBUG 0
+#define UCM_LOG_INFO 1
+#define UCM_LOG_WARN 2
+#define UCM_LOG_ERROR 3
 
 /* Load destination kinds. */
 #define UCM_DEST_CONTIGUOUS 0  /* ptrs[n]: block i -> [L][2][T][h1-h0][D] */
@@ -51,19 +67,59 @@ extern "C" {
 typedef struct ucm_store ucm_store_t;
 typedef struct ucm_task ucm_task_t;
 
-/* Library version, "MAJOR.MINOR.PATCH", static storage. */
+/* Library version, "MAJOR.MINOR.PATCH" (static storage); equals UCM_VERSION_STRING of the
+ * header the library was built with. */
 UCM_API const char* ucm_version(void);
 /* Newest store format version this library reads and writes. */
 UCM_API uint32_t ucm_format_version(void);
-/* Text of the last error on this thread ("" if none). */
+/* Text of the last error on this thread ("" if none); valid until the next call on this thread. */
 UCM_API const char* ucm_last_error(void);
-/* Name of a return code, e.g. "UCM_E_CORRUPTION". */
+/* What a return code means, e.g. "checksum mismatch: the block is treated as a miss, nothing was
+ * copied" (static storage). "unknown return code" for values not listed above. */
 UCM_API const char* ucm_strerror(int code);
+/* The name of a return code, e.g. "UCM_E_CORRUPTION" (static storage; "UCM_E_UNKNOWN" for others). */
+UCM_API const char* ucm_code_name(int code);
 
-/* Opens a store. mode: UCM_OPEN_*. On success *out is a handle to close with ucm_store_close. */
-UCM_API int ucm_store_open(const char* path, int mode, ucm_store_t** out);
+/* Receives libucm's messages: level UCM_LOG_*, a NUL-terminated line (valid during the call),
+ * and the user_data given to ucm_log_set_callback. Called from any libucm thread, possibly from
+ * several at once: it must be thread-safe, must return quickly, and must not call into libucm. */
+typedef void (*ucm_log_callback)(int level, const char* message, void* user_data);
+/* Routes libucm's messages (the store's and RocksDB's) to cb from now on; messages below
+ * min_level are dropped. cb == NULL restores the default: lines on stderr. libucm never writes
+ * to stdout. Process-wide; safe to call at any time, from any thread. */
+UCM_API void ucm_log_set_callback(ucm_log_callback cb, void* user_data, int min_level);
+
+/* How to open a store. Get the defaults from ucm_store_default_open_params() and change fields;
+ * struct_size lets later versions add fields at the end. */
+typedef struct ucm_store_open_params {
+  uint32_t struct_size;          /* sizeof(ucm_store_open_params), set by the defaults call */
+  int32_t mode;                  /* UCM_OPEN_*; default UCM_OPEN_READ_ONLY */
+  uint32_t io_threads;           /* threads doing block I/O for load and dump tasks; default 8 */
+  int32_t direct_io;             /* 1: read and write payloads with O_DIRECT where the file system
+                                    allows it (buffered otherwise); 0: buffered; default 1 */
+  uint32_t refresh_interval_ms;  /* read-only: how often a background thread catches up with the
+                                    writer (ms); 0 = only ucm_store_refresh; default 1000 */
+  const char* reader_dir;        /* read-only: base of the handle's private scratch directory;
+                                    NULL = $UCM_READER_DIR, else STORE/readers when writable, else a
+                                    per-user local directory (docs/library.md, "Read-only opens").
+                                    Read during ucm_store_open only. */
+} ucm_store_open_params;
+
+/* The defaults above. */
+UCM_API ucm_store_open_params ucm_store_default_open_params(void);
+
+/* Opens the store at path. params NULL = the defaults (read-only). On success *out is a handle
+ * to close with ucm_store_close; on failure *out is NULL.
+ * Errors: UCM_E_INVALID (NULL path/out, unknown mode, struct_size too small, missing path or not
+ * a store), UCM_E_BUSY (another writer: the message names its pid, host and start time),
+ * UCM_E_VERSION (a newer store format), UCM_E_CORRUPTION (bad superblock; or no index: the
+ * message names `ucm build STORE --rebuild-index`), UCM_E_IO, UCM_E_NO_SPACE. */
+UCM_API int ucm_store_open(const char* path, const ucm_store_open_params* params, ucm_store_t** out);
+/* Closes a handle (NULL is a no-op). Free every task of the handle first. A writer's close makes
+ * its index durable; a reader's removes its scratch directory. */
 UCM_API void ucm_store_close(ucm_store_t* store);
-/* Read-only handles: see the writer's commits now (they are also seen within 5 s without it). */
+/* Read-only handles: see the writer's commits now (they are also seen within refresh_interval_ms
+ * plus the catch-up time without it). Writer handles: no-op. */
 UCM_API int ucm_store_refresh(ucm_store_t* store);
 
 /* Namespace by name or 32-hex id. ns_out: [16]. desc_json (optional, may be NULL): the
@@ -100,15 +156,21 @@ UCM_API int ucm_store_lookup(ucm_store_t* store, const uint8_t* ns, const uint8_
                              uint8_t* present, size_t* prefix_blocks);
 
 /* Async load of n blocks into caller memory (see UCM_DEST_*). head_begin/head_end: KV-head range
- * [h0, h1); 0/0 = all heads. On UCM_OK, *task must be freed with ucm_task_free (after it is done).
+ * [h0, h1); 0/0 = all heads. The destinations must stay valid until the task is finished; a
+ * block that fails (miss, corruption) leaves its destination untouched. Every block's checksum is
+ * verified before anything is copied. On UCM_OK, *task must be freed with ucm_task_free.
  * Bad arguments (head range, NULL pointers, unknown namespace) return UCM_E_INVALID / NOT_FOUND at
  * once and create no task. */
 UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n,
                            int dest_kind, void* const* ptrs, uint32_t head_begin, uint32_t head_end,
                            ucm_task_t** task);
 
-/* Async dump of n blocks. hashes, parents: [n][16]. kv: [n] pointers to [L][2][T][H][D] payloads
- * (all heads). token_counts may be NULL (= block size). Existing blocks are cheap no-ops. */
+/* Async dump of n blocks (writer handles). hashes, parents: [n][16] (parents[i] = the hash of
+ * the block before block i, or root_hash for a sequence start). kv: [n] pointers to
+ * [L][2][T][H][D] payloads (all KV heads, the namespace dtype, T = block_size tokens); the
+ * payloads must stay valid until the task is finished. Blocks already stored are cheap no-ops
+ * (status UCM_OK). Durable (data fsync'd, index synced) when the task finishes with UCM_OK.
+ * Errors at once, creating no task: UCM_E_INVALID (NULL arguments, unregistered namespace). */
 UCM_API int ucm_store_dump(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes,
                            const uint8_t* parents, size_t n, const void* const* kv,
                            ucm_task_t** task);
@@ -121,7 +183,8 @@ UCM_API int ucm_task_wait(ucm_task_t* task, int timeout_ms);
 /* Per-block result code of a finished task (UCM_E_NOT_FOUND = miss, UCM_E_CORRUPTION = bad
  * checksum, destination untouched). */
 UCM_API int ucm_task_block_status(ucm_task_t* task, size_t i);
-/* Waits for the task if needed, then frees it. */
+/* Frees a task (NULL is a no-op), first waiting for it if it is still running, so its buffers
+ * are no longer used when this returns. Call it exactly once per task, from one thread. */
 UCM_API void ucm_task_free(ucm_task_t* task);
 
 /* Prometheus text exposition into buf[cap] (NUL-terminated); *len gets the length needed.
