@@ -1,0 +1,38 @@
+# `cmake --install BUILD [--prefix P]`: libucm.so (with its SOVERSION), the C ABI headers
+# (ucm/ucm.h, ucm/version.h), ucmConfig.cmake (find_package(ucm) -> ucm::ucm), ucm.pc, and the
+# `ucm` binary. The C++ API (ucm_core) is internal and not installed.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS ucm EXPORT ucmTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/lib/include/ucm/ucm.h ${UCM_GENERATED_INCLUDE}/ucm/version.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ucm)
+install(EXPORT ucmTargets NAMESPACE ucm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ucm)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ucmConfig.cmake.in
+                              ${CMAKE_BINARY_DIR}/cmake/ucmConfig.cmake
+                              INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ucm)
+# 0.x: every minor version may change the ABI (the SOVERSION is MAJOR.MINOR); from 1.0 on, the
+# major version.
+if(PROJECT_VERSION_MAJOR EQUAL 0)
+  set(_ucm_compat SameMinorVersion)
+else()
+  set(_ucm_compat SameMajorVersion)
+endif()
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/cmake/ucmConfigVersion.cmake
+                                 VERSION ${PROJECT_VERSION} COMPATIBILITY ${_ucm_compat})
+install(FILES ${CMAKE_BINARY_DIR}/cmake/ucmConfig.cmake ${CMAKE_BINARY_DIR}/cmake/ucmConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ucm)
+# ucm.pc: configured now, its prefix (%PREFIX%) filled in at install time, so that
+# `cmake --install BUILD --prefix P` gives a ucm.pc for P.
+configure_file(${PROJECT_SOURCE_DIR}/cmake/ucm.pc.in ${CMAKE_BINARY_DIR}/cmake/ucm.pc.in @ONLY)
+install(CODE "
+  file(READ \"${CMAKE_BINARY_DIR}/cmake/ucm.pc.in\" _pc)
+  string(REPLACE \"%PREFIX%\" \"\${CMAKE_INSTALL_PREFIX}\" _pc \"\${_pc}\")
+  file(WRITE \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/ucm.pc\" \"\${_pc}\")
+  message(STATUS \"Installing: \$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/ucm.pc\")
+")
+if(TARGET ucm_cli)
+  install(TARGETS ucm_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
