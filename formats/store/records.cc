@@ -499,7 +499,9 @@ bool AlignedBuffer::reserve(size_t n) {
   return true;
 }
 
-Status pread_full(int fd, void* buf, size_t len, uint64_t offset, size_t* got, const std::string& where) {
+Status pread_full(int fd, void* buf, size_t len, uint64_t offset, size_t* got, const std::string& where,
+                  int* os_errno) {
+  if (os_errno) *os_errno = 0;
   size_t done = 0;
   auto* b = static_cast<uint8_t*>(buf);
   while (done < len) {
@@ -508,7 +510,7 @@ Status pread_full(int fd, void* buf, size_t len, uint64_t offset, size_t* got, c
       if (errno == EINTR) continue;
       int err = errno;
       *got = done;
-      if (err == EINVAL) return Status::IOError("EINVAL: read " + at(where, offset + done));
+      if (os_errno) *os_errno = err;
       return Status::FromErrno(err, "read " + at(where, offset + done));
     }
     if (r == 0) break;
@@ -534,11 +536,13 @@ Status pwrite_full(int fd, const void* buf, size_t len, uint64_t offset, const s
   return Status::OK();
 }
 
-Status read_record(int fd, uint64_t offset, const RecordExpect& e, AlignedBuffer* buf, const std::string& where) {
+Status read_record(int fd, uint64_t offset, const RecordExpect& e, AlignedBuffer* buf, const std::string& where,
+                   int* os_errno) {
+  if (os_errno) *os_errno = 0;
   const uint64_t total = record_size(e.payload_length);
   if (!buf->reserve(total)) return Status::Internal("out of memory reading " + at(where, offset));
   size_t got = 0;
-  Status s = pread_full(fd, buf->data(), total, offset, &got, where);
+  Status s = pread_full(fd, buf->data(), total, offset, &got, where, os_errno);
   if (!s.ok()) return s;
   const uint64_t need = kPage + e.payload_length;
   if (got < need)

@@ -209,8 +209,10 @@ class AlignedBuffer {
   size_t cap_ = 0;
 };
 
-/// pread until `len` bytes or EOF, retrying EINTR and short reads. *got = bytes read.
-Status pread_full(int fd, void* buf, size_t len, uint64_t offset, size_t* got, const std::string& where);
+/// pread until `len` bytes or EOF, retrying EINTR and short reads. *got = bytes read; when the OS
+/// fails the read, *os_errno (if given) gets its errno (0 otherwise).
+Status pread_full(int fd, void* buf, size_t len, uint64_t offset, size_t* got, const std::string& where,
+                  int* os_errno = nullptr);
 /// pwrite all of `len` bytes, retrying EINTR and short writes. ENOSPC/EDQUOT -> NoSpace.
 Status pwrite_full(int fd, const void* buf, size_t len, uint64_t offset, const std::string& where);
 
@@ -231,10 +233,11 @@ struct RecordExpect {
 /// payload_length / payload_checksum equal to `expect`, and XXH3 of the payload equal to the
 /// checksum. On OK the payload is at buf->data() + kPage. `where` (e.g. "data/00000003.ucmd")
 /// is put into messages with the offset. Errors: Corruption (any mismatch, or the record runs
-/// past EOF: truncated file), IOError (the OS; errno EINVAL is returned as IOError whose message
-/// starts with "EINVAL" so callers can retry without O_DIRECT).
+/// past EOF: truncated file), IOError (the OS). When the OS failed the read, *os_errno (if
+/// given) gets its errno, 0 otherwise: EINVAL from an O_DIRECT descriptor means the file system
+/// refused direct I/O, and the caller retries buffered.
 Status read_record(int fd, uint64_t offset, const RecordExpect& expect, AlignedBuffer* buf,
-                   const std::string& where);
+                   const std::string& where, int* os_errno = nullptr);
 
 /// Encodes one whole record into `dst` (record_size(payload) bytes; the header page, then the
 /// payload = concatenation of `pieces`, then zero padding to a page multiple). The payload is

@@ -223,12 +223,7 @@ UCM_API int ucm_store_namespace_hash_seed(ucm_store_t* store, const uint8_t* ns,
     if (!store || !ns || !seed_out)
       return fail(UCM_E_INVALID, "ucm_store_namespace_hash_seed: store, ns and seed_out must not be NULL");
     ucm::NamespaceDesc d;
-    const std::string hex = ucm::to_hex(ns_of(ns));
-    ucm::Status s = store->s->find_namespace(hex, &d, nullptr);
-    if (!s.ok() && store->s->read_only()) {
-      (void)store->s->refresh();
-      s = store->s->find_namespace(hex, &d, nullptr);
-    }
+    ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
     if (!s.ok()) return fail(s);
     const ucm::NamespaceId seed = d.hash_seed();
     std::memcpy(seed_out, seed.data(), 16);
@@ -305,11 +300,7 @@ UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t*
       return fail(UCM_E_INVALID, "ucm_store_load: store, ns, hashes, ptrs and task must not be NULL");
     *task = nullptr;
     ucm::NamespaceDesc d;
-    ucm::Status s = store->s->find_namespace(ucm::to_hex(ns_of(ns)), &d, nullptr);
-    if (!s.ok() && store->s->read_only()) {
-      (void)store->s->refresh();
-      s = store->s->find_namespace(ucm::to_hex(ns_of(ns)), &d, nullptr);
-    }
+    ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
     if (!s.ok()) return fail(s);
     ucm::LoadDest dest;
     size_t np;
@@ -335,10 +326,8 @@ UCM_API int ucm_store_dump(ucm_store_t* store, const uint8_t* ns, const uint8_t*
       return fail(UCM_E_INVALID, "ucm_store_dump: store, ns, hashes, parents, kv and task must not be NULL");
     *task = nullptr;
     ucm::NamespaceDesc d;
-    ucm::Status s = store->s->find_namespace(ucm::to_hex(ns_of(ns)), &d, nullptr);
-    if (!s.ok())
-      return fail(UCM_E_INVALID, "ucm_store_dump: namespace " + ucm::to_hex(ns_of(ns)) +
-                                     " is not registered; register it first (ucm_store_namespace_register)");
+    ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
+    if (!s.ok()) return fail(s);
     std::vector<ucm::DumpItem> items(n);
     for (size_t i = 0; i < n; ++i) {
       std::memcpy(items[i].hash.data(), hashes + 16 * i, 16);

@@ -256,6 +256,7 @@ class StoreImpl : public Store {
 
   Status register_namespace(const NamespaceDesc& desc, NamespaceId* id) override;
   Status find_namespace(const std::string& name_or_id, NamespaceDesc* desc, NamespaceId* id) override;
+  Status get_namespace(const NamespaceId& ns, NamespaceDesc* desc) override;
   std::vector<NamespaceDesc> namespaces() override;
   Status put_attachment(const NamespaceId& ns, const std::string& name, const void* data, size_t len) override;
   Status get_attachment(const NamespaceId& ns, const std::string& name, std::string* data) override;
@@ -689,6 +690,23 @@ Status StoreImpl::ns_desc(const NamespaceId& ns, NamespaceDesc* d) {
   return Status::OK();
 }
 
+Status StoreImpl::get_namespace(const NamespaceId& ns, NamespaceDesc* desc) {
+  NamespaceDesc d;
+  Status s = ns_desc(ns, &d);
+  if (!s.ok() && s.code() == Code::kNotFound && read_only()) {
+    (void)refresh();
+    s = ns_desc(ns, &d);
+  }
+  if (!s.ok()) {
+    if (s.code() == Code::kNotFound)
+      return Status::NotFound("namespace " + to_hex(ns) + " is not registered in store " + path_ +
+                              " (a writer registers it first: ucm_store_namespace_register)");
+    return s;
+  }
+  if (desc) *desc = std::move(d);
+  return Status::OK();
+}
+
 Status StoreImpl::find_namespace(const std::string& key, NamespaceDesc* desc, NamespaceId* id) {
   NamespaceId ns;
   NamespaceDesc d;
@@ -1077,8 +1095,9 @@ Status StoreImpl::read_verified(uint32_t file, uint64_t off, const fmt::RecordEx
   Status s = file_for(file, &f);
   if (!s.ok()) return s;
   const std::string where = path_ + "/" + rel_data_name(file) + " (file id " + std::to_string(file) + ")";
-  s = fmt::read_record(f.fd, off, e, buf, where);
-  if (!s.ok() && f.direct && s.code() == Code::kIOError && s.message().rfind("EINVAL", 0) == 0) {
+  int err = 0;
+  s = fmt::read_record(f.fd, off, e, buf, where, &err);
+  if (!s.ok() && f.direct && err == EINVAL) {
     // The file system refused O_DIRECT for this read: reopen buffered and retry once.
     int fd = ::open(fmt::data_file_path(path_, file).c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Status::FromErrno(errno, "open " + where);
@@ -1156,11 +1175,7 @@ void StoreImpl::finish_load(const std::shared_ptr<TaskImpl>& t) {
 
 std::shared_ptr<Task> StoreImpl::load(const NamespaceId& ns, const BlockHash* hashes, size_t n, const LoadDest& dest) {
   NamespaceDesc d;
-  Status s = ns_desc(ns, &d);
-  if (!s.ok() && read_only()) {
-    (void)refresh();
-    s = ns_desc(ns, &d);
-  }
+  Status s = get_namespace(ns, &d);
   if (!s.ok()) {
     metrics_.count_error(s.code());
     return TaskImpl::Failed(n, s);
@@ -1268,12 +1283,7 @@ struct DumpState {
 std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* items, size_t n) {
   Status s = writer_only("dump");
   NamespaceDesc d;
-  if (s.ok()) {
-    s = ns_desc(ns, &d);
-    if (s.code() == Code::kNotFound)
-      s = Status::InvalidArgument("dump: namespace " + to_hex(ns) + " is not registered in " + path_ +
-                                  "; register it first (ucm_store_namespace_register)");
-  }
+  if (s.ok()) s = get_namespace(ns, &d);
   if (s.ok() && n && !items) s = Status::InvalidArgument("dump: items is null with n > 0");
   for (size_t i = 0; s.ok() && i < n; ++i) {
     if (!items[i].kv && !items[i].kv_pages)

@@ -810,8 +810,7 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
   sum->namespace_name = desc.display_name();
   {
     NamespaceDesc got;
-    NamespaceId gid;
-    if (store->find_namespace(to_hex(ns), &got, &gid).ok() && !got.name.empty()) sum->namespace_name = got.name;
+    if (store->get_namespace(ns, &got).ok() && !got.name.empty()) sum->namespace_name = got.name;
   }
 
   // R4 projection attachment (deterministic from the seed, which is part of the fingerprint).

@@ -220,11 +220,16 @@ TEST_F(CApi, BadHeadRangeIsRefusedUpFront) {
   EXPECT_EQ(ucm_store_load(ro, ns, hashes.data(), 1, 7, dptr, 0, 0, &task), UCM_E_INVALID);
 }
 
-TEST_F(CApi, DumpToAnUnregisteredNamespaceIsInvalid) {
+TEST_F(CApi, UnregisteredNamespaceIsNotFoundForDumpAndLoad) {
   uint8_t other[16] = {1, 2, 3};
   const void* kv[1] = {pl[0].data()};
   ucm_task_t* task = nullptr;
-  EXPECT_EQ(ucm_store_dump(w, other, hashes.data(), hashes.data(), 1, kv, &task), UCM_E_INVALID);
+  EXPECT_EQ(ucm_store_dump(w, other, hashes.data(), hashes.data(), 1, kv, &task), UCM_E_NOT_FOUND);
+  EXPECT_NE(std::string(ucm_last_error()).find("not registered"), std::string::npos) << ucm_last_error();
+  EXPECT_EQ(task, nullptr);
+  std::vector<uint8_t> dst(kPayload);
+  void* dptr[1] = {dst.data()};
+  EXPECT_EQ(ucm_store_load(ro, other, hashes.data(), 1, UCM_DEST_CONTIGUOUS, dptr, 0, 0, &task), UCM_E_NOT_FOUND);
   EXPECT_NE(std::string(ucm_last_error()).find("not registered"), std::string::npos) << ucm_last_error();
   EXPECT_EQ(task, nullptr);
 }

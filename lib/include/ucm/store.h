@@ -132,6 +132,9 @@ class Store {
   virtual Status register_namespace(const NamespaceDesc& desc, NamespaceId* id) = 0;
   /// By name, or by 32-hex id.
   virtual Status find_namespace(const std::string& name_or_id, NamespaceDesc* desc, NamespaceId* id) = 0;
+  /// By id (the hot path: no text). NotFound when `ns` is not registered; a read-only handle
+  /// catches up with the writer once before saying so.
+  virtual Status get_namespace(const NamespaceId& ns, NamespaceDesc* desc) = 0;
   virtual std::vector<NamespaceDesc> namespaces() = 0;
   /// Writer: stores a named blob with the namespace (e.g. "r4_projection"). Replaces same name.
   /// The record carries the name (store_v1.md §3.3), so `ucm build --rebuild-index` recovers it.
@@ -153,6 +156,7 @@ class Store {
   virtual std::shared_ptr<Task> load_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n,
                                           void* const* dst, const size_t* cap) = 0;
   /// Writer: dumps n blocks asynchronously. Durable (fsync'd data + synced index) when done.
+  /// An unregistered namespace fails every block with NotFound (as load does).
   /// Blocks already present (or repeated within the call) are no-ops with status OK.
   ///
   /// Free-space reserve (store_v1.md §3.4): before writing anything, the task's bytes B (record

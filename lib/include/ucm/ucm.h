@@ -170,7 +170,8 @@ UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t*
  * [L][2][T][H][D] payloads (all KV heads, the namespace dtype, T = block_size tokens); the
  * payloads must stay valid until the task is finished. Blocks already stored are cheap no-ops
  * (status UCM_OK). Durable (data fsync'd, index synced) when the task finishes with UCM_OK.
- * Errors at once, creating no task: UCM_E_INVALID (NULL arguments, unregistered namespace). */
+ * Errors at once, creating no task: UCM_E_INVALID (NULL arguments), UCM_E_NOT_FOUND (namespace
+ * not registered: the same code as ucm_store_load). */
 UCM_API int ucm_store_dump(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes,
                            const uint8_t* parents, size_t n, const void* const* kv,
                            ucm_task_t** task);
