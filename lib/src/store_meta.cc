@@ -1,0 +1,255 @@
+// lib/src/store_meta.cc: namespaces, attachments and the document registry (see store_impl.h).
+#include "lib/src/store_impl.h"
+
+#include "lib/src/document.h"
+
+namespace ucm::detail {
+
+// ---------------------------------------------------------------------------------------------
+Status StoreImpl::ns_desc(const NamespaceId& ns, NamespaceDesc* d) {
+  {
+    std::lock_guard<std::mutex> g(ns_mu_);
+    auto it = ns_cache_.find(ns);
+    if (it != ns_cache_.end()) {
+      *d = it->second;
+      return Status::OK();
+    }
+  }
+  std::string json;
+  Status s = index_->get_namespace(ns, &json);
+  if (!s.ok()) return s;
+  s = NamespaceDesc::from_json(json, d);
+  if (!s.ok()) return Status::Corruption("namespace " + to_hex(ns) + " in the index of " + path_ + ": " + s.message());
+  std::lock_guard<std::mutex> g(ns_mu_);
+  ns_cache_[ns] = *d;
+  return Status::OK();
+}
+
+Status StoreImpl::get_namespace(const NamespaceId& ns, NamespaceDesc* desc) {
+  NamespaceDesc d;
+  Status s = ns_desc(ns, &d);
+  if (!s.ok() && s.code() == Code::kNotFound && read_only()) {
+    (void)refresh();
+    s = ns_desc(ns, &d);
+  }
+  if (!s.ok()) {
+    if (s.code() == Code::kNotFound)
+      return Status::NotFound("namespace " + to_hex(ns) + " is not registered in store " + path_ +
+                              " (a writer registers it first: ucm_store_namespace_register)");
+    return s;
+  }
+  if (desc) *desc = std::move(d);
+  return Status::OK();
+}
+
+Status StoreImpl::find_namespace(const std::string& key, NamespaceDesc* desc, NamespaceId* id) {
+  NamespaceId ns;
+  NamespaceDesc d;
+  if (key.size() == 32 && parse_hex16(key, &ns).ok() && ns_desc(ns, &d).ok()) {
+    if (desc) *desc = d;
+    if (id) *id = ns;
+    return Status::OK();
+  }
+  bool found = false;
+  Status inner;
+  Status s = index_->for_each_namespace([&](const NamespaceId& n, const std::string& json) {
+    NamespaceDesc x;
+    if (!NamespaceDesc::from_json(json, &x).ok()) return true;
+    if (x.display_name() == key) {
+      d = x;
+      ns = n;
+      found = true;
+      return false;
+    }
+    return true;
+  });
+  if (!s.ok()) return s;
+  if (!found)
+    return Status::NotFound("namespace \"" + key + "\" is not registered in store " + path_ +
+                            " (list them with `ucm inspect " + path_ + "`)");
+  if (desc) *desc = d;
+  if (id) *id = ns;
+  return Status::OK();
+}
+
+std::vector<NamespaceDesc> StoreImpl::namespaces() {
+  std::vector<NamespaceDesc> out;
+  (void)index_->for_each_namespace([&](const NamespaceId&, const std::string& json) {
+    NamespaceDesc x;
+    if (NamespaceDesc::from_json(json, &x).ok()) out.push_back(std::move(x));
+    return true;
+  });
+  return out;
+}
+
+
+Status StoreImpl::write_meta_record(fmt::RecordHeader* h, const std::string& payload, uint32_t* file,
+                                    uint64_t* off, const std::function<Status(Index::Batch&)>& fill) {
+  std::shared_ptr<ActiveFile> af;
+  Status s = check_space(fmt::record_size(payload.size()) + fmt::kPage,
+                         std::string("write a ") + fmt::record_type_name(h->type) + " record");
+  if (!s.ok()) return s;
+  s = append_record(h, {{payload.data(), payload.size()}}, file, off, &af);
+  if (!s.ok()) return s;
+  s = af->w->sync();
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> g(commit_mu_);
+  Index::Batch b;
+  s = fill(b);
+  if (!s.ok()) return s;
+  af->rec.size = af->w->size();
+  af->rec.live_bytes += fmt::record_size(payload.size());
+  b.put_file(*file, af->rec);
+  return index_->write(b, true);
+}
+
+Status StoreImpl::register_namespace(const NamespaceDesc& desc, NamespaceId* id) {
+  Status s = writer_only("register_namespace");
+  if (!s.ok()) return s;
+  s = desc.validate();
+  if (!s.ok()) return s;
+  const NamespaceId ns = desc.id();
+  const std::string name = desc.display_name();
+  std::string existing;
+  if (index_->get_namespace(ns, &existing).ok()) {
+    if (id) *id = ns;
+    return Status::OK();
+  }
+  Status clash;
+  s = index_->for_each_namespace([&](const NamespaceId& n, const std::string& json) {
+    NamespaceDesc x;
+    if (NamespaceDesc::from_json(json, &x).ok() && x.display_name() == name && n != ns) {
+      clash = Status::InvalidArgument("namespace name \"" + name + "\" is already used by namespace " + to_hex(n) +
+                                      " with a different fingerprint in " + path_ + "; pick another name");
+      return false;
+    }
+    return true;
+  });
+  if (!s.ok()) return s;
+  if (!clash.ok()) return clash;
+  NamespaceDesc named = desc;
+  named.name = name;
+  const std::string payload = named.to_json();
+  fmt::RecordHeader h;
+  h.type = fmt::RecordType::kNamespace;
+  h.ns = ns;
+  uint32_t file = 0;
+  uint64_t off = 0;
+  s = write_meta_record(&h, payload, &file, &off, [&](Index::Batch& b) {
+    auto j = parse_obj(payload);
+    j["blocks"] = 0;
+    j["bytes"] = 0;
+    j["attachments"] = nlohmann::json::object();
+    j["record"] = {file, off};
+    b.put_namespace(ns, j.dump());
+    return Status::OK();
+  });
+  if (!s.ok()) return s;
+  if (id) *id = ns;
+  return Status::OK();
+}
+
+Status StoreImpl::put_attachment(const NamespaceId& ns, const std::string& name, const void* data, size_t len) {
+  Status s = writer_only("put_attachment");
+  if (!s.ok()) return s;
+  if (name.empty()) return Status::InvalidArgument("attachment name is empty");
+  if (name.size() > fmt::kMaxAttachmentName)
+    return Status::InvalidArgument("attachment name of " + std::to_string(name.size()) + " bytes is longer than " +
+                                   std::to_string(fmt::kMaxAttachmentName) + "; use a shorter name");
+  if (len && !data) return Status::InvalidArgument("put_attachment: data is null with len > 0");
+  std::string tmp;
+  s = index_->get_namespace(ns, &tmp);
+  if (!s.ok()) return s;
+  fmt::RecordHeader h;
+  h.type = fmt::RecordType::kNsAttachment;
+  h.flags = fmt::kRecordFlagNamed;  // the payload carries the name, so rebuild-index recovers it (§3.3)
+  h.ns = ns;
+  h.key = fmt::md5(name.data(), name.size());
+  const std::string payload = fmt::encode_attachment_payload(name, data, len);
+  uint32_t file = 0;
+  uint64_t off = 0;
+  return write_meta_record(&h, payload, &file, &off, [&](Index::Batch& b) {
+    std::string cur;
+    Status st = index_->get_namespace(ns, &cur);
+    if (!st.ok()) return st;
+    auto j = parse_obj(cur);
+    j["attachments"][name] = {file, off, uint64_t(payload.size()), h.payload_checksum};
+    b.put_namespace(ns, j.dump());
+    return Status::OK();
+  });
+}
+
+Status StoreImpl::get_attachment(const NamespaceId& ns, const std::string& name, std::string* data) {
+  std::string cur;
+  Status s = index_->get_namespace(ns, &cur);
+  if (!s.ok()) return s;
+  auto j = parse_obj(cur);
+  if (!j.contains("attachments") || !j["attachments"].contains(name))
+    return Status::NotFound("namespace " + to_hex(ns) + " has no attachment \"" + name + "\"");
+  auto a = j["attachments"][name];
+  if (!a.is_array() || a.size() != 4) return Status::Corruption("attachment \"" + name + "\" entry is malformed in the index");
+  fmt::RecordExpect e;
+  e.type = fmt::RecordType::kNsAttachment;
+  e.ns = ns;
+  e.key = fmt::md5(name.data(), name.size());
+  e.payload_length = a[2].get<uint64_t>();
+  e.payload_checksum = a[3].get<uint64_t>();
+  fmt::AlignedBuffer buf;
+  const uint32_t file = a[0].get<uint32_t>();
+  const uint64_t off = a[1].get<uint64_t>();
+  s = read_verified(file, off, e, &buf);
+  if (!s.ok()) return s;
+  const std::string where = path_ + "/" + rel_data_name(file) + " at offset " + std::to_string(off);
+  fmt::RecordHeader h;
+  s = fmt::decode_record_header(buf.data(), where, &h);
+  if (!s.ok()) return s;
+  std::string stored;
+  size_t data_off = 0;
+  const uint8_t* p = buf.data() + fmt::kPage;
+  s = fmt::decode_attachment_payload(h.flags, p, e.payload_length, where, &stored, &data_off);
+  if (!s.ok()) return s;
+  if ((h.flags & fmt::kRecordFlagNamed) && stored != name)
+    return Status::Corruption(where + ": attachment record holds \"" + stored + "\", the index says \"" + name + "\"");
+  data->assign(reinterpret_cast<const char*>(p + data_off), e.payload_length - data_off);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------
+Status StoreImpl::put_document(const NamespaceId& ns, const DocumentEntry& doc) {
+  Status s = writer_only("put_document");
+  if (!s.ok()) return s;
+  if (doc.id.empty()) return Status::InvalidArgument("document id is empty");
+  std::string tmp;
+  s = index_->get_namespace(ns, &tmp);
+  if (!s.ok()) return s;
+  const std::string payload = document_to_json(doc);
+  fmt::RecordHeader h;
+  h.type = fmt::RecordType::kDocument;
+  h.ns = ns;
+  h.key = fmt::md5(doc.id.data(), doc.id.size());
+  uint32_t file = 0;
+  uint64_t off = 0;
+  return write_meta_record(&h, payload, &file, &off, [&](Index::Batch& b) {
+    b.put_doc(ns, doc.id, payload);
+    return Status::OK();
+  });
+}
+
+Status StoreImpl::get_document(const NamespaceId& ns, const std::string& id, DocumentEntry* doc) {
+  std::string json;
+  Status s = index_->get_doc(ns, id, &json);
+  if (!s.ok()) return s;
+  return document_from_json(json, doc);
+}
+
+std::vector<DocumentEntry> StoreImpl::documents(const NamespaceId& ns) {
+  std::vector<DocumentEntry> out;
+  (void)index_->for_each_doc(ns, [&](const std::string&, const std::string& json) {
+    DocumentEntry d;
+    if (document_from_json(json, &d).ok()) out.push_back(std::move(d));
+    return true;
+  });
+  return out;
+}
+
+}  // namespace ucm::detail

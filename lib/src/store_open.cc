@@ -1,0 +1,283 @@
+// lib/src/store_open.cc: creating and opening a store, closing it, the background thread (see store_impl.h).
+#include "lib/src/store_impl.h"
+
+#include <spdlog/spdlog.h>
+
+#include "lib/src/log.h"
+
+namespace ucm::detail {
+
+// ---------------------------------------------------------------------------------------------
+namespace {
+Status put_fresh_meta(Index* ix, const fmt::Superblock& sb, bool fresh) {
+  // Meta keys of a new index (§5.1); keys already present are kept. next_file_id and
+  // journal_seq only for a fresh store (no data files yet).
+  Index::Batch b;
+  uint64_t v = 0;
+  std::string str;
+  if (ix->get_meta_u64(kMetaFormatVersion, &v).code() == Code::kNotFound) b.put_meta_u32(kMetaFormatVersion, sb.format_version);
+  if (ix->get_meta_u64(kMetaCreatedMs, &v).code() == Code::kNotFound) b.put_meta_u64(kMetaCreatedMs, sb.created_ms);
+  if (ix->get_meta_string(kMetaCreatedBy, &str).code() == Code::kNotFound) b.put_meta_string(kMetaCreatedBy, sb.created_by);
+  if (fresh && ix->get_meta_u64(kMetaNextFileId, &v).code() == Code::kNotFound) b.put_meta_u32(kMetaNextFileId, 1);
+  if (fresh && ix->get_meta_u64(kMetaJournalSeq, &v).code() == Code::kNotFound) b.put_meta_u64(kMetaJournalSeq, 0);
+  if (b.empty()) return Status::OK();
+  return ix->write(b, true);
+}
+
+std::mutex g_create_mu;  // one creation at a time per process (the sibling's name holds the pid)
+}  // namespace
+
+Status StoreImpl::create_in_place(const std::string& target, fmt::StoreDirState state) {
+  // The superblock is written last: a kill before it leaves a skeleton (no superblock, no data)
+  // that the next create clears (store_v1.md §1.1).
+  Status s;
+  if (state == fmt::StoreDirState::kSkeleton) {
+    s = fmt::clear_store_skeleton(target);
+    if (!s.ok()) return s;
+  }
+  s = fmt::make_dirs(target);
+  if (!s.ok()) return s;
+  s = fmt::WriterLock::Acquire(target, &lock_);
+  if (!s.ok()) return s;
+  fmt::StoreDirState now;
+  s = fmt::classify_store_dir(target, &now);
+  if (!s.ok()) return s;
+  if (now != fmt::StoreDirState::kSkeleton && now != fmt::StoreDirState::kEmpty)
+    return Status::Busy("store " + target + " was created by another process meanwhile; open it again");
+  for (const auto& d : {fmt::data_dir(target), fmt::access_dir(target), fmt::readers_dir(target), fmt::tmp_dir(target),
+                        fmt::index_dir(target)}) {
+    s = fmt::make_dirs(d);
+    if (!s.ok()) return s;
+  }
+  fmt::Superblock sb;
+  sb.created_ms = fmt::now_ms();
+  {
+    std::unique_ptr<Index> ix;
+    s = Index::OpenPrimary(fmt::index_dir(target), true, &ix);
+    if (!s.ok()) return s;
+    s = put_fresh_meta(ix.get(), sb, true);
+    if (!s.ok()) return s;
+  }
+  return fmt::write_superblock(target, sb);
+}
+
+Status StoreImpl::create_new(fmt::StoreDirState state, bool* raced) {
+  namespace fs = std::filesystem;
+  *raced = false;
+  std::lock_guard<std::mutex> cg(g_create_mu);
+  std::string target = path_;
+  std::error_code ec;
+  if (state != fmt::StoreDirState::kMissing) {
+    const fs::path c = fs::canonical(path_, ec);  // a symlink to an empty directory: create there
+    if (!ec) target = c.string();
+  }
+  std::string parent = fs::path(target).parent_path().string();
+  if (parent.empty()) parent = ".";
+  Status s = fmt::make_dirs(parent);
+  if (!s.ok()) return s;
+  struct stat tst, pst;
+  if (state != fmt::StoreDirState::kMissing && ::stat(target.c_str(), &tst) == 0 && ::stat(parent.c_str(), &pst) == 0 &&
+      tst.st_dev != pst.st_dev)
+    return create_in_place(target, state);  // a mount point cannot be replaced by a rename
+
+  // Build the whole store in a sibling, then rename it into place (store_v1.md §1.1).
+  (void)fmt::remove_dead_creating_dirs(target);
+  const std::string tmp = fmt::creating_dir(target, long(::getpid()));
+  fs::remove_all(tmp, ec);  // a leftover of an earlier process with our pid
+  if (::mkdir(tmp.c_str(), 0755) != 0) return Status::FromErrno(errno, "create " + tmp);
+  auto cleanup = [&] {
+    lock_.reset();
+    std::error_code e2;
+    fs::remove_all(tmp, e2);
+  };
+  fmt::Superblock sb;
+  s = fmt::create_store_skeleton(tmp, &sb);
+  if (s.ok()) s = fmt::WriterLock::Acquire(tmp, &lock_);
+  if (s.ok()) s = fmt::make_dirs(fmt::index_dir(tmp));
+  if (s.ok()) {
+    std::unique_ptr<Index> ix;
+    s = Index::OpenPrimary(fmt::index_dir(tmp), true, &ix);
+    if (s.ok()) s = put_fresh_meta(ix.get(), sb, true);
+  }  // closed here: RocksDB keeps file names, so it must not be open across the rename
+  if (s.ok()) s = fmt::fsync_dir(fmt::index_dir(tmp));
+  if (s.ok()) s = fmt::fsync_dir(tmp);
+  if (!s.ok()) {
+    cleanup();
+    return s;
+  }
+  int rc = 0, err = 0;
+  if (state == fmt::StoreDirState::kMissing) {
+    rc = ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {  // file system without RENAME_NOREPLACE
+      struct stat x;
+      if (::stat(target.c_str(), &x) == 0) errno = EEXIST;
+      else rc = ::rename(tmp.c_str(), target.c_str());
+    }
+  } else {
+    if (state == fmt::StoreDirState::kSkeleton) s = fmt::clear_store_skeleton(target);
+    if (!s.ok()) {
+      cleanup();
+      return s;
+    }
+    rc = ::rename(tmp.c_str(), target.c_str());  // replaces an empty directory atomically
+  }
+  err = rc != 0 ? errno : 0;
+  if (rc != 0) {
+    cleanup();
+    if (err == EEXIST || err == ENOTEMPTY) {
+      *raced = true;  // another process created something there meanwhile: look again
+      return Status::OK();
+    }
+    if (err == EXDEV || err == EBUSY) return create_in_place(target, state);
+    return Status::FromErrno(err, "rename " + tmp + " to " + target);
+  }
+  return fmt::fsync_dir(parent);
+}
+
+Status StoreImpl::init(bool create) {
+  fmt::Superblock sb;
+  Status s;
+  const bool rw = opts_.mode == OpenOptions::Mode::kReadWrite;
+  fmt::StoreDirState state = fmt::StoreDirState::kMissing;
+  for (int attempt = 0;; ++attempt) {
+    s = fmt::classify_store_dir(path_, &state);
+    if (!s.ok()) return s;
+    const bool creatable = state == fmt::StoreDirState::kMissing || state == fmt::StoreDirState::kEmpty ||
+                           state == fmt::StoreDirState::kSkeleton;
+    if (!create || !creatable) break;
+    bool raced = false;
+    s = create_new(state, &raced);
+    if (!s.ok()) return s;
+    if (!raced) break;
+    if (attempt == 2)
+      return Status::Busy("store " + path_ + " is being created by another process at the same time; retry");
+  }
+  if (create && state == fmt::StoreDirState::kNotAStore) {
+    struct stat st;
+    if (::stat(path_.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+      return Status::InvalidArgument(path_ + " exists and is not a directory");
+    return Status::InvalidArgument(path_ + " is not empty and not a ucm store; a store is created only in a "
+                                   "missing or empty directory");
+  }
+  s = fmt::read_superblock(path_, &sb);
+  if (!s.ok()) return s;
+  if (rw) {
+    if (!lock_) {
+      s = fmt::WriterLock::Acquire(path_, &lock_);
+      if (!s.ok()) return s;
+    }
+    s = fmt::classify_store_dir(path_, &state);  // again, now under the writer lock
+    if (!s.ok()) return s;
+    const bool have_index = require_index(path_).ok();
+    if (!have_index && state != fmt::StoreDirState::kHalfCreated) return require_index(path_);
+    if (!have_index) {
+      // Creation by an older ucm was killed before the index existed, and there are no data
+      // files: nothing can be lost, so finish creating the store (store_v1.md §1.1).
+      std::error_code ec;
+      std::filesystem::remove_all(fmt::index_dir(path_), ec);
+      s = fmt::make_dirs(fmt::index_dir(path_));
+      if (!s.ok()) return s;
+      s = Index::OpenPrimary(fmt::index_dir(path_), true, &own_index_);
+    } else {
+      s = open_writer_index(path_, &own_index_);
+    }
+    if (!s.ok()) return s;
+    index_ = own_index_.get();
+    s = put_fresh_meta(index_, sb, state == fmt::StoreDirState::kHalfCreated);
+    if (!s.ok()) return s;
+    for (const auto& d : {fmt::data_dir(path_), fmt::access_dir(path_), fmt::readers_dir(path_), fmt::tmp_dir(path_)}) {
+      s = fmt::make_dirs(d);
+      if (!s.ok()) return s;
+    }
+  } else {
+    s = ReaderIndex::Open(path_, opts_.reader_dir, "", &ro_index_);
+    if (!s.ok()) return s;
+    index_ = &ro_index_->index();
+  }
+  uint64_t fv = 0;
+  if (index_->get_meta_u64(kMetaFormatVersion, &fv).ok() && fv > fmt::kFormatVersion)
+    return Status::Version("store format version " + std::to_string(fv) + " is newer than this ucm supports (max " +
+                           std::to_string(fmt::kFormatVersion) + "); upgrade ucm");
+  s = rebuild_table();
+  if (!s.ok()) return s;
+  s = access_.open(path_, process_unique_name());
+  if (!s.ok()) {
+    if (!read_only()) return s;
+    // A reader without write access to STORE/access (another user's store, a read-only mount)
+    // serves loads without recording their recency: gc then ranks its blocks by what other
+    // handles logged (docs/library.md, "Read-only opens").
+    log().info("store {}: loads through this handle are not recorded for gc's recency ({})", path_, s.message());
+  }
+  pool_ = std::make_unique<ThreadPool>(opts_.io_threads);
+  if (!read_only()) commit_thread_ = std::thread([this] { commit_loop(); });
+  bg_ = std::thread([this] { background(); });
+  return Status::OK();
+}
+
+StoreImpl::~StoreImpl() {
+  {
+    std::lock_guard<std::mutex> g(bg_mu_);
+    stop_ = true;
+  }
+  bg_cv_.notify_all();
+  if (bg_.joinable()) bg_.join();
+  if (pool_) pool_->shutdown();  // finishes queued load / dump jobs
+  if (commit_thread_.joinable()) {  // then their commits
+    {
+      std::lock_guard<std::mutex> g(commit_q_mu_);
+      commit_stop_ = true;
+    }
+    commit_q_cv_.notify_all();
+    commit_thread_.join();
+  }
+  access_.close();
+  {
+    std::unique_lock<std::shared_mutex> g(files_mu_);
+    for (auto& [id, f] : files_)
+      if (f.fd >= 0) ::close(f.fd);
+    files_.clear();
+  }
+  active_.reset();
+  index_ = nullptr;
+  own_index_.reset();
+  ro_index_.reset();
+  lock_.reset();
+}
+
+void StoreImpl::background() {
+  const uint32_t ival = read_only() && opts_.refresh_interval_ms ? opts_.refresh_interval_ms : 1000;
+  std::unique_lock<std::mutex> l(bg_mu_);
+  while (!stop_) {
+    bg_cv_.wait_for(l, std::chrono::milliseconds(ival));
+    if (stop_) break;
+    l.unlock();
+    if (read_only() && opts_.refresh_interval_ms) (void)refresh();
+    access_.flush();
+    l.lock();
+  }
+}
+
+}  // namespace ucm::detail
+
+namespace ucm {
+
+Status Store::Open(const std::string& path, const OpenOptions& opts, std::unique_ptr<Store>* out) {
+  if (path.empty()) return Status::InvalidArgument("store path is empty");
+  if (!out) return Status::InvalidArgument("Store::Open: out is null");
+  if (opts.create_if_missing && opts.mode == OpenOptions::Mode::kReadOnly)
+    return Status::InvalidArgument("create_if_missing needs mode kReadWrite (" + path + ")");
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  auto s = std::make_unique<detail::StoreImpl>(p, opts);
+  Status st;
+  try {
+    st = s->init(opts.create_if_missing);
+  } catch (const std::exception& e) {
+    st = Status::Internal(std::string("opening ") + p + ": " + e.what());
+  }
+  if (!st.ok()) return st;
+  *out = std::move(s);
+  return Status::OK();
+}
+
+}  // namespace ucm

@@ -1,0 +1,330 @@
+// lib/src/store_read.cc: the lookup table and its catch-up, lookup, load, load_repr, metrics (see store_impl.h).
+#include "lib/src/store_impl.h"
+
+namespace ucm::detail {
+
+Status StoreImpl::rebuild_table() {
+  // Caller holds refresh_mu_ or is init(). The index view does not move meanwhile: a secondary
+  // changes only in try_catch_up (under refresh_mu_), and only this process writes a primary.
+  uint64_t seq = index_->journal_seq();
+  uint64_t count = 0;
+  std::string v;
+  Status s = index_->scan(Index::Family::kNamespaces, "", [&](std::string_view k, std::string_view val) {
+    auto j = parse_obj(std::string(val));
+    count += j.value("blocks", uint64_t(0));
+    return true;
+  });
+  if (!s.ok()) return s;
+  FpTable t(count);
+  s = index_->scan(Index::Family::kBlocks, "", [&](std::string_view k, std::string_view) {
+    NamespaceId ns;
+    BlockHash h;
+    if (fmt::parse_block_key(k, &ns, &h)) t.insert(fmt::block_fingerprint(ns, h));
+    return true;
+  });
+  if (!s.ok()) return s;
+  std::unique_lock<std::shared_mutex> g(table_mu_);
+  table_ = std::move(t);
+  applied_seq_ = seq;
+  return Status::OK();
+}
+
+Status StoreImpl::replay_journal() {
+  std::vector<std::pair<uint64_t, fmt::JournalEntry>> entries;
+  Status s = index_->for_each_journal(applied_seq_, [&](uint64_t seq, const fmt::JournalEntry& e) {
+    entries.emplace_back(seq, e);
+    return true;
+  });
+  if (!s.ok()) return s;
+  const uint64_t last = index_->journal_seq();
+  const bool gap = (!entries.empty() && entries.front().first != applied_seq_ + 1) ||
+                   (entries.empty() && last > applied_seq_);
+  if (gap) return rebuild_table();  // gc trimmed entries we never saw
+  if (entries.empty()) return Status::OK();
+  std::unique_lock<std::shared_mutex> g(table_mu_);
+  for (const auto& [seq, e] : entries) {
+    uint64_t fp = fmt::block_fingerprint(e.ns, e.hash);
+    if (e.op == fmt::JournalOp::kAdd) table_.insert(fp);
+    else table_.erase(fp);
+    applied_seq_ = seq;
+  }
+  return Status::OK();
+}
+
+Status StoreImpl::refresh() {
+  if (!read_only()) return Status::OK();
+  std::lock_guard<std::mutex> g(refresh_mu_);
+  Status s = index_->try_catch_up();
+  if (!s.ok()) return s;
+  metrics_.refreshes.fetch_add(1, std::memory_order_relaxed);
+  return replay_journal();
+}
+
+
+// ---------------------------------------------------------------------------------------------
+Status StoreImpl::lookup(const NamespaceId& ns, const BlockHash* hashes, size_t n, uint8_t* present,
+                         size_t* prefix_blocks) {
+  const auto t0 = Clock::now();
+  if (n && !hashes) return Status::InvalidArgument("lookup: hashes is null with n > 0");
+  size_t prefix = 0, hits = 0;
+  bool in_prefix = true;
+  constexpr size_t kChunk = 16;
+  uint64_t fps[kChunk];
+  {
+    std::shared_lock<std::shared_mutex> g(table_mu_);
+    for (size_t base = 0; base < n; base += kChunk) {
+      const size_t m = std::min(kChunk, n - base);
+      for (size_t i = 0; i < m; ++i) {
+        fps[i] = fmt::block_fingerprint(ns, hashes[base + i]);
+        table_.prefetch(fps[i]);
+      }
+      for (size_t i = 0; i < m; ++i) {
+        const bool p = table_.contains(fps[i]);
+        if (present) present[base + i] = p ? 1 : 0;
+        hits += p;
+        if (in_prefix && p) ++prefix;
+        else in_prefix = false;
+      }
+    }
+  }
+  if (prefix_blocks) *prefix_blocks = prefix;
+  metrics_.lookups.fetch_add(n, std::memory_order_relaxed);
+  metrics_.lookup_hits.fetch_add(hits, std::memory_order_relaxed);
+  metrics_.lookup.observe_ns(elapsed_ns(t0));
+  return Status::OK();
+}
+
+Status StoreImpl::get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) {
+  fmt::BlockRecord r;
+  Status s = index_->get_block(ns, hash, &r);
+  if (!s.ok()) return s;
+  if (info) *info = to_info(ns, hash, r);
+  return Status::OK();
+}
+
+Status StoreImpl::file_for(uint32_t id, OpenFile* f) {
+  {
+    std::shared_lock<std::shared_mutex> g(files_mu_);
+    auto it = files_.find(id);
+    if (it != files_.end()) {
+      *f = it->second;
+      return Status::OK();
+    }
+  }
+  const std::string p = fmt::data_file_path(path_, id);
+  OpenFile of;
+  if (opts_.direct_io) {
+    of.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    of.direct = of.fd >= 0;
+    if (of.fd < 0 && errno == ENOENT)
+      return Status::NotFound("data file " + p + " is gone (retired by gc)");
+  }
+  if (of.fd < 0) {
+    of.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (of.fd < 0) {
+      if (errno == ENOENT) return Status::NotFound("data file " + p + " is gone (retired by gc)");
+      return Status::FromErrno(errno, "open data file " + p);
+    }
+  }
+  std::unique_lock<std::shared_mutex> g(files_mu_);
+  auto [it, inserted] = files_.emplace(id, of);
+  if (!inserted) ::close(of.fd);
+  *f = it->second;
+  return Status::OK();
+}
+
+void StoreImpl::drop_file(uint32_t id) {
+  std::unique_lock<std::shared_mutex> g(files_mu_);
+  auto it = files_.find(id);
+  if (it == files_.end()) return;
+  ::close(it->second.fd);
+  files_.erase(it);
+}
+
+Status StoreImpl::read_verified(uint32_t file, uint64_t off, const fmt::RecordExpect& e, fmt::AlignedBuffer* buf) {
+  OpenFile f;
+  Status s = file_for(file, &f);
+  if (!s.ok()) return s;
+  const std::string where = path_ + "/" + rel_data_name(file) + " (file id " + std::to_string(file) + ")";
+  int err = 0;
+  s = fmt::read_record(f.fd, off, e, buf, where, &err);
+  if (!s.ok() && f.direct && err == EINVAL) {
+    // The file system refused O_DIRECT for this read: reopen buffered and retry once.
+    int fd = ::open(fmt::data_file_path(path_, file).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, "open " + where);
+    {
+      std::unique_lock<std::shared_mutex> g(files_mu_);
+      auto it = files_.find(file);
+      if (it != files_.end()) {
+        ::close(it->second.fd);
+        it->second = OpenFile{fd, false};
+      } else {
+        files_.emplace(file, OpenFile{fd, false});
+      }
+    }
+    s = fmt::read_record(fd, off, e, buf, where);
+  }
+  return s;
+}
+
+void StoreImpl::load_one(const std::shared_ptr<TaskImpl>& t, size_t i, const NamespaceId& ns, const BlockHash& h,
+                         const NamespaceDesc& d, uint32_t h0, uint32_t h1, const LoadDest& dest) {
+  thread_local fmt::AlignedBuffer buf;
+  Status s;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    fmt::BlockRecord r;
+    s = index_->get_block(ns, h, &r);
+    if (s.ok() && r.kv_length != d.payload_bytes())
+      s = Status::Corruption("block " + to_hex(h) + ": index says " + std::to_string(r.kv_length) +
+                             " payload bytes, namespace expects " + std::to_string(d.payload_bytes()));
+    if (s.ok()) {
+      fmt::RecordExpect e;
+      e.type = fmt::RecordType::kBlockKV;
+      e.ns = ns;
+      e.key = h;
+      e.payload_length = r.kv_length;
+      e.payload_checksum = r.kv_checksum;
+      s = read_verified(r.kv_file, r.kv_offset, e, &buf);
+      if (s.code() == Code::kNotFound && attempt == 0) {
+        // The data file was retired by gc: our view is stale. Catch up once and retry.
+        drop_file(r.kv_file);
+        (void)refresh();
+        continue;
+      }
+    }
+    break;
+  }
+  if (s.ok()) {
+    const uint8_t* src = buf.data() + fmt::kPage;
+    const size_t S = dtype_size(d.dtype), T = d.block_size, H = d.num_kv_heads, D = d.head_dim, L = d.num_layers;
+    const size_t run = size_t(h1 - h0) * D * S;  // bytes per token in the destination
+    const size_t page_src = T * H * D * S, page_dst = T * run;
+    for (size_t l = 0; l < L; ++l)
+      for (size_t kv = 0; kv < 2; ++kv) {
+        const uint8_t* sp = src + (l * 2 + kv) * page_src;
+        uint8_t* dp = dest.kind == LoadDest::Kind::kContiguous
+                          ? static_cast<uint8_t*>(dest.ptrs[i]) + (l * 2 + kv) * page_dst
+                          : static_cast<uint8_t*>(dest.ptrs[(i * L + l) * 2 + kv]);
+        if (h0 == 0 && h1 == H) std::memcpy(dp, sp, page_src);
+        else
+          for (size_t tt = 0; tt < T; ++tt) std::memcpy(dp + tt * run, sp + (tt * H + h0) * D * S, run);
+      }
+    metrics_.blocks_loaded.fetch_add(1, std::memory_order_relaxed);
+    metrics_.bytes_loaded.fetch_add(L * 2 * page_dst, std::memory_order_relaxed);
+    access_.add(ns, h, fmt::now_ms());
+  } else {
+    metrics_.count_error(s.code());
+  }
+  t->statuses()[i] = s;
+  if (t->job_done()) finish_load(t);
+}
+
+void StoreImpl::finish_load(const std::shared_ptr<TaskImpl>& t) {
+  metrics_.load_task.observe_ns(elapsed_ns(t->t0));
+  t->finish();
+}
+
+std::shared_ptr<Task> StoreImpl::load(const NamespaceId& ns, const BlockHash* hashes, size_t n, const LoadDest& dest) {
+  NamespaceDesc d;
+  Status s = get_namespace(ns, &d);
+  if (!s.ok()) {
+    metrics_.count_error(s.code());
+    return TaskImpl::Failed(n, s);
+  }
+  const uint32_t h0 = dest.heads.begin, h1 = dest.heads.end == 0 ? d.num_kv_heads : dest.heads.end;
+  Status bad;
+  if (h0 >= h1 || h1 > d.num_kv_heads)
+    bad = Status::InvalidArgument("load: KV-head range [" + std::to_string(h0) + ", " + std::to_string(h1) +
+                                  ") is not within [0, " + std::to_string(d.num_kv_heads) + ") of namespace " +
+                                  d.display_name());
+  const size_t need = dest.kind == LoadDest::Kind::kContiguous ? n : n * d.num_layers * 2;
+  if (bad.ok() && dest.ptrs.size() < need)
+    bad = Status::InvalidArgument("load: " + std::to_string(dest.ptrs.size()) + " destination pointers, need " +
+                                  std::to_string(need) + (dest.kind == LoadDest::Kind::kPaged ? " (n * L * 2, paged)" : " (n)"));
+  if (bad.ok() && n && !hashes) bad = Status::InvalidArgument("load: hashes is null with n > 0");
+  if (bad.ok())
+    for (size_t k = 0; k < need; ++k)
+      if (!dest.ptrs[k]) {
+        bad = Status::InvalidArgument("load: destination pointer " + std::to_string(k) + " is null");
+        break;
+      }
+  if (!bad.ok()) {
+    metrics_.count_error(bad.code());
+    return TaskImpl::Failed(n, bad);
+  }
+  auto t = std::make_shared<TaskImpl>(n);
+  if (n == 0) {
+    t->finish();
+    return t;
+  }
+  auto shared_dest = std::make_shared<LoadDest>(dest);
+  auto hs = std::make_shared<std::vector<BlockHash>>(hashes, hashes + n);
+  for (size_t i = 0; i < n; ++i)
+    pool_->submit([this, t, i, ns, hs, d, h0, h1, shared_dest] { load_one(t, i, ns, (*hs)[i], d, h0, h1, *shared_dest); });
+  return t;
+}
+
+std::shared_ptr<Task> StoreImpl::load_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n, void* const* dst,
+                                           const size_t* cap) {
+  if (n && (!hashes || !dst || !cap)) return TaskImpl::Failed(n, Status::InvalidArgument("load_repr: null argument"));
+  auto t = std::make_shared<TaskImpl>(n);
+  if (n == 0) {
+    t->finish();
+    return t;
+  }
+  auto hs = std::make_shared<std::vector<BlockHash>>(hashes, hashes + n);
+  auto ds = std::make_shared<std::vector<void*>>(dst, dst + n);
+  auto cs = std::make_shared<std::vector<size_t>>(cap, cap + n);
+  for (size_t i = 0; i < n; ++i)
+    pool_->submit([this, t, i, ns, hs, ds, cs] {
+      thread_local fmt::AlignedBuffer buf;
+      const BlockHash& h = (*hs)[i];
+      Status s;
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        fmt::BlockRecord r;
+        s = index_->get_block(ns, h, &r);
+        if (s.ok() && !r.has_repr()) s = Status::NotFound("block " + to_hex(h) + " has no representations");
+        if (s.ok() && r.repr_length > (*cs)[i])
+          s = Status::InvalidArgument("load_repr: block " + to_hex(h) + " needs " + std::to_string(r.repr_length) +
+                                      " bytes, destination " + std::to_string(i) + " has " + std::to_string((*cs)[i]));
+        if (s.ok() && !(*ds)[i]) s = Status::InvalidArgument("load_repr: destination " + std::to_string(i) + " is null");
+        if (s.ok()) {
+          fmt::RecordExpect e;
+          e.type = fmt::RecordType::kBlockRepr;
+          e.ns = ns;
+          e.key = h;
+          e.payload_length = r.repr_length;
+          e.payload_checksum = r.repr_checksum;
+          s = read_verified(r.repr_file, r.repr_offset, e, &buf);
+          if (s.code() == Code::kNotFound && attempt == 0) {
+            drop_file(r.repr_file);
+            (void)refresh();
+            continue;
+          }
+          if (s.ok()) {
+            std::memcpy((*ds)[i], buf.data() + fmt::kPage, r.repr_length);
+            metrics_.bytes_loaded.fetch_add(r.repr_length, std::memory_order_relaxed);
+            access_.add(ns, h, fmt::now_ms());
+          }
+        }
+        break;
+      }
+      if (!s.ok()) metrics_.count_error(s.code());
+      t->statuses()[i] = s;
+      if (t->job_done()) finish_load(t);
+    });
+  return t;
+}
+
+
+// ---------------------------------------------------------------------------------------------
+std::string StoreImpl::metrics_text() const {
+  size_t n;
+  {
+    std::shared_lock<std::shared_mutex> g(table_mu_);
+    n = table_.size();
+  }
+  return metrics_.render(n);
+}
+
+}  // namespace ucm::detail
