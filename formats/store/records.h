@@ -367,6 +367,14 @@ struct FileRecord {
 };
 std::string encode_file_record(const FileRecord& r);
 Status decode_file_record(std::string_view v, FileRecord* r);
+/// Bytes of a data file that hold nothing live (store_v1.md §5.4): all of a retired file; for
+/// the others, `size` less the file header page and `live_bytes`. The header is overhead, not
+/// dead space: a file of live records only has 0 dead bytes.
+inline uint64_t file_dead_bytes(uint64_t size, uint64_t live_bytes, FileState state) {
+  if (state == FileState::kRetired) return size;
+  const uint64_t used = kPage + live_bytes;
+  return size > used ? size - used : 0;
+}
 
 enum class JournalOp : uint8_t { kAdd = 1, kRemove = 2 };
 struct JournalEntry {

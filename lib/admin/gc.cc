@@ -486,7 +486,7 @@ Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
         to_retire.push_back(id);  // nothing live: no copy needed
         continue;
       }
-      const uint64_t dead = actual > f.live_bytes ? actual - f.live_bytes : 0;
+      const uint64_t dead = fmt::file_dead_bytes(actual, f.live_bytes, f.state);
       if (actual > 0 &&
           static_cast<double>(dead) / static_cast<double>(actual) > opts.compact_dead_ratio)
         to_compact.push_back(id);

@@ -88,7 +88,7 @@ Status inspect(const std::string& path, const InspectOptions& opts, InspectRepor
     }
     ++rep->data_files;
     rep->data_bytes += f.size;
-    rep->dead_bytes += f.size >= f.live_bytes ? f.size - f.live_bytes : 0;
+    rep->dead_bytes += fmt::file_dead_bytes(f.size, f.live_bytes, f.state);
     return true;
   });
   if (!st.ok()) return st;

@@ -190,8 +190,12 @@ TEST(ReliabilityCrash, SigkillDuringDumpGcMigrate) {
     EXPECT_LE(after.dead_bytes, after.data_bytes / 100) << store << ": dead bytes left after gc";
     // Everything on disk is accounted for by the index: no leftover of a killed writer remains.
     EXPECT_EQ(disk_after, after.data_bytes) << store << ": data/ holds bytes the index does not know";
-    if (store == S) {
-      EXPECT_LT(disk_after, disk_before) << "gc reclaimed nothing although writers were killed";
+    // What gc reports reclaimed leaves the disk. (Whether a killed writer left anything for the
+    // final gc depends on timing: the gc runs inside the loop may have taken it all already.)
+    EXPECT_LE(disk_after, disk_before) << store;
+    if (gr.bytes_reclaimed > 0) {
+      EXPECT_LT(disk_after, disk_before) << store << ": gc reported " << gr.bytes_reclaimed
+                                         << " bytes reclaimed but data/ did not shrink";
     }
     rel::StoreCheck sc;
     rel::check_blocks(store, next_base, acked, store + " after final gc", &sc);
