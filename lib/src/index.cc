@@ -463,6 +463,19 @@ Status Index::flush() {
   return from_rocks(db_->Flush(fo, cfs_), "flush index " + dir_);
 }
 
+Status Index::delete_journal_below(uint64_t first_kept) {
+  if (!primary_) return Status::NotSupported("the index of " + dir_ + " is open read-only");
+  std::lock_guard<std::mutex> g(write_mu_);
+  rocksdb::WriteBatch wb;
+  rocksdb::Status rs = wb.DeleteRange(cf(Family::kJournal), fmt::journal_key(0), fmt::journal_key(first_kept));
+  if (rs.ok()) {
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    rs = db_->Write(wo, &wb);
+  }
+  return from_rocks(rs, "trim the journal of " + dir_ + " below sequence " + std::to_string(first_kept));
+}
+
 Status Index::compact() {
   if (!primary_) return Status::NotSupported("the index of " + dir_ + " is open read-only");
   for (auto* h : cfs_) {

@@ -139,13 +139,15 @@ class Index {
   Status flush();
   /// Full compaction (after gc); flushes memtables.
   Status compact();
+  /// Deletes every journal entry with sequence < first_kept in one synced range delete
+  /// (store_v1.md §5.5). Primary only.
+  Status delete_journal_below(uint64_t first_kept);
 
-  rocksdb::DB* db() const { return db_; }
-  rocksdb::ColumnFamilyHandle* cf(Family f) const { return cfs_[static_cast<int>(f)]; }
   const std::string& dir() const { return dir_; }
 
  private:
   Index() = default;
+  rocksdb::ColumnFamilyHandle* cf(Family f) const { return cfs_[static_cast<int>(f)]; }
   std::string dir_;
   bool primary_ = false;
   rocksdb::DB* db_ = nullptr;
