@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "formats/store/records.h"
+#include "lib/src/data_file_reader.h"
 #include "lib/src/index.h"
 #include "lib/src/index_open.h"
 #include "ucm/admin.h"
@@ -62,29 +63,6 @@ struct WriterIndex {
   std::unique_ptr<fmt::WriterLock> lock;
   std::unique_ptr<Index> idx;
   static Status Open(const std::string& store, std::unique_ptr<WriterIndex>* out);
-};
-
-/// Reads block records (KV or repr) of one store with checks; caches file descriptors.
-class RecordReader {
- public:
-  explicit RecordReader(std::string store) : store_(std::move(store)) {}
-  ~RecordReader();
-  /// Reads and verifies the KV (repr = false) or repr record of `rec`: header fields, type,
-  /// ids, parent, token count, length, checksum. On OK, *payload points into an internal
-  /// buffer valid until the next call. Corruption / NotFound (data file missing) with a reason.
-  Status read(const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& rec, bool repr,
-              const uint8_t** payload, uint64_t* len);
-  /// Cheap check: the data file exists and is long enough to hold the record.
-  Status check_size(const fmt::BlockRecord& rec);
-  /// Size of data file `id`, or -1 when missing.
-  int64_t file_size(uint32_t id);
-
- private:
-  int fd(uint32_t id, Status* st);
-  std::string store_;
-  std::map<uint32_t, int> fds_;
-  std::map<uint32_t, int64_t> sizes_;
-  fmt::AlignedBuffer buf_;
 };
 
 /// Reads and verifies the NS_ATTACHMENT record `name` of `ns` at (file, offset).

@@ -94,114 +94,11 @@ Status WriterIndex::Open(const std::string& store, std::unique_ptr<WriterIndex>*
   return Status::OK();
 }
 
-// ------------------------------------------------------------------------------ RecordReader
-RecordReader::~RecordReader() {
-  for (auto& [id, f] : fds_)
-    if (f >= 0) ::close(f);
-}
-
-int RecordReader::fd(uint32_t id, Status* st) {
-  auto it = fds_.find(id);
-  if (it != fds_.end()) {
-    if (it->second < 0) *st = Status::NotFound("data file " + std::to_string(id) + " missing");
-    return it->second;
-  }
-  std::string p = fmt::data_file_path(store_, id);
-  int f = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  fds_[id] = f;
-  if (f < 0) {
-    *st = errno == ENOENT ? Status::NotFound("data file " + std::to_string(id) + " missing")
-                          : Status::FromErrno(errno, "open " + p);
-    sizes_[id] = -1;
-  } else {
-    struct stat s {};
-    sizes_[id] = ::fstat(f, &s) == 0 ? static_cast<int64_t>(s.st_size) : -1;
-  }
-  return f;
-}
-
-int64_t RecordReader::file_size(uint32_t id) {
-  Status st;
-  fd(id, &st);
-  return sizes_[id];
-}
-
-Status RecordReader::check_size(const fmt::BlockRecord& rec) {
-  auto one = [&](uint32_t file, uint64_t off, uint64_t len, const char* what) -> Status {
-    int64_t sz = file_size(file);
-    if (sz < 0) return Status::NotFound(std::string(what) + " data file " + std::to_string(file) + " missing");
-    if (off + fmt::record_size(len) > static_cast<uint64_t>(sz))
-      return Status::Corruption(std::string(what) + " record at " + std::to_string(off) +
-                                " runs past the end of data file " + std::to_string(file) +
-                                " (size " + std::to_string(sz) + "): truncated");
-    return Status::OK();
-  };
-  Status st = one(rec.kv_file, rec.kv_offset, rec.kv_length, "kv");
-  if (st.ok() && rec.has_repr()) st = one(rec.repr_file, rec.repr_offset, rec.repr_length, "repr");
-  return st;
-}
-
-Status RecordReader::read(const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& rec,
-                          bool repr, const uint8_t** payload, uint64_t* len) {
-  uint32_t file = repr ? rec.repr_file : rec.kv_file;
-  fmt::RecordExpect ex;
-  ex.type = repr ? fmt::RecordType::kBlockRepr : fmt::RecordType::kBlockKV;
-  ex.check_ids = true;
-  ex.ns = ns;
-  ex.key = h;
-  ex.payload_length = repr ? rec.repr_length : rec.kv_length;
-  ex.payload_checksum = repr ? rec.repr_checksum : rec.kv_checksum;
-  uint64_t off = repr ? rec.repr_offset : rec.kv_offset;
-  Status st;
-  int f = fd(file, &st);
-  if (f < 0) return st;
-  std::string where = "data/" + fs::path(fmt::data_file_path(store_, file)).filename().string();
-  st = fmt::read_record(f, off, ex, &buf_, where);
-  if (!st.ok()) return st;
-  fmt::RecordHeader hdr;
-  st = fmt::decode_record_header(buf_.data(), where, &hdr);
-  if (!st.ok()) return st;
-  if (hdr.parent != rec.parent)
-    return Status::Corruption(where + " offset " + std::to_string(off) +
-                              ": record parent differs from the index");
-  if (hdr.token_count != rec.token_count)
-    return Status::Corruption(where + " offset " + std::to_string(off) +
-                              ": record token_count differs from the index");
-  *payload = buf_.data() + fmt::kPage;
-  *len = ex.payload_length;
-  return Status::OK();
-}
-
 Status read_attachment(const std::string& store, const NamespaceId& ns, const std::string& name,
                        uint32_t file, uint64_t offset, uint64_t length, uint64_t checksum,
                        std::string* out) {
-  const std::string p = fmt::data_file_path(store, file);
-  int f = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f < 0) return Status::FromErrno(errno, "open " + p + " (attachment " + name + ")");
-  fmt::RecordExpect ex;
-  ex.type = fmt::RecordType::kNsAttachment;
-  ex.check_ids = true;
-  ex.ns = ns;
-  ex.key = fmt::md5(name.data(), name.size());
-  ex.payload_length = length;
-  ex.payload_checksum = checksum;
-  fmt::AlignedBuffer buf;
-  Status st = fmt::read_record(f, offset, ex, &buf, p);
-  ::close(f);
-  if (!st.ok()) return st;
-  // Named records start with their name (store_v1.md §3.3): return the data only.
-  fmt::RecordHeader h;
-  st = fmt::decode_record_header(buf.data(), p, &h);
-  if (!st.ok()) return st;
-  std::string stored;
-  size_t data_off = 0;
-  st = fmt::decode_attachment_payload(h.flags, buf.data() + fmt::kPage, length, p, &stored, &data_off);
-  if (!st.ok()) return st;
-  if ((h.flags & fmt::kRecordFlagNamed) && stored != name)
-    return Status::Corruption(p + " at offset " + std::to_string(offset) + ": attachment record holds \"" + stored +
-                              "\", the index says \"" + name + "\"");
-  out->assign(reinterpret_cast<const char*>(buf.data() + fmt::kPage + data_off), length - data_off);
-  return Status::OK();
+  DataFileReader reader(store, false);
+  return reader.read_attachment(ns, name, file, offset, length, checksum, out);
 }
 
 void Progress::tick(const std::function<std::string()>& line, bool force) {

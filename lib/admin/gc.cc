@@ -200,7 +200,8 @@ Status GcRun::load_blocks() {
 void GcRun::find_corrupt() {
   // 3. Corrupt blocks: data file missing / too short (cheap), or a full read with --verify.
   {
-    RecordReader reader(path);
+    DataFileReader reader(path, false);
+    fmt::AlignedBuffer rbuf;
     uint64_t seen = 0;
     for (auto& b : blocks) {
       ++seen;
@@ -208,8 +209,8 @@ void GcRun::find_corrupt() {
       if (c.ok() && opts.verify) {
         const uint8_t* p;
         uint64_t len;
-        c = reader.read(b.ns, b.h, b.r, false, &p, &len);
-        if (c.ok() && b.r.has_repr()) c = reader.read(b.ns, b.h, b.r, true, &p, &len);
+        c = reader.read_block(b.ns, b.h, b.r, false, &rbuf, &p, &len);
+        if (c.ok() && b.r.has_repr()) c = reader.read_block(b.ns, b.h, b.r, true, &rbuf, &p, &len);
         prog.tick([&] {
           return "gc verify: " + std::to_string(seen) + "/" + std::to_string(blocks.size()) +
                  " blocks";

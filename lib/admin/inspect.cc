@@ -95,7 +95,8 @@ Status inspect(const std::string& path, const InspectOptions& opts, InspectRepor
 
   // Age and recency spread: one scan of the blocks family (O(N), store_v1.md §9).
   std::vector<uint64_t> access;
-  RecordReader reader(path);
+  DataFileReader reader(path, false);
+  fmt::AlignedBuffer rbuf;
   Progress prog(opts.progress);
   uint64_t seen = 0, total = rep->blocks;
   for (const NsInfo* n : sel) {
@@ -113,9 +114,9 @@ Status inspect(const std::string& path, const InspectOptions& opts, InspectRepor
       if (opts.verify) {
         const uint8_t* p;
         uint64_t len;
-        Status v = reader.read(ns, h, r, false, &p, &len);
+        Status v = reader.read_block(ns, h, r, false, &rbuf, &p, &len);
         if (v.ok() && r.has_repr()) {
-          v = reader.read(ns, h, r, true, &p, &len);
+          v = reader.read_block(ns, h, r, true, &rbuf, &p, &len);
           if (!v.ok()) v = Status(v.code(), "repr: " + v.message());
         } else if (!v.ok()) {
           v = Status(v.code(), "kv: " + v.message());

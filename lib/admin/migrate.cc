@@ -82,7 +82,8 @@ Status migrate(const std::string& src, const std::string& dst, const MigrateOpti
   st = Store::Open(dst, oo, &out);
   if (!st.ok()) return st;
 
-  RecordReader reader(src);
+  DataFileReader reader(src, false);
+  fmt::AlignedBuffer rbuf;
   Progress prog(opts.progress);
   for (const NsInfo* n : sel) {
     // Destination namespace.
@@ -171,7 +172,7 @@ Status migrate(const std::string& src, const std::string& dst, const MigrateOpti
         const SrcBlock& b = blocks[start + i];
         const uint8_t* p;
         uint64_t len;
-        st = reader.read(n->id, b.h, b.r, false, &p, &len);
+        st = reader.read_block(n->id, b.h, b.r, false, &rbuf, &p, &len);
         if (!st.ok())
           return Status(st.code(), "source block " + to_hex(n->id) + ":" + to_hex(b.h) + ": " +
                                        st.message() + " (run `ucm gc " + src +
@@ -187,7 +188,7 @@ Status migrate(const std::string& src, const std::string& dst, const MigrateOpti
           kv[i].assign(reinterpret_cast<const char*>(p), len);
         }
         if (b.r.has_repr()) {
-          st = reader.read(n->id, b.h, b.r, true, &p, &len);
+          st = reader.read_block(n->id, b.h, b.r, true, &rbuf, &p, &len);
           if (!st.ok())
             return Status(st.code(), "source block " + to_hex(b.h) + " repr: " + st.message());
           repr[i].assign(reinterpret_cast<const char*>(p), len);

@@ -30,6 +30,7 @@
 
 #include "formats/store/records.h"
 #include "lib/src/access_log.h"
+#include "lib/src/data_file_reader.h"
 #include "lib/src/fptable.h"
 #include "lib/src/index.h"
 #include "lib/src/index_open.h"
@@ -52,11 +53,6 @@ inline std::string rel_data_name(uint32_t id) {
 
 
 // ---------------------------------------------------------------------------------------------
-struct OpenFile {
-  int fd = -1;
-  bool direct = false;
-};
-
 /// The writer's current data file and its in-memory FileRecord.
 struct ActiveFile {
   std::unique_ptr<fmt::DataFileWriter> w;
@@ -144,9 +140,6 @@ class StoreImpl : public Store {
   void background();
 
   // Record I/O.
-  Status file_for(uint32_t id, OpenFile* f);
-  void drop_file(uint32_t id);
-  Status read_verified(uint32_t file, uint64_t off, const fmt::RecordExpect& e, fmt::AlignedBuffer* buf);
   /// Writer: appends one record to the active file (creating / rolling it). Returns file + offset
   /// and keeps a reference to the writer so the caller can fdatasync it.
   Status append_record(fmt::RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces,
@@ -194,8 +187,7 @@ class StoreImpl : public Store {
   std::map<NamespaceId, NamespaceDesc> ns_cache_;
 
   // Open data files.
-  std::shared_mutex files_mu_;
-  std::unordered_map<uint32_t, OpenFile> files_;
+  std::unique_ptr<DataFileReader> reader_;  // created in init() (needs opts_.direct_io)
 
   // Writer state.
   std::mutex append_mu_;                  // active file selection / roll

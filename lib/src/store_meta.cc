@@ -188,30 +188,8 @@ Status StoreImpl::get_attachment(const NamespaceId& ns, const std::string& name,
     return Status::NotFound("namespace " + to_hex(ns) + " has no attachment \"" + name + "\"");
   auto a = j["attachments"][name];
   if (!a.is_array() || a.size() != 4) return Status::Corruption("attachment \"" + name + "\" entry is malformed in the index");
-  fmt::RecordExpect e;
-  e.type = fmt::RecordType::kNsAttachment;
-  e.ns = ns;
-  e.key = fmt::md5(name.data(), name.size());
-  e.payload_length = a[2].get<uint64_t>();
-  e.payload_checksum = a[3].get<uint64_t>();
-  fmt::AlignedBuffer buf;
-  const uint32_t file = a[0].get<uint32_t>();
-  const uint64_t off = a[1].get<uint64_t>();
-  s = read_verified(file, off, e, &buf);
-  if (!s.ok()) return s;
-  const std::string where = path_ + "/" + rel_data_name(file) + " at offset " + std::to_string(off);
-  fmt::RecordHeader h;
-  s = fmt::decode_record_header(buf.data(), where, &h);
-  if (!s.ok()) return s;
-  std::string stored;
-  size_t data_off = 0;
-  const uint8_t* p = buf.data() + fmt::kPage;
-  s = fmt::decode_attachment_payload(h.flags, p, e.payload_length, where, &stored, &data_off);
-  if (!s.ok()) return s;
-  if ((h.flags & fmt::kRecordFlagNamed) && stored != name)
-    return Status::Corruption(where + ": attachment record holds \"" + stored + "\", the index says \"" + name + "\"");
-  data->assign(reinterpret_cast<const char*>(p + data_off), e.payload_length - data_off);
-  return Status::OK();
+  return reader_->read_attachment(ns, name, a[0].get<uint32_t>(), a[1].get<uint64_t>(), a[2].get<uint64_t>(),
+                                  a[3].get<uint64_t>(), data);
 }
 
 // ---------------------------------------------------------------------------------------------

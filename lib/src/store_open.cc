@@ -135,6 +135,7 @@ Status StoreImpl::create_new(fmt::StoreDirState state, bool* raced) {
 }
 
 Status StoreImpl::init(bool create) {
+  reader_ = std::make_unique<DataFileReader>(path_, opts_.direct_io);
   fmt::Superblock sb;
   Status s;
   const bool rw = opts_.mode == OpenOptions::Mode::kReadWrite;
@@ -231,12 +232,7 @@ StoreImpl::~StoreImpl() {
     commit_thread_.join();
   }
   access_.close();
-  {
-    std::unique_lock<std::shared_mutex> g(files_mu_);
-    for (auto& [id, f] : files_)
-      if (f.fd >= 0) ::close(f.fd);
-    files_.clear();
-  }
+  reader_.reset();
   active_.reset();
   index_ = nullptr;
   own_index_.reset();

@@ -102,71 +102,6 @@ Status StoreImpl::get_block(const NamespaceId& ns, const BlockHash& hash, BlockI
   return Status::OK();
 }
 
-Status StoreImpl::file_for(uint32_t id, OpenFile* f) {
-  {
-    std::shared_lock<std::shared_mutex> g(files_mu_);
-    auto it = files_.find(id);
-    if (it != files_.end()) {
-      *f = it->second;
-      return Status::OK();
-    }
-  }
-  const std::string p = fmt::data_file_path(path_, id);
-  OpenFile of;
-  if (opts_.direct_io) {
-    of.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-    of.direct = of.fd >= 0;
-    if (of.fd < 0 && errno == ENOENT)
-      return Status::NotFound("data file " + p + " is gone (retired by gc)");
-  }
-  if (of.fd < 0) {
-    of.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (of.fd < 0) {
-      if (errno == ENOENT) return Status::NotFound("data file " + p + " is gone (retired by gc)");
-      return Status::FromErrno(errno, "open data file " + p);
-    }
-  }
-  std::unique_lock<std::shared_mutex> g(files_mu_);
-  auto [it, inserted] = files_.emplace(id, of);
-  if (!inserted) ::close(of.fd);
-  *f = it->second;
-  return Status::OK();
-}
-
-void StoreImpl::drop_file(uint32_t id) {
-  std::unique_lock<std::shared_mutex> g(files_mu_);
-  auto it = files_.find(id);
-  if (it == files_.end()) return;
-  ::close(it->second.fd);
-  files_.erase(it);
-}
-
-Status StoreImpl::read_verified(uint32_t file, uint64_t off, const fmt::RecordExpect& e, fmt::AlignedBuffer* buf) {
-  OpenFile f;
-  Status s = file_for(file, &f);
-  if (!s.ok()) return s;
-  const std::string where = path_ + "/" + rel_data_name(file) + " (file id " + std::to_string(file) + ")";
-  int err = 0;
-  s = fmt::read_record(f.fd, off, e, buf, where, &err);
-  if (!s.ok() && f.direct && err == EINVAL) {
-    // The file system refused O_DIRECT for this read: reopen buffered and retry once.
-    int fd = ::open(fmt::data_file_path(path_, file).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(errno, "open " + where);
-    {
-      std::unique_lock<std::shared_mutex> g(files_mu_);
-      auto it = files_.find(file);
-      if (it != files_.end()) {
-        ::close(it->second.fd);
-        it->second = OpenFile{fd, false};
-      } else {
-        files_.emplace(file, OpenFile{fd, false});
-      }
-    }
-    s = fmt::read_record(fd, off, e, buf, where);
-  }
-  return s;
-}
-
 void StoreImpl::load_one(const std::shared_ptr<TaskImpl>& t, size_t i, const NamespaceId& ns, const BlockHash& h,
                          const NamespaceDesc& d, uint32_t h0, uint32_t h1, const LoadDest& dest) {
   thread_local fmt::AlignedBuffer buf;
@@ -184,10 +119,10 @@ void StoreImpl::load_one(const std::shared_ptr<TaskImpl>& t, size_t i, const Nam
       e.key = h;
       e.payload_length = r.kv_length;
       e.payload_checksum = r.kv_checksum;
-      s = read_verified(r.kv_file, r.kv_offset, e, &buf);
+      s = reader_->read(r.kv_file, r.kv_offset, e, &buf);
       if (s.code() == Code::kNotFound && attempt == 0) {
         // The data file was retired by gc: our view is stale. Catch up once and retry.
-        drop_file(r.kv_file);
+        reader_->drop(r.kv_file);
         (void)refresh();
         continue;
       }
@@ -295,9 +230,9 @@ std::shared_ptr<Task> StoreImpl::load_repr(const NamespaceId& ns, const BlockHas
           e.key = h;
           e.payload_length = r.repr_length;
           e.payload_checksum = r.repr_checksum;
-          s = read_verified(r.repr_file, r.repr_offset, e, &buf);
+          s = reader_->read(r.repr_file, r.repr_offset, e, &buf);
           if (s.code() == Code::kNotFound && attempt == 0) {
-            drop_file(r.repr_file);
+            reader_->drop(r.repr_file);
             (void)refresh();
             continue;
           }

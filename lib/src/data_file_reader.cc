@@ -1,0 +1,155 @@
+// lib/src/data_file_reader.cc: see data_file_reader.h.
+#include "lib/src/data_file_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <mutex>
+
+namespace ucm {
+
+DataFileReader::~DataFileReader() {
+  for (auto& [id, f] : files_)
+    if (f.fd >= 0) ::close(f.fd);
+}
+
+std::string DataFileReader::where(uint32_t id) const {
+  return fmt::data_file_path(store_, id) + " (file id " + std::to_string(id) + ")";
+}
+
+Status DataFileReader::get(uint32_t id, Open* out) {
+  {
+    std::shared_lock<std::shared_mutex> g(mu_);
+    auto it = files_.find(id);
+    if (it != files_.end()) {
+      *out = it->second;
+      return Status::OK();
+    }
+  }
+  const std::string p = fmt::data_file_path(store_, id);
+  Open o;
+  if (direct_io_) {
+    o.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    o.direct = o.fd >= 0;
+  }
+  if (o.fd < 0) o.fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (o.fd < 0) {
+    if (errno == ENOENT) return Status::NotFound("data file " + p + " is gone (retired by gc)");
+    return Status::FromErrno(errno, "open data file " + p);
+  }
+  struct stat st {};
+  o.size = ::fstat(o.fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+  std::unique_lock<std::shared_mutex> g(mu_);
+  auto [it, inserted] = files_.emplace(id, o);
+  if (!inserted) ::close(o.fd);
+  *out = it->second;
+  return Status::OK();
+}
+
+void DataFileReader::drop(uint32_t id) {
+  std::unique_lock<std::shared_mutex> g(mu_);
+  auto it = files_.find(id);
+  if (it == files_.end()) return;
+  ::close(it->second.fd);
+  files_.erase(it);
+}
+
+int64_t DataFileReader::file_size(uint32_t id) {
+  Open o;
+  return get(id, &o).ok() ? o.size : -1;
+}
+
+Status DataFileReader::read(uint32_t file, uint64_t off, const fmt::RecordExpect& e, fmt::AlignedBuffer* buf) {
+  Open f;
+  Status s = get(file, &f);
+  if (!s.ok()) return s;
+  const std::string at = where(file);
+  int err = 0;
+  s = fmt::read_record(f.fd, off, e, buf, at, &err);
+  if (s.ok() || !f.direct || err != EINVAL) return s;
+  // The file system refused O_DIRECT for this read: reopen buffered and retry once.
+  const int fd = ::open(fmt::data_file_path(store_, file).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open " + at);
+  {
+    std::unique_lock<std::shared_mutex> g(mu_);
+    auto it = files_.find(file);
+    if (it != files_.end()) {
+      ::close(it->second.fd);
+      it->second.fd = fd;
+      it->second.direct = false;
+    } else {
+      files_.emplace(file, Open{fd, false, f.size});
+    }
+  }
+  return fmt::read_record(fd, off, e, buf, at);
+}
+
+Status DataFileReader::read_block(const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& rec, bool repr,
+                                  fmt::AlignedBuffer* buf, const uint8_t** payload, uint64_t* len) {
+  const uint32_t file = repr ? rec.repr_file : rec.kv_file;
+  const uint64_t off = repr ? rec.repr_offset : rec.kv_offset;
+  fmt::RecordExpect ex;
+  ex.type = repr ? fmt::RecordType::kBlockRepr : fmt::RecordType::kBlockKV;
+  ex.check_ids = true;
+  ex.ns = ns;
+  ex.key = h;
+  ex.payload_length = repr ? rec.repr_length : rec.kv_length;
+  ex.payload_checksum = repr ? rec.repr_checksum : rec.kv_checksum;
+  Status st = read(file, off, ex, buf);
+  if (!st.ok()) return st;
+  const std::string at = where(file) + " offset " + std::to_string(off);
+  fmt::RecordHeader hdr;
+  st = fmt::decode_record_header(buf->data(), at, &hdr);
+  if (!st.ok()) return st;
+  if (hdr.parent != rec.parent) return Status::Corruption(at + ": record parent differs from the index");
+  if (hdr.token_count != rec.token_count) return Status::Corruption(at + ": record token_count differs from the index");
+  *payload = buf->data() + fmt::kPage;
+  *len = ex.payload_length;
+  return Status::OK();
+}
+
+Status DataFileReader::read_attachment(const NamespaceId& ns, const std::string& name, uint32_t file, uint64_t off,
+                                       uint64_t length, uint64_t checksum, std::string* data) {
+  fmt::RecordExpect e;
+  e.type = fmt::RecordType::kNsAttachment;
+  e.check_ids = true;
+  e.ns = ns;
+  e.key = fmt::md5(name.data(), name.size());
+  e.payload_length = length;
+  e.payload_checksum = checksum;
+  fmt::AlignedBuffer buf;
+  Status s = read(file, off, e, &buf);
+  if (!s.ok()) return s;
+  const std::string at = where(file) + " at offset " + std::to_string(off);
+  fmt::RecordHeader h;
+  s = fmt::decode_record_header(buf.data(), at, &h);
+  if (!s.ok()) return s;
+  std::string stored;
+  size_t data_off = 0;
+  const uint8_t* p = buf.data() + fmt::kPage;
+  s = fmt::decode_attachment_payload(h.flags, p, length, at, &stored, &data_off);
+  if (!s.ok()) return s;
+  if ((h.flags & fmt::kRecordFlagNamed) && stored != name)
+    return Status::Corruption(at + ": attachment record holds \"" + stored + "\", the index says \"" + name + "\"");
+  data->assign(reinterpret_cast<const char*>(p + data_off), length - data_off);
+  return Status::OK();
+}
+
+Status DataFileReader::check_size(const fmt::BlockRecord& rec) {
+  auto one = [&](uint32_t file, uint64_t off, uint64_t len, const char* what) -> Status {
+    const int64_t sz = file_size(file);
+    if (sz < 0) return Status::NotFound(std::string(what) + " data file " + std::to_string(file) + " missing");
+    if (off + fmt::record_size(len) > static_cast<uint64_t>(sz))
+      return Status::Corruption(std::string(what) + " record at " + std::to_string(off) +
+                                " runs past the end of data file " + std::to_string(file) + " (size " +
+                                std::to_string(sz) + "): truncated");
+    return Status::OK();
+  };
+  Status st = one(rec.kv_file, rec.kv_offset, rec.kv_length, "kv");
+  if (st.ok() && rec.has_repr()) st = one(rec.repr_file, rec.repr_offset, rec.repr_length, "repr");
+  return st;
+}
+
+}  // namespace ucm
