@@ -6,7 +6,7 @@
 #include <fstream>
 #include <optional>
 
-#include "ucm/corpus/corpus.hpp"
+#include "ucm/corpus/corpus.h"
 
 namespace ucm::precompute {
 namespace {

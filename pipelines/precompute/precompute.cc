@@ -28,7 +28,7 @@
 #include "ucm/hash.h"
 #include "ucm/precompute/repr.h"
 #include "ucm/store.h"
-#include "ucm/tok/tokenizer.hpp"
+#include "ucm/tok/tokenizer.h"
 
 namespace ucm::precompute {
 namespace {

@@ -21,7 +21,7 @@
 #include "ucm/precompute/precompute.h"
 #include "ucm/precompute/repr.h"
 #include "ucm/store.h"
-#include "ucm/tok/tokenizer.hpp"
+#include "ucm/tok/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace ucm;

@@ -29,7 +29,7 @@
 #include "ucm/hash.h"
 #include "ucm/precompute/precompute.h"
 #include "ucm/store.h"
-#include "ucm/tok/tokenizer.hpp"
+#include "ucm/tok/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace ucm;

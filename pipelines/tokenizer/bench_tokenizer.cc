@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "ucm/tok/tokenizer.hpp"
+#include "ucm/tok/tokenizer.h"
 
 int main(int argc, char** argv) {
   if (argc < 3) {

@@ -42,6 +42,7 @@ class InvalidUtf8Error : public TokenizerError {
 
 /// Returns the byte offset of the first invalid UTF-8 sequence in `s` (overlong forms,
 /// surrogates and code points above U+10FFFF are invalid), or std::nullopt when `s` is valid.
+/// The same validator as ucm::utf8::find_invalid_utf8 (target ucm_utf8), which encode() uses.
 std::optional<std::size_t> find_invalid_utf8(std::string_view s) noexcept;
 
 class Tokenizer {

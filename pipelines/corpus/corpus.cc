@@ -1,5 +1,5 @@
 // Corpus reader: JSONL and directory-of-files document streams. See docs/corpus.md.
-#include "ucm/corpus/corpus.hpp"
+#include "ucm/corpus/corpus.h"
 
 #include <fnmatch.h>
 
@@ -10,15 +10,16 @@
 #include <sstream>
 #include <system_error>
 
-#include "ucm/tok/tokenizer.hpp"
+#include "ucm/utf8/utf8.h"
 
 namespace ucm::corpus {
 
 namespace fs = std::filesystem;
 
 std::optional<std::size_t> find_invalid_utf8(std::string_view s) noexcept {
-  // One validator for the whole pipeline: the tokenizer's (RFC 3629, ASCII fast path).
-  return ucm::tok::find_invalid_utf8(s);
+  // One validator for the whole pipeline: ucm_utf8's, which the tokenizer uses too (RFC 3629,
+  // ASCII fast path).
+  return ucm::utf8::find_invalid_utf8(s);
 }
 
 namespace {

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "ucm/tok/tokenizer.hpp"
+#include "ucm/tok/tokenizer.h"
 
 namespace fs = std::filesystem;
 using ucm::tok::InvalidUtf8Error;

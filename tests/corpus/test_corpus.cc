@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ucm/corpus/corpus.hpp"
+#include "ucm/corpus/corpus.h"
 
 namespace fs = std::filesystem;
 using namespace ucm::corpus;
