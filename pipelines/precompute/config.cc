@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <set>
 
+#include <sstream>
+
+#include "internal.h"
 #include "ucm/precompute/precompute.h"
 
 namespace ucm::precompute {
@@ -67,5 +70,71 @@ Status load_config(const std::string& path, PrecomputeOptions* o) {
   }
   return Status::OK();
 }
+
+Status parse_shard(const std::string& s, uint32_t* index, uint32_t* count) {
+  const auto slash = s.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    size_t p1 = 0, p2 = 0;
+    const unsigned long i = std::stoul(s.substr(0, slash), &p1);
+    const unsigned long n = std::stoul(s.substr(slash + 1), &p2);
+    if (p1 != slash || p2 != s.size() - slash - 1 || n == 0 || i >= n || n > 1u << 20) throw std::invalid_argument("range");
+    *index = uint32_t(i);
+    *count = uint32_t(n);
+  } catch (const std::exception&) {
+    return Status::InvalidArgument("bad shard '" + s + "': expected I/N with 0 <= I < N, e.g. 0/4");
+  }
+  return Status::OK();
+}
+
+Status parse_layers(const std::string& s, std::vector<uint32_t>* out) {
+  out->clear();
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      size_t p = 0;
+      const unsigned long v = std::stoul(item, &p);
+      if (p != item.size() || v > 100000) throw std::invalid_argument(item);
+      out->push_back(uint32_t(v));
+    } catch (const std::exception&) {
+      return Status::InvalidArgument("bad layer list '" + s + "': expected comma-separated layer numbers, e.g. 0,1");
+    }
+  }
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+  return Status::OK();
+}
+
+namespace detail {
+
+Status validate(const PrecomputeOptions& o) {
+  if (o.corpus.empty()) return Status::InvalidArgument("no corpus: pass --corpus PATH (JSONL file or directory)");
+  if (o.block_size == 0 || o.block_size > 4096)
+    return Status::InvalidArgument("--block-size must be in [1, 4096], got " + std::to_string(o.block_size));
+  if (o.hash_bits == 0 || o.hash_bits % 8 != 0 || o.hash_bits > 4096)
+    return Status::InvalidArgument("--hash-bits must be a positive multiple of 8 (<= 4096), got " +
+                                   std::to_string(o.hash_bits));
+  if (o.shard_count == 0 || o.shard_index >= o.shard_count)
+    return Status::InvalidArgument("--shard I/N needs 0 <= I < N");
+  if (o.batch_tokens == 0) return Status::InvalidArgument("--batch-tokens must be positive");
+  if (o.max_doc_tokens && o.max_doc_tokens < o.block_size)
+    return Status::InvalidArgument("--max-doc-tokens must be at least the block size");
+  return Status::OK();
+}
+
+DocSourceOptions source_options(const PrecomputeOptions& o) {
+  DocSourceOptions s;
+  s.path = o.corpus;
+  s.suffix = o.corpus_suffix;
+  s.template_file = o.template_file;
+  s.shard_index = o.shard_index;
+  s.shard_count = o.shard_count;
+  s.strict = o.strict;
+  return s;
+}
+
+}  // namespace detail
 
 }  // namespace ucm::precompute

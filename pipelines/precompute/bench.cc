@@ -1,0 +1,155 @@
+// pipelines/precompute/bench.cc: `ucm bench precompute`: bare prefill against a full precompute
+// of the same batches (precompute.h, docs/benchmarks.md).
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "internal.h"
+#include "llama_model.h"
+#include "ucm/tok/tokenizer.h"
+
+namespace ucm::precompute {
+
+namespace fs = std::filesystem;
+using namespace detail;
+
+Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResult* out) {
+  *out = BenchResult{};
+  PrecomputeOptions o = o_in;
+  o.limit = docs;
+  o.resume = false;
+  o.progress = false;
+  Status st = validate(o);
+  if (!st.ok()) return st;
+  std::unique_ptr<model::LlamaModel> model_owned;
+  const model::LlamaModel* m = nullptr;
+  st = load_model(o, Resources{}, &model_owned, &m);
+  if (!st.ok()) return st;
+  std::unique_ptr<tok::Tokenizer> tok_owned;
+  const tok::Tokenizer* tk = nullptr;
+  st = load_tokenizer(o, Resources{}, &tok_owned, &tk);
+  if (!st.ok()) return st;
+
+  // The batches precompute builds: same reading, template, truncation and packing rules.
+  std::unique_ptr<DocSource> src;
+  st = open_doc_source(source_options(o), &src);
+  if (!st.ok()) return st;
+  const auto& c = m->config();
+  uint64_t max_tokens = o.max_doc_tokens ? std::min<uint64_t>(o.max_doc_tokens, c.max_position_embeddings)
+                                         : uint64_t(c.max_position_embeddings);
+  max_tokens -= max_tokens % o.block_size;
+  std::vector<std::vector<int32_t>> all;
+  uint64_t seen = 0;
+  while (seen < docs) {
+    SourceDoc d;
+    SkippedEntry skipped;
+    Status rs;
+    auto r = src->next(&d, &skipped, &rs);
+    if (r == DocSource::Result::kEnd) {
+      if (!rs.ok()) return rs;
+      break;
+    }
+    if (r == DocSource::Result::kSkipped) continue;
+    ++seen;
+    if (d.text.find_first_not_of(" \t\r\n\f\v") == std::string::npos) continue;
+    std::vector<int32_t> ids;
+    try {
+      ids = tk->encode(src->prefix() + d.text + src->suffix());
+    } catch (const tok::TokenizerError&) {
+      continue;
+    }
+    if (ids.size() > max_tokens) ids.resize(max_tokens);
+    ids.resize(ids.size() - ids.size() % o.block_size);
+    if (!ids.empty()) all.push_back(std::move(ids));
+  }
+  if (all.empty()) return Status::InvalidArgument("bench: no document of at least one block in " + o.corpus);
+  // Pack per sort window exactly as the pipeline does.
+  std::vector<std::vector<std::vector<int32_t>*>> batches;
+  {
+    const uint64_t budget = uint64_t(std::max<uint32_t>(1, o.sort_window_batches)) * o.batch_tokens;
+    size_t i = 0;
+    while (i < all.size()) {
+      std::vector<std::vector<int32_t>*> win;
+      uint64_t tok = 0;
+      while (i < all.size() && tok < budget) {
+        tok += all[i].size();
+        win.push_back(&all[i++]);
+      }
+      std::stable_sort(win.begin(), win.end(), [](auto* a, auto* b) { return a->size() > b->size(); });
+      std::vector<std::vector<int32_t>*> cur;
+      size_t T = 0;
+      for (auto* w : win) {
+        if (!cur.empty() && (cur.size() + 1) * std::max(T, w->size()) > o.batch_tokens) {
+          batches.push_back(std::move(cur));
+          cur.clear();
+          T = 0;
+        }
+        T = std::max(T, w->size());
+        cur.push_back(w);
+      }
+      if (!cur.empty()) batches.push_back(std::move(cur));
+    }
+  }
+  auto make_inputs = [&](const std::vector<std::vector<int32_t>*>& b, torch::Tensor* tokens, torch::Tensor* lengths) {
+    size_t T = 0;
+    for (auto* w : b) T = std::max(T, w->size());
+    *tokens = torch::zeros({int64_t(b.size()), int64_t(T)}, torch::kInt64);
+    *lengths = torch::empty({int64_t(b.size())}, torch::kInt64);
+    for (size_t i = 0; i < b.size(); ++i) {
+      for (size_t t = 0; t < b[i]->size(); ++t) tokens->data_ptr<int64_t>()[i * T + t] = (*b[i])[t];
+      lengths->data_ptr<int64_t>()[i] = int64_t(b[i]->size());
+    }
+  };
+  // Warm-up on the first (largest) batch, not timed: first-call allocations, and glibc's dynamic
+  // mmap threshold rises once the large buffers have been freed (later runs reuse heap memory
+  // instead of page-faulting fresh mappings), so all three timed runs start from the same state.
+  {
+    torch::Tensor t, l;
+    make_inputs(batches.front(), &t, &l);
+    (void)m->forward(t, l, false);
+  }
+  // Bare prefill is timed before and after the full precompute (A B A): on a shared machine the
+  // load drifts, and the mean of the two brackets the precompute run in time.
+  auto time_prefill = [&]() {
+    auto t0 = Clock::now();
+    for (auto& b : batches) {
+      torch::Tensor t, l;
+      make_inputs(b, &t, &l);
+      (void)m->forward(t, l, false);
+    }
+    return secs_since(t0);
+  };
+  const double before = time_prefill();
+  for (auto& a : all) out->tokens += a.size();
+  out->documents = all.size();
+  out->batches = batches.size();
+
+  // Full precompute into a temporary store.
+  fs::path tmp = fs::temp_directory_path() / ("ucm-bench-precompute-" + std::to_string(::getpid()) + "-" +
+                                               std::to_string(now_ms()));
+  o.store = tmp.string();
+  o.namespace_name.clear();
+  PrecomputeSummary sum;
+  st = run_precompute(o, Resources{m, tk}, &sum);
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (!st.ok()) return st;
+  out->precompute_seconds = sum.seconds;
+  out->precompute_tokens_per_second = sum.tokens_per_second;
+  out->precompute_prefill_seconds = sum.prefill_seconds;
+  const double after = time_prefill();
+  out->prefill_seconds_before = before;
+  out->prefill_seconds_after = after;
+  out->prefill_seconds = (before + after) / 2;
+  out->prefill_tokens_per_second = double(out->tokens) / out->prefill_seconds;
+  if (sum.tokens != out->tokens)
+    return Status::Internal("bench: precompute stored " + std::to_string(sum.tokens) + " tokens, prefill ran " +
+                            std::to_string(out->tokens));
+  out->ratio = out->prefill_tokens_per_second > 0 ? out->precompute_tokens_per_second / out->prefill_tokens_per_second : 0;
+  return Status::OK();
+}
+
+}  // namespace ucm::precompute

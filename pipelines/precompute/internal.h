@@ -1,0 +1,60 @@
+// pipelines/precompute/internal.h: what the parts of `ucm precompute` share (internal).
+//   precompute.cc      run_precompute: options, model, tokenizer, store, then the pipeline
+//   config.cc          YAML config, option checks, shard / layer parsing
+//   namespace_setup.cc the run's namespace and its r4_projection
+//   runner.cc          the TBB pipeline (read, prefill, process, register)
+//   signals.cc         SIGINT / SIGTERM: stop reading, finish what is in flight
+//   report.cc          the summaries as text and JSON
+//   bench.cc           `ucm bench precompute`
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "doc_source.h"
+#include "ucm/precompute/precompute.h"
+#include "ucm/store.h"
+
+namespace ucm::precompute::detail {
+
+using Clock = std::chrono::steady_clock;
+
+inline double secs_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// Wall-clock milliseconds since the epoch.
+inline uint64_t now_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+/// InvalidArgument naming the bad option (corpus, block size, hash bits, shard, batch tokens,
+/// max doc tokens); OK otherwise (config.cc).
+Status validate(const PrecomputeOptions& o);
+/// The corpus reader's options for `o` (config.cc).
+DocSourceOptions source_options(const PrecomputeOptions& o);
+
+/// The model of `res`, or loaded from o.model_dir into *owned (precompute.cc).
+Status load_model(const PrecomputeOptions& o, const Resources& res, std::unique_ptr<model::LlamaModel>* owned,
+                  const model::LlamaModel** m);
+/// The tokenizer of `res`, or loaded from o.tokenizer_file / MODEL/tokenizer.json (precompute.cc).
+Status load_tokenizer(const PrecomputeOptions& o, const Resources& res, std::unique_ptr<tok::Tokenizer>* owned,
+                      const tok::Tokenizer** t);
+
+/// Registers (or finds) the run's namespace in `store` and its r4_projection attachment
+/// (namespace_setup.cc). Refuses a store that holds the same model under another fingerprint
+/// unless o.namespace_name is set. Fills sum->namespace_id / namespace_name.
+Status setup_namespace(Store* store, const model::LlamaModel& m, const PrecomputeOptions& o, PrecomputeSummary* sum,
+                       NamespaceId* ns, NamespaceDesc* desc, std::vector<float>* proj);
+
+/// Runs the pipeline over `src` into `store` (runner.cc). total_docs: for the progress line
+/// (0 = unknown). Fills the summary, prefill_seconds included.
+Status run_pipeline(const PrecomputeOptions& o, const model::LlamaModel& m, const tok::Tokenizer& tk, Store* store,
+                    const NamespaceId& ns, const NamespaceId& hash_seed, const std::vector<float>& proj,
+                    DocSource* src, uint64_t total_docs, PrecomputeSummary* sum);
+
+}  // namespace ucm::precompute::detail

@@ -1,0 +1,152 @@
+// pipelines/precompute/namespace_setup.cc: the namespace a precompute run writes (its
+// fingerprint from the model and options) and its r4_projection attachment.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "internal.h"
+#include "llama_model.h"
+#include "ucm/precompute/repr.h"
+
+namespace ucm::precompute {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string model_id_of(const std::string& dir) {
+  // config `_name_or_path` (basename) when present, else the directory's basename.
+  std::ifstream f(fs::path(dir) / "config.json");
+  if (f) {
+    try {
+      auto j = nlohmann::json::parse(f);
+      if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) {
+        std::string n = j["_name_or_path"].get<std::string>();
+        while (!n.empty() && n.back() == '/') n.pop_back();
+        if (!n.empty()) return fs::path(n).filename().string();
+      }
+    } catch (const std::exception&) {
+      // the runner reports a bad config.json when loading
+    }
+  }
+  fs::path p = fs::absolute(fs::path(dir)).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
+// Differences between two descriptors, for the namespace-mismatch message.
+std::string describe_diff(const NamespaceDesc& a, const NamespaceDesc& b) {
+  std::vector<std::string> d;
+  auto add = [&](const char* f, const std::string& x, const std::string& y) {
+    if (x != y) d.push_back(std::string(f) + " " + x + " (store) vs " + y + " (this run)");
+  };
+  add("weights_digest", a.weights_digest, b.weights_digest);
+  add("dtype", dtype_name(a.dtype), dtype_name(b.dtype));
+  add("block_size", std::to_string(a.block_size), std::to_string(b.block_size));
+  add("num_layers", std::to_string(a.num_layers), std::to_string(b.num_layers));
+  add("num_kv_heads", std::to_string(a.num_kv_heads), std::to_string(b.num_kv_heads));
+  add("head_dim", std::to_string(a.head_dim), std::to_string(b.head_dim));
+  add("layout", std::to_string(a.layout), std::to_string(b.layout));
+  add("hash_scheme", a.hash_scheme, b.hash_scheme);
+  std::string ea = a.extra_json, eb = b.extra_json;
+  try {
+    ea = nlohmann::json::parse(a.extra_json).dump();
+    eb = nlohmann::json::parse(b.extra_json).dump();
+  } catch (const std::exception&) {
+  }
+  add("extra", ea, eb);
+  std::string s;
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "; " : "") + d[i];
+  return s;
+}
+
+}  // namespace
+
+NamespaceDesc make_namespace(const model::LlamaModel& m, const PrecomputeOptions& o) {
+  const auto& c = m.config();
+  NamespaceDesc d;
+  d.model_id = model_id_of(m.dir());
+  d.weights_digest = m.weights_digest();
+  d.dtype = o.dtype;
+  d.block_size = o.block_size;
+  d.num_layers = uint32_t(c.num_hidden_layers);
+  d.num_kv_heads = uint32_t(c.num_key_value_heads);
+  d.head_dim = uint32_t(c.head_dim);
+  d.layout = 1;
+  d.hash_scheme = "md5-chain-v1";
+  nlohmann::json extra = {
+      {"hash_bits", o.hash_bits},
+      {"dense_layers", o.dense_layers},
+      {"repr", {"R0", "R1", "R4"}},
+      {"projection_seed", o.projection_seed},
+  };
+  d.extra_json = extra.dump();
+  d.name = o.namespace_name;
+  return d;
+}
+
+namespace detail {
+
+Status setup_namespace(Store* store, const model::LlamaModel& mdl, const PrecomputeOptions& o, PrecomputeSummary* sum,
+                       NamespaceId* ns_out, NamespaceDesc* desc_out, std::vector<float>* proj_out) {
+  const model::LlamaModel* m = &mdl;
+  Status st;
+  // Namespace: reuse an identical fingerprint; refuse a same-model store with another fingerprint
+  // unless the user names the new namespace explicitly.
+  NamespaceDesc desc = make_namespace(*m, o);
+  st = desc.validate();
+  if (!st.ok()) return st;
+  const NamespaceId want = desc.id();
+  bool exists = false;
+  std::vector<std::string> clashes;
+  for (const auto& e : store->namespaces()) {
+    if (e.id() == want) {
+      exists = true;
+    } else if (e.model_id == desc.model_id) {
+      clashes.push_back("'" + e.display_name() + "': " + describe_diff(e, desc));
+    }
+  }
+  if (!exists && !clashes.empty() && o.namespace_name.empty()) {
+    std::string msg = "store " + o.store + " already holds model " + desc.model_id +
+                      " under a different namespace fingerprint (";
+    for (size_t i = 0; i < clashes.size(); ++i) msg += (i ? "; " : "") + clashes[i];
+    msg += "); this run's namespace would be '" + desc.display_name() +
+           "'. Use another store, or pass --namespace-name NAME to add it beside the existing one";
+    return Status::InvalidArgument(msg);
+  }
+  NamespaceId ns{};
+  st = store->register_namespace(desc, &ns);
+  if (!st.ok()) return Status(st.code(), "registering namespace " + desc.display_name() + ": " + st.message());
+  sum->namespace_id = to_hex(ns);
+  sum->namespace_name = desc.display_name();
+  {
+    NamespaceDesc got;
+    if (store->get_namespace(ns, &got).ok() && !got.name.empty()) sum->namespace_name = got.name;
+  }
+
+  // R4 projection attachment (deterministic from the seed, which is part of the fingerprint).
+  const auto& c = m->config();
+  std::vector<float> proj = make_projection(uint32_t(c.num_hidden_layers), uint32_t(c.num_key_value_heads),
+                                            uint32_t(c.head_dim), o.hash_bits, o.projection_seed);
+  {
+    std::string have;
+    Status g = store->get_attachment(ns, "r4_projection", &have);
+    if (g.ok()) {
+      if (have.size() != proj.size() * 4 || std::memcmp(have.data(), proj.data(), have.size()) != 0)
+        return Status::Corruption("namespace " + sum->namespace_name +
+                                  ": stored r4_projection differs from the one its projection_seed generates");
+    } else if (g.code() == Code::kNotFound) {
+      st = store->put_attachment(ns, "r4_projection", proj.data(), proj.size() * sizeof(float));
+      if (!st.ok()) return Status(st.code(), "storing r4_projection: " + st.message());
+    } else {
+      return g;
+    }
+  }
+  *ns_out = ns;
+  *desc_out = desc;
+  *proj_out = std::move(proj);
+  return Status::OK();
+}
+
+}  // namespace detail
+}  // namespace ucm::precompute

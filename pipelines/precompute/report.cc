@@ -1,0 +1,100 @@
+// pipelines/precompute/report.cc: the precompute and bench summaries as text and JSON.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ucm/precompute/precompute.h"
+
+namespace ucm::precompute {
+
+std::string PrecomputeSummary::to_json() const {
+  nlohmann::json j;
+  j["documents"] = documents;
+  j["documents_seen"] = documents_seen;
+  nlohmann::json sk = nlohmann::json::object();
+  uint64_t total = 0;
+  for (auto& [k, v] : skipped) {
+    sk[k] = v;
+    total += v;
+  }
+  j["skipped"] = sk;
+  j["skipped_total"] = total;
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& e : skipped_entries) {
+    nlohmann::json x = {{"kind", e.kind}, {"location", e.location}, {"reason", e.reason}};
+    if (!e.id.empty()) x["id"] = e.id;
+    entries.push_back(std::move(x));
+  }
+  j["skipped_entries"] = std::move(entries);
+  j["skipped_entries_truncated"] = skipped_entries_truncated;
+  j["truncated"] = truncated;
+  j["blocks_written"] = blocks_written;
+  j["blocks_existing"] = blocks_existing;
+  j["tokens"] = tokens;
+  j["seconds"] = seconds;
+  j["prefill_seconds"] = prefill_seconds;
+  j["tokens_per_second"] = tokens_per_second;
+  j["interrupted"] = interrupted;
+  j["signal"] = signal;
+  j["namespace"] = namespace_name;
+  j["namespace_id"] = namespace_id;
+  return j.dump();
+}
+
+std::string PrecomputeSummary::to_text() const {
+  std::ostringstream s;
+  s << "namespace " << namespace_name << " (" << namespace_id << ")\n";
+  s << "documents " << documents << " registered, " << documents_seen << " read";
+  if (!skipped.empty()) {
+    s << ", skipped:";
+    for (auto& [k, v] : skipped) s << " " << k << "=" << v;
+  }
+  s << ", truncated " << truncated << "\n";
+  constexpr size_t kShown = 20;
+  for (size_t i = 0; i < skipped_entries.size() && i < kShown; ++i) {
+    const auto& e = skipped_entries[i];
+    s << "  skipped (" << e.kind << ") " << e.location << (e.id.empty() ? "" : " id " + e.id) << ": " << e.reason
+      << "\n";
+  }
+  if (skipped_entries.size() > kShown || skipped_entries_truncated)
+    s << "  ... and more skipped entries (all of them: --json, or the warnings on stderr)\n";
+  s << "blocks " << blocks_written << " written, " << blocks_existing << " already present\n";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "tokens %llu in %.1f s (%.0f tokens/s; prefill %.1f s)\n",
+                (unsigned long long)tokens, seconds, tokens_per_second, prefill_seconds);
+  s << buf;
+  if (interrupted)
+    s << "interrupted" << (signal ? " by signal " + std::to_string(signal) : std::string())
+      << ": re-run with --resume to continue\n";
+  return s.str();
+}
+
+std::string BenchResult::to_json() const {
+  nlohmann::json j = {{"documents", documents},
+                      {"tokens", tokens},
+                      {"batches", batches},
+                      {"prefill_seconds", prefill_seconds},
+                      {"prefill_seconds_before", prefill_seconds_before},
+                      {"prefill_seconds_after", prefill_seconds_after},
+                      {"precompute_prefill_seconds", precompute_prefill_seconds},
+                      {"prefill_tokens_per_second", prefill_tokens_per_second},
+                      {"precompute_seconds", precompute_seconds},
+                      {"precompute_tokens_per_second", precompute_tokens_per_second},
+                      {"ratio", ratio}};
+  return j.dump();
+}
+
+std::string BenchResult::to_text() const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "documents %llu, tokens %llu, batches %llu\n"
+                "bare prefill:   %8.1f tokens/s (mean of %.2f s before and %.2f s after)\n"
+                "full precompute:%8.1f tokens/s (%.2f s, of which %.2f s in the model forward)\n"
+                "ratio %.3f (target >= 0.9)\n",
+                (unsigned long long)documents, (unsigned long long)tokens, (unsigned long long)batches,
+                prefill_tokens_per_second, prefill_seconds_before, prefill_seconds_after,
+                precompute_tokens_per_second, precompute_seconds, precompute_prefill_seconds, ratio);
+  return buf;
+}
+
+}  // namespace ucm::precompute

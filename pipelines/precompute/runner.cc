@@ -1,0 +1,482 @@
+// pipelines/precompute/runner.cc: the precompute pipeline (precompute.h; docs/precompute.md):
+// read and pack, prefill, process (hashes, payload, representations, dumps), register.
+#include <unistd.h>
+
+#include <tbb/parallel_for.h>
+#include <tbb/parallel_pipeline.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <spdlog/spdlog.h>
+#include <unordered_map>
+
+#include "internal.h"
+#include "llama_model.h"
+#include "signals.h"
+#include "ucm/hash.h"
+#include "ucm/precompute/repr.h"
+#include "ucm/tok/tokenizer.h"
+
+namespace ucm::precompute::detail {
+namespace {
+
+// Carries a Status out of a TBB stage (cancels the pipeline).
+struct Abort {
+  Status st;
+};
+
+torch::ScalarType torch_dtype(DType d) {
+  switch (d) {
+    case DType::kBF16: return torch::kBFloat16;
+    case DType::kFP16: return torch::kHalf;
+    case DType::kFP32: return torch::kFloat32;
+  }
+  return torch::kBFloat16;
+}
+
+// ---------------------------------------------------------------- pipeline items
+struct DocWork {
+  std::string id, source;
+  std::vector<int32_t> ids;  // exactly n_blocks * block_size tokens (template prefix + document)
+  bool truncated = false;
+};
+
+struct DocDump {
+  std::vector<BlockHash> hashes;
+  std::vector<uint8_t> present;
+  std::vector<std::string> reprs;
+  std::vector<const void*> pages;
+  std::vector<DumpItem> items;
+  std::shared_ptr<Task> task;
+  uint64_t written = 0, existing = 0;
+};
+
+struct Batch {
+  uint64_t seq = 0;  // order of creation
+  std::vector<DocWork> docs;
+  int64_t T = 0;
+  model::LlamaModel::Output out;       // fp32, freed after stage 3
+  std::vector<torch::Tensor> kp, vp;   // payload dtype [B, T, H, D], contiguous
+  std::vector<DocDump> dumps;
+  ~Batch() {
+    // Dump tasks reference kp/vp/reprs: never free them under a running task.
+    for (auto& d : dumps)
+      if (d.task) d.task->wait(-1);
+  }
+};
+using BatchPtr = std::shared_ptr<Batch>;
+
+// ---------------------------------------------------------------- the run
+class Runner {
+ public:
+  Runner(const PrecomputeOptions& o, const model::LlamaModel& m, const tok::Tokenizer& tk, Store* store,
+         const NamespaceId& ns, const NamespaceId& hash_seed, const std::vector<float>& proj,
+         PrecomputeSummary* sum)
+      : o_(o), m_(m), tk_(tk), store_(store), ns_(ns), sum_(sum) {
+    const auto& c = m.config();
+    L_ = c.num_hidden_layers;
+    H_ = c.num_key_value_heads;
+    D_ = c.head_dim;
+    bs_ = o.block_size;
+    spec_ = ReprSpec{uint32_t(L_), uint32_t(H_), uint32_t(D_), bs_, o.hash_bits, o.dtype};
+    root_ = root_hash(hash_seed);  // spec §7.1: chains start from the namespace's hash seed
+    max_tokens_ = o.max_doc_tokens ? o.max_doc_tokens : uint64_t(c.max_position_embeddings);
+    max_tokens_ = std::min<uint64_t>(max_tokens_, uint64_t(c.max_position_embeddings));
+    max_tokens_ -= max_tokens_ % bs_;
+    auto P = torch::from_blob(const_cast<float*>(proj.data()), {L_, H_, D_, int64_t(o.hash_bits)},
+                              torch::kFloat32);
+    for (int64_t l = 0; l < L_; ++l) proj_.push_back(P[l].clone());
+  }
+
+  Status run(DocSource* src, uint64_t total_docs) {
+    src_ = src;
+    total_docs_ = total_docs;
+    t0_ = Clock::now();
+    last_progress_ = t0_;
+    show_progress_ = o_.progress || ::isatty(STDERR_FILENO);
+    Status st;
+    try {
+      tbb::parallel_pipeline(
+          std::max<uint32_t>(1, o_.max_batches_in_flight),
+          tbb::make_filter<void, BatchPtr>(tbb::filter_mode::serial_in_order,
+                                           [this](tbb::flow_control& fc) { return next_batch(fc); }) &
+              tbb::make_filter<BatchPtr, BatchPtr>(tbb::filter_mode::serial_in_order,
+                                                   [this](BatchPtr b) { return prefill(std::move(b)); }) &
+              tbb::make_filter<BatchPtr, BatchPtr>(tbb::filter_mode::parallel,
+                                                   [this](BatchPtr b) { return process(std::move(b)); }) &
+              tbb::make_filter<BatchPtr, void>(tbb::filter_mode::serial_in_order,
+                                               [this](BatchPtr b) { finish(std::move(b)); }));
+    } catch (const Abort& a) {
+      st = a.st;
+    } catch (const model::ModelError& e) {
+      st = Status::InvalidArgument(std::string("model: ") + e.what());
+    } catch (const std::exception& e) {
+      st = Status::Internal(std::string("precompute pipeline: ") + e.what());
+    }
+    if (!src_error_.ok() && st.ok()) st = src_error_;
+    sum_->interrupted = stop_requested();
+    sum_->signal = stop_signal();
+    sum_->seconds = secs_since(t0_);
+    sum_->tokens_per_second = sum_->seconds > 0 ? double(sum_->tokens) / sum_->seconds : 0;
+    if (show_progress_) {
+      print_progress(true);
+      std::fputc('\n', stderr);
+    }
+    return st;
+  }
+
+ private:
+  // ---- stage 1: read, template, tokenize, truncate, pack (serial)
+  // After a stop signal no batch enters the pipeline, not even one already packed: only batches
+  // being prefilled or processed finish (they are dumped and registered).
+  BatchPtr next_batch(tbb::flow_control& fc) {
+    if (stop_requested()) {
+      fc.stop();
+      return nullptr;
+    }
+    while (ready_.empty()) {
+      if (eof_ || stop_requested()) {
+        fc.stop();
+        return nullptr;
+      }
+      fill_window();
+      pack_window();
+    }
+    BatchPtr b = std::move(ready_.front());
+    ready_.pop_front();
+    return b;
+  }
+
+  // Counts a skipped entry under `kind`; entries that are not stored because of a problem with
+  // them (everything but "resumed") are also listed in the summary with where and why.
+  void skip(const std::string& kind, const std::string& id = {}, const std::string& location = {},
+            const std::string& reason = {}) {
+    std::lock_guard<std::mutex> g(sum_mu_);
+    sum_->skipped[kind]++;
+    if (kind == "resumed") return;
+    if (sum_->skipped_entries.size() < PrecomputeSummary::kMaxSkippedEntries)
+      sum_->skipped_entries.push_back({kind, id, location, reason});
+    else
+      sum_->skipped_entries_truncated = true;
+  }
+
+  void fill_window() {
+    const uint64_t budget = uint64_t(std::max<uint32_t>(1, o_.sort_window_batches)) * o_.batch_tokens;
+    uint64_t tokens = 0;
+    while (!eof_ && !stop_requested() && tokens < budget) {
+      if (o_.limit && sum_->documents_seen >= o_.limit) {
+        eof_ = true;
+        break;
+      }
+      SourceDoc d;
+      SkippedEntry sk;
+      Status st;
+      auto r = src_->next(&d, &sk, &st);
+      if (r == DocSource::Result::kEnd) {
+        eof_ = true;
+        if (!st.ok()) src_error_ = st;
+        break;
+      }
+      if (r == DocSource::Result::kSkipped) {
+        spdlog::warn("corpus: {}: {}, skipped ({})", sk.location, sk.reason, sk.kind);
+        skip(sk.kind, {}, sk.location, sk.reason);
+        continue;
+      }
+      sum_->documents_seen++;
+      if (o_.resume) {
+        // A registered document is skipped only while its last block is still stored: that
+        // block's hash chains its whole prefix, and gc drops the registry entry of a document
+        // that loses any block, so the entry and its last block together mean "complete".
+        DocumentEntry e;
+        if (store_->get_document(ns_, d.id, &e).ok()) {
+          BlockInfo bi;
+          if (store_->get_block(ns_, e.last_block, &bi).ok()) {
+            skip("resumed");
+            continue;
+          }
+          spdlog::warn("document {} ({}) is registered but its last block {} is gone; computing it again", d.id,
+                       d.source, to_hex(e.last_block));
+        }
+      }
+      if (d.text.find_first_not_of(" \t\r\n\f\v") == std::string::npos) {
+        spdlog::warn("corpus: {}: document {} is only white space, skipped (empty)", d.source, d.id);
+        skip("empty", d.id, d.source, "only white space");
+        continue;
+      }
+      std::vector<int32_t> ids;
+      try {
+        ids = tk_.encode(src_->prefix() + d.text + src_->suffix());
+      } catch (const tok::InvalidUtf8Error& e) {
+        const size_t off = e.offset() >= src_->prefix().size() ? e.offset() - src_->prefix().size() : e.offset();
+        std::string msg = "document " + d.id + " (" + d.source + "): invalid UTF-8 at byte " +
+                          std::to_string(off) + " of the text";
+        if (o_.strict) {
+          src_error_ = Status::InvalidArgument(msg + " (--strict); fix the corpus or drop --strict to skip it");
+          eof_ = true;
+          break;
+        }
+        spdlog::warn("{}: skipped", msg);
+        skip("invalid_utf8", d.id, d.source, "invalid UTF-8 at byte " + std::to_string(off) + " of the text");
+        continue;
+      } catch (const tok::TokenizerError& e) {
+        src_error_ = Status::InvalidArgument("tokenizing document " + d.id + ": " + e.what());
+        eof_ = true;
+        break;
+      }
+      DocWork w;
+      if (ids.size() > max_tokens_) {
+        ids.resize(max_tokens_);
+        w.truncated = true;
+      }
+      const size_t full = ids.size() - ids.size() % bs_;
+      if (full == 0) {
+        spdlog::info("document {} ({}): {} tokens < one block of {}, skipped", d.id, d.source, ids.size(), bs_);
+        skip("short", d.id, d.source,
+             std::to_string(ids.size()) + " tokens, fewer than one block of " + std::to_string(bs_));
+        continue;
+      }
+      ids.resize(full);
+      w.id = std::move(d.id);
+      w.source = std::move(d.source);
+      w.ids = std::move(ids);
+      tokens += w.ids.size();
+      window_.push_back(std::move(w));
+    }
+  }
+
+  // Sorts the window by length (longest first) and cuts it into batches of <= batch_tokens padded
+  // tokens (a single document longer than batch_tokens forms a batch of its own).
+  void pack_window() {
+    std::stable_sort(window_.begin(), window_.end(),
+                     [](const DocWork& a, const DocWork& b) { return a.ids.size() > b.ids.size(); });
+    BatchPtr cur;
+    for (auto& w : window_) {
+      const int64_t len = int64_t(w.ids.size());
+      if (cur && uint64_t(cur->docs.size() + 1) * uint64_t(std::max(cur->T, len)) > o_.batch_tokens) {
+        ready_.push_back(std::move(cur));
+        cur.reset();
+      }
+      if (!cur) {
+        cur = std::make_shared<Batch>();
+        cur->seq = next_seq_++;
+      }
+      cur->T = std::max(cur->T, len);
+      cur->docs.push_back(std::move(w));
+    }
+    if (cur) ready_.push_back(std::move(cur));
+    window_.clear();
+  }
+
+  // ---- stage 2: prefill (serial)
+  BatchPtr prefill(BatchPtr b) {
+    if (!b || stop_requested()) return nullptr;  // stopped: drop batches not prefilled yet
+    const int64_t B = int64_t(b->docs.size()), T = b->T;
+    auto tokens = torch::zeros({B, T}, torch::kInt64);
+    auto lengths = torch::empty({B}, torch::kInt64);
+    auto* tp = tokens.data_ptr<int64_t>();
+    auto* lp = lengths.data_ptr<int64_t>();
+    for (int64_t i = 0; i < B; ++i) {
+      const auto& ids = b->docs[size_t(i)].ids;
+      for (size_t t = 0; t < ids.size(); ++t) tp[i * T + int64_t(t)] = ids[t];
+      lp[i] = int64_t(ids.size());
+    }
+    auto t0 = Clock::now();
+    b->out = m_.forward(tokens, lengths, false);
+    prefill_seconds_ += secs_since(t0);
+    return b;
+  }
+
+  // ---- stage 3: payloads, hashes, representations, async dump (parallel)
+  BatchPtr process(BatchPtr b) {
+    if (!b) return b;
+    c10::InferenceMode guard;
+    const auto dt = torch_dtype(o_.dtype);
+    const int64_t B = int64_t(b->docs.size()), T = b->T, NB = int64_t(o_.hash_bits);
+    std::vector<torch::Tensor> kf(static_cast<size_t>(L_)), dots(static_cast<size_t>(L_));
+    b->kp.resize(size_t(L_));
+    b->vp.resize(size_t(L_));
+    for (int64_t l = 0; l < L_; ++l) {
+      kf[size_t(l)] = b->out.k[size_t(l)].contiguous();
+      b->kp[size_t(l)] = kf[size_t(l)].to(dt).contiguous();
+      b->vp[size_t(l)] = b->out.v[size_t(l)].to(dt).contiguous();
+      // [B, T, H, D] x [H, D, NB] -> [B, T, H, NB]
+      dots[size_t(l)] = torch::einsum("bthd,hdj->bthj", {kf[size_t(l)], proj_[size_t(l)]}).contiguous();
+    }
+    b->out = {};
+    const size_t esz = dtype_size(o_.dtype);
+    b->dumps.resize(size_t(B));
+    tbb::parallel_for(int64_t(0), B, [&](int64_t bi) {
+      auto& doc = b->docs[size_t(bi)];
+      auto& dd = b->dumps[size_t(bi)];
+      const size_t nblk = doc.ids.size() / bs_;
+      hash_blocks(root_, reinterpret_cast<const uint32_t*>(doc.ids.data()), doc.ids.size(), bs_, &dd.hashes);
+      dd.present.assign(nblk, 0);
+      size_t prefix_blocks = 0;
+      Status st = store_->lookup(ns_, dd.hashes.data(), nblk, dd.present.data(), &prefix_blocks);
+      if (!st.ok()) throw Abort{st};
+      // The lookup table holds 8-byte fingerprints: confirm hits in the index, so a fingerprint
+      // collision can never leave a registered document with a missing block.
+      for (size_t i = 0; i < nblk; ++i) {
+        if (!dd.present[i]) continue;
+        BlockInfo info;
+        if (!store_->get_block(ns_, dd.hashes[i], &info).ok()) dd.present[i] = 0;
+      }
+      std::vector<const float*> kptr(static_cast<size_t>(L_)), dptr(static_cast<size_t>(L_));
+      // Blocks another document of this batch writes are left to it (the batch is registered only
+      // once all of its dumps are done); a block claimed by another batch is written here too
+      // (identical bytes; that batch may finish later), but counted once.
+      {
+        std::lock_guard<std::mutex> g(claim_mu_);
+        for (size_t i = 0; i < nblk; ++i) {
+          if (dd.present[i]) {
+            dd.existing++;
+            continue;
+          }
+          std::string key(reinterpret_cast<const char*>(dd.hashes[i].data()), dd.hashes[i].size());
+          auto [it, inserted] = claimed_.emplace(std::move(key), b->seq);
+          if (inserted) {
+            dd.written++;
+          } else {
+            dd.existing++;
+            if (it->second == b->seq) dd.present[i] = 1;
+          }
+        }
+      }
+      size_t n_new = 0;
+      for (size_t i = 0; i < nblk; ++i) n_new += dd.present[i] ? 0 : 1;
+      dd.reprs.resize(n_new);
+      dd.pages.resize(n_new * size_t(L_) * 2);
+      dd.items.resize(n_new);
+      size_t k = 0;
+      for (size_t i = 0; i < nblk; ++i) {
+        if (dd.present[i]) continue;
+        const int64_t row = bi * T + int64_t(i * bs_);  // first token of the block in [B*T]
+        for (int64_t l = 0; l < L_; ++l) {
+          kptr[size_t(l)] = kf[size_t(l)].data_ptr<float>() + row * H_ * D_;
+          dptr[size_t(l)] = dots[size_t(l)].data_ptr<float>() + row * H_ * NB;
+          const char* kb = static_cast<const char*>(b->kp[size_t(l)].data_ptr()) + size_t(row * H_ * D_) * esz;
+          const char* vb = static_cast<const char*>(b->vp[size_t(l)].data_ptr()) + size_t(row * H_ * D_) * esz;
+          dd.pages[(k * size_t(L_) + size_t(l)) * 2 + 0] = kb;
+          dd.pages[(k * size_t(L_) + size_t(l)) * 2 + 1] = vb;
+        }
+        encode_block_repr(spec_, kptr.data(), size_t(H_ * D_), dptr.data(), size_t(H_ * NB), nullptr,
+                          &dd.reprs[k]);
+        DumpItem& it = dd.items[k];
+        it.hash = dd.hashes[i];
+        it.parent = i == 0 ? root_ : dd.hashes[i - 1];
+        it.token_count = bs_;
+        it.kv_pages = dd.pages.data() + k * size_t(L_) * 2;
+        it.repr = dd.reprs[k].data();
+        it.repr_len = dd.reprs[k].size();
+        ++k;
+      }
+      if (n_new) dd.task = store_->dump(ns_, dd.items.data(), dd.items.size());
+    });
+    // fp32 keys and dots are no longer needed; kp/vp live until the dumps are done.
+    return b;
+  }
+
+  // ---- stage 4: durability, then registration (serial)
+  void finish(BatchPtr b) {
+    if (!b) return;
+    for (size_t i = 0; i < b->docs.size(); ++i) {
+      auto& dd = b->dumps[i];
+      if (!dd.task) continue;
+      Status st = dd.task->wait(-1);
+      if (!st.ok())
+        throw Abort{Status(st.code(), "dumping blocks of document " + b->docs[i].id + ": " + st.message())};
+    }
+    for (size_t i = 0; i < b->docs.size(); ++i) {
+      auto& doc = b->docs[i];
+      auto& dd = b->dumps[i];
+      DocumentEntry e;
+      e.id = doc.id;
+      e.first_block = dd.hashes.front();
+      e.last_block = dd.hashes.back();
+      e.blocks = uint32_t(dd.hashes.size());
+      e.tokens = doc.ids.size();
+      e.source = doc.source;
+      e.created_ms = now_ms();
+      Status st = store_->put_document(ns_, e);
+      if (!st.ok()) throw Abort{Status(st.code(), "registering document " + doc.id + ": " + st.message())};
+      sum_->documents++;
+      sum_->tokens += doc.ids.size();
+      sum_->blocks_written += dd.written;
+      sum_->blocks_existing += dd.existing;
+      if (doc.truncated) sum_->truncated++;
+    }
+    b->dumps.clear();  // tasks done: nothing to wait for in ~Batch
+    if (show_progress_) print_progress(false);
+  }
+
+  void print_progress(bool force) {
+    auto now = Clock::now();
+    if (!force && std::chrono::duration<double>(now - last_progress_).count() < 1.0) return;
+    last_progress_ = now;
+    const double el = secs_since(t0_);
+    const double tps = el > 0 ? double(sum_->tokens) / el : 0;
+    uint64_t skipped = 0;
+    for (auto& [k, v] : sum_->skipped) skipped += v;
+    const uint64_t done = sum_->documents + skipped;
+    std::string eta = "?";
+    if (total_docs_ && done > 0 && done <= total_docs_) {
+      const double rem = el / double(done) * double(total_docs_ - done);
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%dm%02ds", int(rem) / 60, int(rem) % 60);
+      eta = buf;
+    }
+    std::fprintf(stderr, "\rprecompute: docs %llu/%s (skipped %llu)  %.0f tok/s  blocks %llu new %llu existing  ETA %s   ",
+                 (unsigned long long)done, total_docs_ ? std::to_string(total_docs_).c_str() : "?",
+                 (unsigned long long)skipped, tps, (unsigned long long)sum_->blocks_written,
+                 (unsigned long long)sum_->blocks_existing, eta.c_str());
+    std::fflush(stderr);
+  }
+
+ public:
+  double prefill_seconds() const { return prefill_seconds_; }
+
+ private:
+  const PrecomputeOptions& o_;
+  const model::LlamaModel& m_;
+  const tok::Tokenizer& tk_;
+  Store* store_;
+  NamespaceId ns_;
+  PrecomputeSummary* sum_;
+  int64_t L_ = 0, H_ = 0, D_ = 0;
+  uint32_t bs_ = 16;
+  ReprSpec spec_;
+  BlockHash root_{};
+  uint64_t max_tokens_ = 0;
+  std::vector<torch::Tensor> proj_;  // per layer [H, D, NB] fp32
+  DocSource* src_ = nullptr;
+  uint64_t total_docs_ = 0;
+  bool eof_ = false;
+  Status src_error_;
+  std::vector<DocWork> window_;
+  std::deque<BatchPtr> ready_;
+  std::mutex sum_mu_, claim_mu_;
+  std::unordered_map<std::string, uint64_t> claimed_;  // block hash -> seq of the batch writing it
+  uint64_t next_seq_ = 0;
+  double prefill_seconds_ = 0;
+  Clock::time_point t0_, last_progress_;
+  bool show_progress_ = false;
+};
+
+}  // namespace
+
+Status run_pipeline(const PrecomputeOptions& o, const model::LlamaModel& m, const tok::Tokenizer& tk, Store* store,
+                    const NamespaceId& ns, const NamespaceId& hash_seed, const std::vector<float>& proj,
+                    DocSource* src, uint64_t total_docs, PrecomputeSummary* sum) {
+  Runner r(o, m, tk, store, ns, hash_seed, proj, sum);
+  Status st = r.run(src, total_docs);
+  sum->prefill_seconds = r.prefill_seconds();
+  return st;
+}
+
+}  // namespace ucm::precompute::detail
