@@ -21,8 +21,8 @@ namespace ucm::fmt {
 
 // ---------------------------------------------------------------------------------------------
 // Constants (§2, §3)
-inline constexpr uint32_t kFormatVersion = 1;       ///< newest format this code reads and writes
-inline constexpr uint32_t kMinReaderVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;       ///< newest format this code reads (it reads 1 too), and the one it writes (§10)
+inline constexpr uint32_t kMinReaderVersion = 2;    ///< written into new superblocks (§2)
 inline constexpr size_t kPage = 4096;               ///< record alignment and header size
 inline constexpr uint64_t kFileRollBytes = 1ull << 30;  ///< writers roll to a new data file past this
 /// Free-space reserve of writers (§3.4): a write of B bytes needs B + max(2B, min(this, 1/16 of

@@ -96,6 +96,9 @@ inline std::string bkey(const NamespaceId& ns, const BlockHash& h) { return fmt:
 nlohmann::ordered_json block_record_json(const NsInfo& ns, const BlockHash& h,
                                          const fmt::BlockRecord& r);
 
+/// `migrate --upgrade`: rewrites an older format version in place (upgrade.cc).
+Status upgrade_store(const std::string& path, MigrateReport* rep);
+
 /// Rebuilds STORE/index from the data files (build --rebuild-index).
 Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildReport* report);
 

@@ -13,23 +13,6 @@ using json = nlohmann::json;
 
 namespace {
 
-Status upgrade(const std::string& path, MigrateReport* rep) {
-  fmt::Superblock sb;
-  Status st = fmt::read_superblock(path, &sb);
-  if (!st.ok()) return st;
-  st = require_index(path);
-  if (!st.ok()) return st;
-  if (sb.format_version == fmt::kFormatVersion) {
-    rep->message = "store " + path + " is already at format version " +
-                   std::to_string(fmt::kFormatVersion) + "; nothing to upgrade";
-    return Status::OK();
-  }
-  // format_version < kFormatVersion: no older version exists yet (store_v1.md §10).
-  return Status::NotSupported("store " + path + " has format version " +
-                              std::to_string(sb.format_version) +
-                              ", which this ucm cannot upgrade (known versions: 1)");
-}
-
 struct SrcBlock {
   BlockHash h{};
   fmt::BlockRecord r;
@@ -43,7 +26,7 @@ Status migrate(const std::string& src, const std::string& dst, const MigrateOpti
   *rep = MigrateReport();
   if (opts.upgrade) {
     rep->upgraded = false;
-    return upgrade(src, rep);
+    return upgrade_store(src, rep);
   }
   if (dst.empty()) return Status::InvalidArgument("migrate needs a destination store (DST)");
   std::error_code ec;

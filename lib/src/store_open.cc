@@ -162,6 +162,11 @@ Status StoreImpl::init(bool create) {
   }
   s = fmt::read_superblock(path_, &sb);
   if (!s.ok()) return s;
+  if (rw && sb.format_version < fmt::kFormatVersion)
+    return Status::NotSupported("store " + path_ + " has format version " + std::to_string(sb.format_version) +
+                                "; this ucm writes format version " + std::to_string(fmt::kFormatVersion) +
+                                " (store_v1.md §10): run `ucm migrate " + path_ +
+                                " --upgrade` before writing to it (read-only opens work as it is)");
   if (rw) {
     if (!lock_) {
       s = fmt::WriterLock::Acquire(path_, &lock_);

@@ -92,7 +92,7 @@ TEST(CApiBasics, VersionMacrosMatchTheLibrary) {
                            std::to_string(UCM_VERSION_PATCH);
   EXPECT_EQ(want, UCM_VERSION_STRING);
   EXPECT_STREQ(ucm_version(), UCM_VERSION_STRING);
-  EXPECT_EQ(ucm_format_version(), 1u);
+  EXPECT_EQ(ucm_format_version(), 2u);
 }
 
 TEST(CApiBasics, CodeNamesAndMessages) {

@@ -383,11 +383,11 @@ TEST(Superblock, RefusesNewerVersionAndNonStores) {
   EXPECT_EQ(fmt::read_superblock(store, &sb).code(), Code::kInvalidArgument);  // not a store
   ASSERT_TRUE(fmt::create_store_skeleton(store, &sb).ok());
   EXPECT_TRUE(fmt::read_superblock(store, &sb).ok());
-  sb.format_version = 2;
+  sb.format_version = 3;
   ASSERT_TRUE(fmt::write_superblock(store, sb).ok());
   Status s = fmt::read_superblock(store, &sb);
   EXPECT_EQ(s.code(), Code::kVersion);
-  EXPECT_EQ(s.message(), "store format version 2 is newer than this ucm supports (max 1); upgrade ucm");
+  EXPECT_EQ(s.message(), "store format version 3 is newer than this ucm supports (max 2); upgrade ucm");
   fs::remove_all(store);
 }
 

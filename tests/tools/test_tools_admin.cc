@@ -138,7 +138,7 @@ class AdminStore : public ::testing::Test {
 TEST_F(AdminStore, InspectJson) {
   InspectReport r = must_inspect(path);
   json j = json::parse(r.to_json());
-  EXPECT_EQ(j["format_version"], 1);
+  EXPECT_EQ(j["format_version"], 2);
   EXPECT_EQ(j["blocks"], 5);
   const uint64_t per = desc_a.payload_bytes();
   ASSERT_EQ(j["namespaces"].size(), 2u);
@@ -696,7 +696,7 @@ TEST_F(AdminStore, UpgradeAndNewerVersionRefusedEverywhere) {
   up.upgrade = true;
   MigrateReport m;
   ASSERT_TRUE(migrate(path, "", up, &m).ok());
-  EXPECT_NE(m.message.find("already at format version 1"), std::string::npos);
+  EXPECT_NE(m.message.find("already at format version 2"), std::string::npos);
 
   make_newer_version(path);
   BuildReport br;

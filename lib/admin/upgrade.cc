@@ -1,0 +1,127 @@
+// lib/admin/upgrade.cc: `ucm migrate STORE --upgrade` (store_v1.md §10): rewrites a store of an
+// older format version in place to the current one.
+//
+// 1 -> 2: format 2 differs only in NS_ATTACHMENT records: every one is *named* (flag bit 0, the
+// payload starts with the attachment's name, §3.3). A version-1 reader returned such a record's
+// name prefix as data, so stores holding them must not look like version 1. The upgrade
+//   1. takes the writer lock;
+//   2. copies every unnamed attachment record into a new data file as a named record (the data
+//      is read and checksum-verified first), fdatasyncs it;
+//   3. in one synced index batch: points each namespace's attachment entry at its new record,
+//      moves the records' live bytes, and sets the index's format_version to 2;
+//   4. writes the superblock with format_version 2 and min_reader_version 2 (atomic rename).
+// A crash before 4 leaves a version-1 store whose attachments are named records, which every ucm
+// since 0.1.0 reads correctly; running the upgrade again finishes it. The old records are dead
+// bytes for gc.
+#include "admin_internal.h"
+
+namespace ucm::admin {
+
+using json = nlohmann::json;
+
+namespace {
+
+Status upgrade_1_to_2(const std::string& path, MigrateReport* rep) {
+  std::unique_ptr<WriterIndex> w;
+  Status st = WriterIndex::Open(path, &w);
+  if (!st.ok()) return st;
+  Index& idx = *w->idx;
+  std::vector<NsInfo> nss;
+  st = load_namespaces(idx, &nss);
+  if (!st.ok()) return st;
+  DataFileReader reader(path, false);
+  std::unique_ptr<fmt::DataFileWriter> dw;
+  Index::Batch b;
+  uint64_t live = 0;
+  for (auto& n : nss) {
+    if (!n.value.contains("attachments") || !n.value["attachments"].is_object()) continue;
+    bool changed = false;
+    for (auto& [name, a] : n.value["attachments"].items()) {
+      if (!a.is_array() || a.size() != 4)
+        return Status::Corruption("namespace " + n.desc.display_name() + ": attachment \"" + name +
+                                  "\" entry is malformed in the index; run `ucm build " + path + " --rebuild-index`");
+      const uint32_t file = a[0].get<uint32_t>();
+      const uint64_t off = a[1].get<uint64_t>(), len = a[2].get<uint64_t>(), sum = a[3].get<uint64_t>();
+      fmt::RecordExpect e;
+      e.type = fmt::RecordType::kNsAttachment;
+      e.ns = n.id;
+      e.key = fmt::md5(name.data(), name.size());
+      e.payload_length = len;
+      e.payload_checksum = sum;
+      fmt::AlignedBuffer buf;
+      st = reader.read(file, off, e, &buf);
+      if (!st.ok())
+        return Status(st.code(), "namespace " + n.desc.display_name() + ", attachment \"" + name + "\": " +
+                                     st.message() + " (nothing was changed)");
+      fmt::RecordHeader h;
+      st = fmt::decode_record_header(buf.data(), fmt::data_file_path(path, file), &h);
+      if (!st.ok()) return st;
+      if (h.flags & fmt::kRecordFlagNamed) continue;  // already named
+      if (!dw) {
+        uint32_t id = 0;
+        st = idx.allocate_file_id(&id);
+        if (!st.ok()) return st;
+        st = fmt::DataFileWriter::Create(path, id, &dw);
+        if (!st.ok()) return st;
+      }
+      const std::string payload = fmt::encode_attachment_payload(name, buf.data() + fmt::kPage, len);
+      fmt::RecordHeader nh;
+      nh.type = fmt::RecordType::kNsAttachment;
+      nh.flags = fmt::kRecordFlagNamed;
+      nh.ns = n.id;
+      nh.key = e.key;
+      uint64_t noff = 0;
+      st = dw->append(&nh, {{payload.data(), payload.size()}}, &noff);
+      if (!st.ok()) return st;
+      a = json::array({dw->file_id(), noff, nh.payload_length, nh.payload_checksum});
+      b.add_file_bytes(file, 0, -static_cast<int64_t>(fmt::record_size(len)));
+      live += fmt::record_size(nh.payload_length);
+      ++rep->attachments;
+      changed = true;
+    }
+    if (changed) b.put_namespace(n.id, n.value.dump());
+  }
+  if (dw) {
+    st = dw->sync();
+    if (!st.ok()) return st;
+    fmt::FileRecord fr;
+    fr.size = dw->size();
+    fr.live_bytes = live;
+    fr.state = fmt::FileState::kSealed;
+    b.put_file(dw->file_id(), fr);
+  }
+  b.put_meta_u32(kMetaFormatVersion, 2);
+  st = idx.write(b, true);
+  if (!st.ok()) return st;
+  fmt::Superblock sb;
+  st = fmt::read_superblock(path, &sb);
+  if (!st.ok()) return st;
+  sb.format_version = 2;
+  sb.min_reader_version = 2;
+  st = fmt::write_superblock(path, sb);
+  if (!st.ok()) return st;
+  rep->upgraded = true;
+  rep->message = "upgraded store " + path + " from format version 1 to 2: " + std::to_string(rep->attachments) +
+                 " attachment record(s) rewritten as named records";
+  return Status::OK();
+}
+
+}  // namespace
+
+Status upgrade_store(const std::string& path, MigrateReport* rep) {
+  fmt::Superblock sb;
+  Status st = fmt::read_superblock(path, &sb);
+  if (!st.ok()) return st;
+  st = require_index(path);
+  if (!st.ok()) return st;
+  if (sb.format_version == fmt::kFormatVersion) {
+    rep->message = "store " + path + " is already at format version " + std::to_string(fmt::kFormatVersion) +
+                   "; nothing to upgrade";
+    return Status::OK();
+  }
+  if (sb.format_version == 1) return upgrade_1_to_2(path, rep);
+  return Status::NotSupported("store " + path + " has format version " + std::to_string(sb.format_version) +
+                              ", which this ucm cannot upgrade (known versions: 1, 2)");
+}
+
+}  // namespace ucm::admin

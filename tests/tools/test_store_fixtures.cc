@@ -1,0 +1,181 @@
+// Checked-in stores built byte by byte from formats/store/store_v1.md by
+// scripts/make_store_fixtures.py (Python, independent of ucm's encoders), decoded by today's
+// reader, and the version step 1 -> 2 (named NS_ATTACHMENT records, spec §10):
+//   * tests/fixtures/store_v2: the current format; every field a reader sees must match what the
+//     script wrote (namespace id, chain hashes, payload bytes, representations, attachment,
+//     document);
+//   * tests/fixtures/store_v1_unnamed: format 1 as ucm 0.1.0 wrote it before named attachments;
+//     readable as it is, refused by writers, converted by `ucm migrate --upgrade`.
+// The fixtures hold no index (data files are the source of truth, spec §3): each test rebuilds it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "formats/store/records.h"
+#include "tools_test_util.h"
+#include "ucm/admin.h"
+
+using namespace ucm;
+using namespace ucm::test;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string unhex(const std::string& h) {
+  std::string out;
+  for (size_t i = 0; i + 1 < h.size(); i += 2) out.push_back(char(std::stoi(h.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+BlockHash hash_of(const std::string& hex) {
+  BlockHash h{};
+  EXPECT_TRUE(parse_hex16(hex, &h).ok()) << hex;
+  return h;
+}
+
+class StoreFixture : public ::testing::Test {
+ protected:
+  // Copies fixture `name` into a temp dir, rebuilds its index, reads expected.json.
+  void load(const std::string& name) {
+    const fs::path from = fs::path(UCM_SOURCE_DIR) / "tests/fixtures" / name;
+    ASSERT_TRUE(fs::exists(from / "UCMSTORE")) << from;
+    path = dir.sub(name);
+    fs::copy(from, path, fs::copy_options::recursive);
+    fs::remove(fs::path(path) / "expected.json");
+    std::ifstream f(from / "expected.json");
+    want = json::parse(f);
+    admin::BuildOptions bo;
+    bo.rebuild_index = true;
+    admin::BuildReport br;
+    Status st = admin::build(path, bo, &br);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(br.blocks_indexed, 3u);
+    EXPECT_EQ(br.corrupt_records, 0u);
+    EXPECT_EQ(br.namespaces, 1u);
+    EXPECT_EQ(br.documents, 1u);
+    ns = hash_of(want["namespace_id"]);
+    for (const auto& h : want["block_hashes"]) hashes.push_back(hash_of(h));
+  }
+
+  // Everything a reader must find, as the script wrote it.
+  void check_contents() {
+    auto s = open_store(path, false);
+    ASSERT_TRUE(s);
+    NamespaceDesc d;
+    ASSERT_TRUE(s->get_namespace(ns, &d).ok()) << "the namespace id computed from the spec is not found";
+    EXPECT_EQ(d.display_name(), want["namespace_name"]);
+    EXPECT_EQ(d.id(), ns) << "the descriptor's fingerprint differs from the spec's MD5 of its canonical JSON";
+    // The chain: ucm's hash function over the tokens gives the script's hashes.
+    std::vector<uint32_t> toks = want["tokens"].get<std::vector<uint32_t>>();
+    EXPECT_EQ(root_hash(ns), hash_of(want["root"]));
+    std::vector<BlockHash> computed;
+    hash_blocks(root_hash(ns), toks.data(), toks.size(), d.block_size, &computed);
+    EXPECT_EQ(computed, hashes);
+    std::vector<uint8_t> present(3);
+    size_t prefix = 0;
+    ASSERT_TRUE(s->lookup(ns, hashes.data(), 3, present.data(), &prefix).ok());
+    EXPECT_EQ(prefix, 3u);
+    for (size_t b = 0; b < 3; ++b) {
+      std::string out;
+      ASSERT_TRUE(load_block(s.get(), ns, d, hashes[b], &out).ok()) << b;
+      EXPECT_EQ(out, unhex(want["kv_payload_hex"][b])) << "block " << b;
+      BlockInfo bi;
+      ASSERT_TRUE(s->get_block(ns, hashes[b], &bi).ok());
+      EXPECT_EQ(bi.parent, b == 0 ? root_hash(ns) : hashes[b - 1]);
+      EXPECT_EQ(bi.has_repr, b == 0);
+    }
+    const std::string want_repr = unhex(want["repr_payload_hex"]);
+    std::string repr(4096, '\0');
+    void* dst[1] = {repr.data()};
+    size_t cap[1] = {repr.size()};
+    ASSERT_TRUE(s->load_repr(ns, hashes.data(), 1, dst, cap)->wait().ok());
+    EXPECT_EQ(repr.substr(0, want_repr.size()), want_repr);
+    std::string att;
+    ASSERT_TRUE(s->get_attachment(ns, want["attachment"]["name"], &att).ok());
+    EXPECT_EQ(att, unhex(want["attachment"]["data_hex"]));
+    auto docs = s->documents(ns);
+    ASSERT_EQ(docs.size(), 1u);
+    EXPECT_EQ(docs[0].id, want["document"]["id"]);
+    EXPECT_EQ(docs[0].blocks, 3u);
+    EXPECT_EQ(docs[0].first_block, hashes[0]);
+    EXPECT_EQ(docs[0].last_block, hashes[2]);
+    admin::InspectOptions io;
+    io.verify = true;
+    admin::InspectReport ir;
+    ASSERT_TRUE(admin::inspect(path, io, &ir).ok());
+    EXPECT_EQ(ir.verified, 3u);
+    EXPECT_TRUE(ir.corrupt.empty());
+  }
+
+  TempDir dir;
+  std::string path;
+  json want;
+  NamespaceId ns{};
+  std::vector<BlockHash> hashes;
+};
+
+}  // namespace
+
+TEST_F(StoreFixture, CurrentFormatBuiltFromTheSpecDecodes) {
+  load("store_v2");
+  fmt::Superblock sb;
+  ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
+  EXPECT_EQ(sb.format_version, 2u);
+  EXPECT_EQ(sb.min_reader_version, 2u);
+  check_contents();
+  // The current format is writable.
+  EXPECT_TRUE(open_store(path, true));
+}
+
+TEST_F(StoreFixture, Version1IsReadableRefusedByWritersAndUpgraded) {
+  load("store_v1_unnamed");
+  // Readable as it is: the unnamed attachment record's bytes are all data.
+  check_contents();
+  // A writer would add named records that a version-1 reader misreads: it refuses, naming the fix.
+  {
+    OpenOptions o;
+    o.mode = OpenOptions::Mode::kReadWrite;
+    std::unique_ptr<Store> s;
+    Status st = Store::Open(path, o, &s);
+    EXPECT_EQ(st.code(), Code::kNotSupported) << st.ToString();
+    EXPECT_NE(st.message().find("ucm migrate " + path + " --upgrade"), std::string::npos) << st.message();
+  }
+  admin::MigrateOptions mo;
+  mo.upgrade = true;
+  admin::MigrateReport mr;
+  Status st = admin::migrate(path, "", mo, &mr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(mr.upgraded);
+  EXPECT_EQ(mr.attachments, 1u);
+  fmt::Superblock sb;
+  ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
+  EXPECT_EQ(sb.format_version, 2u);
+  EXPECT_EQ(sb.min_reader_version, 2u) << "a version-1 reader must refuse the upgraded store";
+  check_contents();
+  EXPECT_TRUE(open_store(path, true)) << "writable after the upgrade";
+  // The attachment is now a named record: a rebuild from the data files finds it by its name.
+  admin::BuildOptions bo;
+  bo.rebuild_index = true;
+  admin::BuildReport br;
+  ASSERT_TRUE(admin::build(path, bo, &br).ok());
+  check_contents();
+  // Upgrading again does nothing.
+  admin::MigrateReport again;
+  ASSERT_TRUE(admin::migrate(path, "", mo, &again).ok());
+  EXPECT_FALSE(again.upgraded);
+  EXPECT_NE(again.message.find("nothing to upgrade"), std::string::npos) << again.message;
+}
+
+TEST(StoreFormatVersion, NewStoresAreVersion2WithMinReader2) {
+  TempDir d;
+  auto s = open_store(d.sub("s"), true, true);
+  ASSERT_TRUE(s);
+  fmt::Superblock sb;
+  ASSERT_TRUE(fmt::read_superblock(d.sub("s"), &sb).ok());
+  EXPECT_EQ(sb.format_version, fmt::kFormatVersion);
+  EXPECT_EQ(sb.format_version, 2u);
+  EXPECT_EQ(sb.min_reader_version, 2u);
+}
