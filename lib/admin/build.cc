@@ -111,8 +111,11 @@ Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildRep
     std::string dest = fmt::tmp_dir(path) + "/index.broken-" + std::to_string(fmt::now_ms());
     fs::rename(idir, dest, ec);
     if (ec) return Status::IOError("cannot move " + idir + " to " + dest + ": " + ec.message());
-    fmt::fsync_dir(path);
-    fmt::fsync_dir(fmt::tmp_dir(path));
+    // The move must be durable before a new index is built in its place.
+    Status fs1 = fmt::fsync_dir(path);
+    if (!fs1.ok()) return fs1;
+    Status fs2 = fmt::fsync_dir(fmt::tmp_dir(path));
+    if (!fs2.ok()) return fs2;
     rep->moved_index_to = dest;
   }
 

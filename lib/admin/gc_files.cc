@@ -217,7 +217,9 @@ Status GcRun::compact_files() {
       st = dw->sync();
       if (!st.ok()) return st;
     }
-    fmt::fsync_dir(fmt::data_dir(path));
+    // The new files' directory entries must be durable before the index points at them.
+    st = fmt::fsync_dir(fmt::data_dir(path));
+    if (!st.ok()) return st;
     Batcher bt(idx);
     for (auto& b : blocks) {
       if (!b.relocated) continue;
@@ -301,7 +303,9 @@ Status GcRun::unlink_retired() {
       st = bt.op();
       if (!st.ok()) return st;
     }
-    if (any) fmt::fsync_dir(fmt::data_dir(path));
+    // Best effort: a lost unlink leaves a retired file whose index entry is already gone; the
+    // next gc finds it as unreferenced and deletes it.
+    if (any) (void)fmt::fsync_dir(fmt::data_dir(path));
     st = bt.flush();
     if (!st.ok()) return st;
   }
@@ -315,10 +319,12 @@ void GcRun::delete_unreferenced_files() {
   // commit). We hold the writer lock, so no writer is creating files now.
   {
     std::set<uint32_t> known;
-    idx.for_each_file([&](uint32_t id, const fmt::FileRecord&) {
-      known.insert(id);
-      return true;
-    });
+    // Without the complete list of known files nothing is deleted.
+    if (!idx.for_each_file([&](uint32_t id, const fmt::FileRecord&) {
+              known.insert(id);
+              return true;
+            }).ok())
+      return;
     std::set<uint32_t> referenced;
     for (const auto& b : blocks)
       if (!b.removed()) {
@@ -346,7 +352,7 @@ void GcRun::delete_unreferenced_files() {
         any = true;
       }
     }
-    if (any) fmt::fsync_dir(fmt::data_dir(path));
+    if (any) (void)fmt::fsync_dir(fmt::data_dir(path));  // best effort, as above
   }
 }
 

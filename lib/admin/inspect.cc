@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "admin_internal.h"
+#include "lib/src/document.h"
 
 namespace ucm::admin {
 
@@ -73,10 +74,11 @@ Status inspect(const std::string& path, const InspectOptions& opts, InspectRepor
     s.head_dim = n->desc.head_dim;
     s.blocks = json_u64(n->value, "blocks");
     s.bytes = json_u64(n->value, "bytes");
-    idx.for_each_doc(n->id, [&](const std::string&, const std::string&) {
+    st = idx.for_each_doc(n->id, [&](const std::string&, const std::string&) {
       ++s.documents;
       return true;
     });
+    if (!st.ok()) return st;
     rep->blocks += s.blocks;
     rep->bytes += s.bytes;
     rep->namespaces.push_back(std::move(s));
@@ -170,28 +172,28 @@ Status inspect(const std::string& path, const InspectOptions& opts, InspectRepor
     rep->docs_run = true;
     ojson list = ojson::array();
     for (const NsInfo* n : sel) {
-      Status err;
-      idx.for_each_doc(n->id, [&](const std::string& id, const std::string& js) {
-        json d = json::parse(js, nullptr, false);
+      st = idx.for_each_doc(n->id, [&](const std::string& id, const std::string& js) {
+        DocumentEntry d;
         ojson e;
         e["id"] = id;
         e["namespace"] = n->desc.display_name();
         e["namespace_id"] = to_hex(n->id);
-        if (d.is_object()) {
-          e["blocks"] = d.value("blocks", 0ull);
-          e["tokens"] = d.value("tokens", 0ull);
-          e["first_block"] = d.value("first_block", std::string());
-          e["last_block"] = d.value("last_block", std::string());
-          e["source"] = d.value("source", std::string());
-          uint64_t c = d.value("created_ms", 0ull);
-          e["created_ms"] = c;
-          e["created"] = format_time_ms(c);
+        Status ds = document_from_json(js, &d);
+        if (ds.ok()) {
+          e["blocks"] = d.blocks;
+          e["tokens"] = d.tokens;
+          e["first_block"] = to_hex(d.first_block);
+          e["last_block"] = to_hex(d.last_block);
+          e["source"] = d.source;
+          e["created_ms"] = d.created_ms;
+          e["created"] = format_time_ms(d.created_ms);
         } else {
-          e["error"] = "registry entry is not JSON";
+          e["error"] = ds.message();
         }
         list.push_back(std::move(e));
         return true;
       });
+      if (!st.ok()) return st;
     }
     rep->docs_json = list.dump();
   }

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "admin_internal.h"
+#include "lib/src/document.h"
 #include "ucm/store.h"
 
 namespace ucm::admin {
@@ -202,22 +203,15 @@ Status migrate(const std::string& src, const std::string& dst, const MigrateOpti
 
     // Documents.
     Status derr;
-    sidx.for_each_doc(n->id, [&](const std::string& id, const std::string& js) {
-      json j = json::parse(js, nullptr, false);
-      if (!j.is_object()) return true;
+    st = sidx.for_each_doc(n->id, [&](const std::string&, const std::string& js) {
       DocumentEntry e;
-      e.id = id;
-      parse_hex16(j.value("first_block", std::string()), &e.first_block);
-      parse_hex16(j.value("last_block", std::string()), &e.last_block);
-      e.blocks = j.value("blocks", 0u);
-      e.tokens = j.value("tokens", 0ull);
-      e.source = j.value("source", std::string());
-      e.created_ms = j.value("created_ms", 0ull);
+      if (!document_from_json(js, &e).ok()) return true;  // a malformed entry is not copied
       derr = out->put_document(did, e);
       if (!derr.ok()) return false;
       ++rep->documents;
       return true;
     });
+    if (!st.ok()) return st;
     if (!derr.ok()) return derr;
   }
   rep->message = "migrated " + std::to_string(rep->namespaces) + " namespace(s) from " + src +

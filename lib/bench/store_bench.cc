@@ -177,7 +177,7 @@ Status dump_all(Store* store, const NamespaceId& ns, const std::vector<BlockHash
     Status s = front.task->wait(-1);
     if (!s.ok()) {
       // Drain the others so no task outlives the sources it points at.
-      for (auto& p : q) p.task->wait(-1);
+      for (auto& p : q) (void)p.task->wait(-1);  // draining after an error: the first error is returned
       return Status(s.code(), "dump of blocks " + std::to_string(front.first) + ".." +
                                   std::to_string(front.first + front.items.size() - 1) +
                                   " failed: " + s.message());
@@ -588,13 +588,13 @@ Status run_store_bench(const StoreBenchOptions& o, StoreBenchReport* r) {
       Pending& f = q.front();
       Status ws = f.task->wait(-1);
       if (!ws.ok()) {
-        for (auto& p : q) p.task->wait(-1);
+        for (auto& p : q) (void)p.task->wait(-1);  // draining after an error: the first error is returned
         return with_phase("load", ws);
       }
       // Sample check: the first block of every task equals its source.
       uint64_t bi = order[f.first];
       if (std::memcmp(dst[f.slot * o.batch].get(), src[bi % pool_n].get(), o.block_bytes) != 0) {
-        for (auto& p : q) p.task->wait(-1);
+        for (auto& p : q) (void)p.task->wait(-1);  // draining after an error: the first error is returned
         return Status::Internal("load: block " + to_hex(hashes[bi]) +
                                 " came back with bytes different from those dumped");
       }

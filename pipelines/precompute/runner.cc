@@ -67,7 +67,7 @@ struct Batch {
   ~Batch() {
     // Dump tasks reference kp/vp/reprs: never free them under a running task.
     for (auto& d : dumps)
-      if (d.task) d.task->wait(-1);
+      if (d.task) (void)d.task->wait(-1);  // only to outlive the task; its result was taken in stage 4
   }
 };
 using BatchPtr = std::shared_ptr<Batch>;

@@ -436,10 +436,10 @@ TEST_F(PrecomputeSkips, ResumeRecomputesARegisteredDocumentWhoseLastBlockIsGone)
     std::unique_ptr<Index> idx;
     ASSERT_TRUE(Index::OpenPrimary(fmt::index_dir(store.string()), false, &idx).ok());
     NamespaceId ns{};
-    idx->for_each_namespace([&](const NamespaceId& id, const std::string&) {
-      ns = id;
-      return false;
-    });
+    ASSERT_TRUE(idx->for_each_namespace([&](const NamespaceId& id, const std::string&) {
+                     ns = id;
+                     return false;
+                   }).ok());
     Index::Batch b;
     b.delete_block(ns, reg["g2"].last_block);
     ASSERT_TRUE(idx->write(b).ok());

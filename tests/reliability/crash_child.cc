@@ -269,7 +269,7 @@ int mode_reader(int argc, char** argv) {
     if (part) d.heads = {1, 2};
     for (auto& b : bufs) d.ptrs.push_back(b.data());
     auto task = st->load(ns, pick.data(), n, d);
-    task->wait();
+    (void)task->wait();  // per-block results below
     const auto& bs = task->block_status();
     for (size_t k = 0; k < n; ++k) {
       ++loads;

@@ -23,7 +23,10 @@ enum class Code : int {
 
 const char* code_name(Code c);
 
-class Status {
+/// A call's outcome: OK, or a Code with a message that says what was wrong and what to do.
+/// [[nodiscard]]: ignoring a returned Status is a compile error (-Werror); write `(void)call();`
+/// where ignoring it is deliberate, and say why.
+class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(Code c, std::string msg) : code_(c), msg_(std::move(msg)) {}
@@ -53,3 +56,10 @@ class Status {
 };
 
 }  // namespace ucm
+
+/// Returns the Status of `expr` from the enclosing function when it is not OK.
+#define UCM_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::ucm::Status ucm_status_ = (expr);        \
+    if (!ucm_status_.ok()) return ucm_status_; \
+  } while (0)
