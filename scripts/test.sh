@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, fetches the default model if it is
-# not there, and runs every test with ctest.
+# not there, runs every test with ctest, then a short burst of every fuzz target (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 .venv/bin/python scripts/fetch_model.py --out models/SmolLM2-135M-Instruct
-cd "${BUILD_DIR:-build}"
-ctest --output-on-failure --timeout 900 -j1
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j1)
+# A short burst of every libFuzzer target (docs/fuzzing.md): builds build-fuzz/ with clang first.
+scripts/fuzz.sh --runs 2000

@@ -1,11 +1,26 @@
 // lib/src/document.cc: see document.h.
 #include "lib/src/document.h"
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "formats/store/records.h"
 
 namespace ucm {
+
+namespace {
+// An optional unsigned counter; throws std::invalid_argument (naming it) for anything but an
+// integer in [0, max]: a float outside the range would be converted with undefined behaviour.
+uint64_t counter(const nlohmann::json& j, const char* key, uint64_t max) {
+  const auto it = j.find(key);
+  if (it == j.end()) return 0;
+  if (!it->is_number_unsigned() || it->get<uint64_t>() > max)
+    throw std::invalid_argument(std::string("\"") + key + "\" must be an integer in [0, " + std::to_string(max) +
+                                "], got " + (it->is_number() ? it->dump() : std::string("a ") + it->type_name()));
+  return it->get<uint64_t>();
+}
+}  // namespace
 
 std::string document_to_json(const DocumentEntry& doc) {
   nlohmann::json j;
@@ -28,10 +43,10 @@ Status document_from_json(const std::string& json, DocumentEntry* d) {
     if (!s.ok()) return Status::Corruption("document registry entry: first_block: " + s.message());
     s = parse_hex16(j.at("last_block").get<std::string>(), &d->last_block);
     if (!s.ok()) return Status::Corruption("document registry entry: last_block: " + s.message());
-    d->blocks = j.value("blocks", 0u);
-    d->tokens = j.value("tokens", uint64_t(0));
+    d->blocks = static_cast<uint32_t>(counter(j, "blocks", UINT32_MAX));
+    d->tokens = counter(j, "tokens", UINT64_MAX);
     d->source = j.value("source", std::string());
-    d->created_ms = j.value("created_ms", uint64_t(0));
+    d->created_ms = counter(j, "created_ms", UINT64_MAX);
   } catch (const std::exception& e) {
     return Status::Corruption(std::string("document registry entry is malformed: ") + e.what());
   }

@@ -3,7 +3,9 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 namespace ucm {
 
@@ -27,6 +29,35 @@ Status parse_dtype(std::string_view s, DType* out) {
 size_t dtype_size(DType d) { return d == DType::kFP32 ? 4 : 2; }
 
 namespace {
+// Descriptors nest a few levels (extra is producer-defined). nlohmann's parser is iterative, but
+// dump() and copies recurse once per level, so deeper JSON is refused before it is used.
+constexpr int kMaxJsonDepth = 64;
+
+// Parses without exceptions (discarded on a syntax error); *depth = the deepest nesting seen.
+nlohmann::json parse_json(std::string_view text, int* depth) {
+  *depth = 0;
+  const nlohmann::json::parser_callback_t track = [depth](int d, nlohmann::json::parse_event_t, nlohmann::json&) {
+    *depth = std::max(*depth, d);
+    return true;
+  };
+  return nlohmann::json::parse(text, track, false);
+}
+
+// A required (def == nullptr) or optional unsigned 32-bit field; throws std::invalid_argument
+// (naming the field) for anything but an integer in [0, 2^32): a float outside the range would
+// otherwise be converted with undefined behaviour.
+uint32_t u32_field(const nlohmann::json& j, const char* key, const uint32_t* def) {
+  const auto it = j.find(key);
+  if (it == j.end()) {
+    if (def) return *def;
+    throw std::invalid_argument(std::string("missing \"") + key + "\"");
+  }
+  if (!it->is_number_unsigned() || it->get<uint64_t>() > 0xffffffffu)
+    throw std::invalid_argument(std::string("\"") + key + "\" must be an integer in [0, 4294967295], got " +
+                                (it->is_number() ? it->dump() : std::string("a ") + it->type_name()));
+  return static_cast<uint32_t>(it->get<uint64_t>());
+}
+
 // nlohmann::json (std::map based) keeps keys sorted, so dump() is canonical.
 nlohmann::json fingerprint_json(const NamespaceDesc& d) {
   nlohmann::json j;
@@ -95,9 +126,13 @@ Status NamespaceDesc::validate() const {
   if (layout != 1) return Status::InvalidArgument("namespace " + model_id + ": unknown layout " + std::to_string(layout) + " (only 1 exists)");
   if (hash_scheme != "md5-chain-v1")
     return Status::InvalidArgument("namespace " + model_id + ": unknown hash_scheme \"" + hash_scheme + "\" (only md5-chain-v1)");
-  auto e = nlohmann::json::parse(extra_json.empty() ? "{}" : extra_json, nullptr, false);
+  int depth = 0;
+  auto e = parse_json(extra_json.empty() ? "{}" : extra_json, &depth);
   if (e.is_discarded() || !e.is_object())
     return Status::InvalidArgument("namespace " + model_id + ": extra must be a JSON object, got " + extra_json);
+  if (depth > kMaxJsonDepth)
+    return Status::InvalidArgument("namespace " + model_id + ": extra is nested deeper than " +
+                                   std::to_string(kMaxJsonDepth) + " levels");
   {
     NamespaceId seed;
     Status hs = extra_hash_seed(extra_json, &seed);
@@ -115,20 +150,25 @@ std::string NamespaceDesc::to_json() const {
 }
 
 Status NamespaceDesc::from_json(std::string_view json, NamespaceDesc* out) {
-  auto j = nlohmann::json::parse(json, nullptr, false);
+  int depth = 0;
+  auto j = parse_json(json, &depth);
   if (j.is_discarded() || !j.is_object())
     return Status::InvalidArgument("namespace descriptor is not a JSON object: " + std::string(json.substr(0, 200)));
+  if (depth > kMaxJsonDepth)
+    return Status::InvalidArgument("namespace descriptor is nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                   " levels");
   NamespaceDesc d;
   try {
     d.model_id = j.at("model_id").get<std::string>();
     d.weights_digest = j.value("weights_digest", std::string());
     Status s = parse_dtype(j.value("dtype", std::string("bf16")), &d.dtype);
     if (!s.ok()) return s;
-    d.block_size = j.value("block_size", 16u);
-    d.num_layers = j.at("num_layers").get<uint32_t>();
-    d.num_kv_heads = j.at("num_kv_heads").get<uint32_t>();
-    d.head_dim = j.at("head_dim").get<uint32_t>();
-    d.layout = j.value("layout", 1u);
+    const uint32_t block_size = 16, layout = 1;
+    d.block_size = u32_field(j, "block_size", &block_size);
+    d.num_layers = u32_field(j, "num_layers", nullptr);
+    d.num_kv_heads = u32_field(j, "num_kv_heads", nullptr);
+    d.head_dim = u32_field(j, "head_dim", nullptr);
+    d.layout = u32_field(j, "layout", &layout);
     d.hash_scheme = j.value("hash_scheme", std::string("md5-chain-v1"));
     d.extra_json = j.contains("extra") ? j["extra"].dump() : "{}";
     d.name = j.value("name", std::string());

@@ -156,7 +156,7 @@ struct Reader::Impl {
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
         issue(Issue::Kind::Malformed, loc, std::string("bad JSON: ") + e.what());
         continue;
       }

@@ -58,6 +58,8 @@ struct Tokenizer::Impl {
   void load_pre_tokenizer(const json& p, bool& saw_byte_level);
   void load_normalizer(const json& n);
   void load_post_processor(const json& p);
+  // An id from the file (vocab, added_tokens, post_processor): fails unless an integer in range.
+  int32_t read_id(const json& v, const std::string& what) const;
   // bpe.cc
   void bpe_word(std::string_view piece, std::vector<int32_t>& out) const;
   void encode_text(std::string_view text, std::vector<int32_t>& out, pcre2_match_data* md) const;

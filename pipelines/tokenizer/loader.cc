@@ -28,6 +28,14 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// Token ids index the id tables, so they must be integers in [0, kMaxTokenId]. The largest
+// byte-level BPE vocabularies have about 260,000 entries; the cap keeps a stray id from sizing
+// those tables by itself.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
+// tokenizer.json nests about 5 levels. Walking and copying the document recurses once per
+// level, so a deeper one is refused when it is parsed, before it can overflow the stack.
+constexpr int kMaxJsonDepth = 64;
+
 std::string type_of(const json& j) {
   if (!j.is_object()) return "<not an object>";
   auto it = j.find("type");
@@ -88,6 +96,13 @@ void Tokenizer::Impl::load_pre_tokenizer(const json& p, bool& saw_byte_level) {
   }
 }
 
+int32_t Tokenizer::Impl::read_id(const json& v, const std::string& what) const {
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId)
+    fail(what + " has id " + (v.is_number() ? v.dump() : std::string("of type ") + v.type_name()) +
+         "; ids must be integers in [0, " + std::to_string(kMaxTokenId) + "]");
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
 void Tokenizer::Impl::load_post_processor(const json& p) {
   if (p.is_null()) return;
   const std::string t = type_of(p);
@@ -107,7 +122,13 @@ void Tokenizer::Impl::load_post_processor(const json& p) {
       const std::string id = item["SpecialToken"].at("id").get<std::string>();
       if (!specials.contains(id)) fail("TemplateProcessing names special token '" + id + "' not in special_tokens");
       auto& dst = seen_a ? template_suffix : template_prefix;
-      for (const auto& v : specials[id].at("ids")) dst.push_back(v.get<int32_t>());
+      for (const auto& v : specials[id].at("ids")) {
+        const int32_t tid = read_id(v, "TemplateProcessing special token '" + id + "'");
+        if (static_cast<std::size_t>(tid) >= id_to_tok.size())
+          fail("TemplateProcessing special token '" + id + "' has id " + std::to_string(tid) +
+               ", outside the vocabulary of " + std::to_string(id_to_tok.size()) + " ids");
+        dst.push_back(tid);
+      }
     } else {
       fail("TemplateProcessing item is neither Sequence nor SpecialToken");
     }
@@ -134,8 +155,7 @@ void Tokenizer::Impl::load(const json& j) {
   // Vocabulary.
   int32_t max_id = -1;
   for (const auto& [tok, idj] : model.at("vocab").items()) {
-    const int32_t id = idj.get<int32_t>();
-    if (id < 0) fail("negative id for token '" + tok + "'");
+    const int32_t id = read_id(idj, "token '" + tok + "'");
     vocab.emplace(tok, id);
     max_id = std::max(max_id, id);
   }
@@ -143,7 +163,7 @@ void Tokenizer::Impl::load(const json& j) {
   for (const auto& a : j.value("added_tokens", json::array())) {
     auto t = std::make_unique<AddedToken>();
     t->content = a.at("content").get<std::string>();
-    t->id = a.at("id").get<int32_t>();
+    t->id = read_id(a.at("id"), "added token '" + t->content + "'");
     t->special = a.value("special", false);
     for (const char* k : {"single_word", "lstrip", "rstrip"})
       if (a.value(k, false)) fail("added token '" + t->content + "' uses " + k + "=true, which is not supported");
@@ -217,7 +237,12 @@ Tokenizer Tokenizer::from_json_string(std::string_view text, const std::string& 
   impl->origin = origin;
   json j;
   try {
-    j = json::parse(text);
+    j = json::parse(text, [&](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth)
+        throw TokenizerError(origin + ": invalid tokenizer.json: nested deeper than " + std::to_string(kMaxJsonDepth) +
+                             " levels");
+      return true;
+    });
   } catch (const json::exception& e) {
     throw TokenizerError(origin + ": invalid JSON: " + e.what());
   }
@@ -247,7 +272,9 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
       const json& v = cfg[key];
       std::string s;
       if (v.is_string()) s = v.get<std::string>();
-      else if (v.is_object() && v.contains("content")) s = v["content"].get<std::string>();
+      else if (v.is_object() && v.contains("content") && v["content"].is_string()) s = v["content"].get<std::string>();
+      else if (v.is_object() && v.contains("content"))
+        throw TokenizerError(cfg_path + ": " + key + ".content is not a string");
       else return std::nullopt;
       const int32_t id = t.token_id(s);
       if (id < 0) throw TokenizerError(cfg_path + ": " + key + " '" + s + "' is not in the vocabulary of " + path);

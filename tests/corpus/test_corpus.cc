@@ -129,6 +129,32 @@ TEST(CorpusJsonl, EmptyIsSkippedEvenWhenStrict) {
   EXPECT_EQ(r.stats().empty, 1u);
 }
 
+// Found by fuzzing (tests/fuzz/corpus/corpus/repro-number-overflow-*): a number too large for a
+// double makes nlohmann::json throw out_of_range, not parse_error; it escaped the reader.
+TEST(CorpusJsonl, NumberOverflowIsMalformedNotACrash) {
+  TempDir t;
+  const fs::path f = t.write("c.jsonl", "{\"id\":1,\"text\":\"a\",\"x\":1e999}\n{\"id\":2,\"text\":\"b\"}\n");
+  Reader r = Reader::open(f);
+  const auto docs = read_all(r);
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].id, "2");
+  ASSERT_EQ(r.stats().malformed, 1u);
+  EXPECT_EQ(r.stats().issues[0].location, f.string() + ":1");
+  EXPECT_NE(r.stats().issues[0].reason.find("bad JSON"), std::string::npos) << r.stats().issues[0].reason;
+  EXPECT_NE(r.stats().issues[0].reason.find("number overflow"), std::string::npos) << r.stats().issues[0].reason;
+
+  Options o;
+  o.strict = true;
+  Reader rs = Reader::open(f, o);
+  Document d;
+  try {
+    rs.next(d);
+    FAIL() << "strict mode accepted a number overflow";
+  } catch (const CorpusError& e) {
+    EXPECT_NE(std::string(e.what()).find(f.string() + ":1"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CorpusJsonl, ShardsPartitionTheDocuments) {
   TempDir t;
   std::string content;

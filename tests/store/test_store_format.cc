@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "document.h"
 #include "formats/store/records.h"
 #include "fptable.h"
 #include "index.h"
@@ -133,6 +134,55 @@ TEST(Namespace, HashSeedIsTheSourceOfConvertedNamespaces) {
     EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("hash_seed_namespace"), std::string::npos) << s.message();
   }
+}
+
+// Found by fuzzing (tests/fuzz, fuzz_meta_json): numbers that do not fit the field were converted
+// with undefined behaviour (1e300 to uint32_t), and a deeply nested "extra" overflowed the stack
+// in dump().
+TEST(Namespace, FromJsonRejectsBadNumbersAndDeepNesting) {
+  NamespaceDesc r;
+  const std::string head = R"({"model_id":"m","num_kv_heads":1,"head_dim":8,)";
+  for (const char* bad : {R"("num_layers":1e300})", R"("num_layers":-1})", R"("num_layers":2.5})",
+                          R"("num_layers":4294967296})", R"("num_layers":"2"})", R"("num_layers":2,"block_size":-16})"}) {
+    Status s = NamespaceDesc::from_json(head + bad, &r);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("must be an integer in [0, 4294967295]"), std::string::npos) << s.message();
+  }
+  Status missing = NamespaceDesc::from_json(R"({"model_id":"m","num_kv_heads":1,"head_dim":8})", &r);
+  EXPECT_NE(missing.message().find("missing \"num_layers\""), std::string::npos) << missing.message();
+  ASSERT_TRUE(NamespaceDesc::from_json(head + R"("num_layers":2})", &r).ok());
+  EXPECT_EQ(r.num_layers, 2u);
+  EXPECT_EQ(r.block_size, 16u);
+  const int depth = 100000;
+  const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+  Status s = NamespaceDesc::from_json(head + R"("num_layers":2,"extra":{"x":)" + deep + "}}", &r);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("nested deeper than 64 levels"), std::string::npos) << s.message();
+  NamespaceDesc d;
+  d.model_id = "m";
+  d.num_layers = d.num_kv_heads = d.head_dim = 1;
+  d.extra_json = R"({"x":)" + deep + "}";
+  s = d.validate();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("extra is nested deeper than 64 levels"), std::string::npos) << s.message();
+}
+
+TEST(Document, FromJsonRejectsBadCounters) {
+  const std::string head = R"({"id":"d","first_block":"0123456789abcdef0123456789abcdef",)"
+                           R"("last_block":"0123456789abcdef0123456789abcdef")";
+  DocumentEntry doc;
+  for (const char* bad : {R"(,"blocks":1e300})", R"(,"blocks":4294967296})", R"(,"tokens":-1})",
+                          R"(,"created_ms":1.5})", R"(,"tokens":[[[]]]})"}) {
+    Status s = document_from_json(head + bad, &doc);
+    EXPECT_EQ(s.code(), Code::kCorruption) << bad;
+    EXPECT_NE(s.message().find("must be an integer in [0, "), std::string::npos) << s.message();
+  }
+  ASSERT_TRUE(document_from_json(head + R"(,"blocks":3,"tokens":48,"created_ms":7})", &doc).ok());
+  EXPECT_EQ(doc.blocks, 3u);
+  EXPECT_EQ(doc.tokens, 48u);
+  EXPECT_EQ(doc.created_ms, 7u);
+  ASSERT_TRUE(document_from_json(head + "}", &doc).ok());
+  EXPECT_EQ(doc.blocks, 0u);
 }
 
 TEST(IndexBatch, MoveAndClear) {

@@ -321,4 +321,59 @@ TEST(TinyTokenizer, UnsupportedTypesNameTypeAndFile) {
   fs::remove_all(dir);
 }
 
+// Found by fuzzing and review of the loader (tests/fuzz/corpus/tokenizer_load/repro-*): ids are
+// checked before they index the id tables, and a deeply nested file is refused at parse time
+// instead of overflowing the stack.
+TEST(TinyTokenizer, BadIdsAndDeepNestingAreTokenizerErrors) {
+  const auto expect_error = [](const std::string& text, const std::string& needle) {
+    try {
+      (void)Tokenizer::from_json_string(text, "bad.json");
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const TokenizerError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+      EXPECT_NE(msg.find("bad.json"), std::string::npos) << msg;
+    }
+  };
+  auto neg = tiny_tokenizer(false);
+  neg["added_tokens"][0]["id"] = -1;  // used to write before the id table (heap corruption)
+  expect_error(neg.dump(), "added token '<s>' has id -1");
+  auto big = tiny_tokenizer(false);
+  big["model"]["vocab"]["he"] = 2147483647;  // max_id + 1 overflowed
+  expect_error(big.dump(), "token 'he' has id 2147483647; ids must be integers in [0, 4194303]");
+  auto flt = tiny_tokenizer(false);
+  flt["model"]["vocab"]["he"] = 1e300;  // float-to-int conversion out of range
+  expect_error(flt.dump(), "token 'he' has id 1e+300");
+  auto str = tiny_tokenizer(false);
+  str["added_tokens"][0]["id"] = "260";
+  expect_error(str.dump(), "has id of type string");
+  auto tmpl = tiny_tokenizer(false);
+  tmpl["post_processor"]["special_tokens"]["<s>"]["ids"] = {99999};  // encode(add_special) returned it
+  expect_error(tmpl.dump(), "special token '<s>' has id 99999, outside the vocabulary of 261 ids");
+  const int depth = 100000;
+  const std::string deep = R"({"model":{"type":"BPE","vocab":{}},"normalizer":{"type":"Sequence","normalizers":)" +
+                           std::string(depth, '[') + std::string(depth, ']') + "}}";
+  expect_error(deep, "nested deeper than 64 levels");
+  // The largest id accepted still loads.
+  auto edge = tiny_tokenizer(false);
+  edge["added_tokens"].push_back({{"id", 4194303}, {"content", "<big>"}, {"special", true}});
+  EXPECT_EQ(Tokenizer::from_json_string(edge.dump(), "edge").vocab_size(), 4194304u);
+}
+
+TEST(TinyTokenizer, ConfigSpecialTokenContentMustBeAString) {
+  const fs::path dir = fs::temp_directory_path() / ("ucm_tok_cfg_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << tiny_tokenizer(false).dump();
+  std::ofstream(dir / "tokenizer_config.json") << R"({"bos_token": {"content": 5}})";
+  try {
+    (void)Tokenizer::from_file((dir / "tokenizer.json").string());
+    ADD_FAILURE() << "no error for a non-string bos_token content";
+  } catch (const TokenizerError& e) {  // was nlohmann::json::type_error, escaping from_file
+    EXPECT_NE(std::string(e.what()).find("bos_token.content is not a string"), std::string::npos) << e.what();
+  }
+  std::ofstream(dir / "tokenizer_config.json") << R"({"bos_token": {"content": "<s>"}})";
+  EXPECT_EQ(Tokenizer::from_file((dir / "tokenizer.json").string()).bos_id(), 260);
+  fs::remove_all(dir);
+}
+
 }  // namespace
