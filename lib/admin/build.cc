@@ -323,14 +323,13 @@ Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildRep
     // Only complete documents are registered (store_v1.md §5.6): every block from the last back
     // to the first must have been recovered (a DOCUMENT record outlives blocks gc removed).
     DocumentEntry de;
-    bool complete = document_from_json(d.json, &de).ok() && de.blocks > 0;
-    BlockHash h = de.last_block;
-    for (uint32_t k = 0; complete && k < de.blocks; ++k) {
-      auto it = kv.find(bkey(key.first, h));
-      if (it == kv.end()) complete = false;
-      else if (k + 1 == de.blocks) complete = h == de.first_block;
-      else h = it->second.parent;
-    }
+    const bool complete =
+        document_from_json(d.json, &de).ok() && document_complete(de, [&](const BlockHash& h, BlockHash* parent) {
+          auto it = kv.find(bkey(key.first, h));
+          if (it == kv.end()) return false;
+          *parent = it->second.parent;
+          return true;
+        });
     if (!complete) {
       ++rep->incomplete_documents;
       continue;

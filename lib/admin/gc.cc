@@ -47,18 +47,13 @@ Status drop_incomplete_documents(Index& idx, const std::vector<NsInfo>& nss, con
     std::vector<std::string> drop;
     Status s = idx.for_each_doc(n.id, [&](const std::string& id, const std::string& js) {
       DocumentEntry d;
-      bool complete = document_from_json(js, &d).ok() && d.blocks > 0;
-      BlockHash h = d.last_block;
-      for (uint32_t k = 0; complete && k < d.blocks; ++k) {
-        auto it = by_key.find(bkey(n.id, h));
-        if (it == by_key.end() || blocks[it->second].removed()) {
-          complete = false;
-        } else if (k + 1 == d.blocks) {
-          complete = h == d.first_block;
-        } else {
-          h = blocks[it->second].r.parent;
-        }
-      }
+      const bool complete =
+          document_from_json(js, &d).ok() && document_complete(d, [&](const BlockHash& h, BlockHash* parent) {
+            auto it = by_key.find(bkey(n.id, h));
+            if (it == by_key.end() || blocks[it->second].removed()) return false;
+            *parent = blocks[it->second].r.parent;
+            return true;
+          });
       if (!complete) drop.push_back(id);
       return true;
     });

@@ -34,6 +34,18 @@ std::string document_to_json(const DocumentEntry& doc) {
   return j.dump();
 }
 
+bool document_complete(const DocumentEntry& d, const std::function<bool(const BlockHash&, BlockHash*)>& parent_of) {
+  if (d.blocks == 0) return false;
+  BlockHash h = d.last_block;
+  for (uint32_t k = 0; k < d.blocks; ++k) {
+    BlockHash parent{};
+    if (!parent_of(h, &parent)) return false;
+    if (k + 1 == d.blocks) return h == d.first_block;
+    h = parent;
+  }
+  return false;
+}
+
 Status document_from_json(const std::string& json, DocumentEntry* d) {
   const auto j = nlohmann::json::parse(json, nullptr, false);
   if (!j.is_object()) return Status::Corruption("document registry entry is not a JSON object");
