@@ -27,13 +27,6 @@ void print_text(const std::string& s) {
   std::fflush(stdout);
 }
 
-std::string error_json(const Status& st) {
-  nlohmann::ordered_json j = {{"code", code_name(st.code())},
-                              {"message", st.message()},
-                              {"exit_code", admin::exit_code(st)}};
-  return j.dump();
-}
-
 void print_error(const std::string& cmd, const Status& st) {
   std::fprintf(stderr, "ucm %s: %s\n", cmd.c_str(), st.ToString().c_str());
   std::fflush(stderr);
@@ -42,7 +35,8 @@ void print_error(const std::string& cmd, const Status& st) {
 void print_json(const std::string& report_json, const Status& st) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   if (!report_json.empty()) j = nlohmann::ordered_json::parse(report_json);
-  if (!st.ok()) j["error"] = nlohmann::ordered_json::parse(error_json(st));
+  if (!st.ok())
+    j["error"] = {{"code", code_name(st.code())}, {"message", st.message()}, {"exit_code", admin::exit_code(st)}};
   print_text(j.dump(2) + "\n");
 }
 

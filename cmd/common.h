@@ -33,8 +33,6 @@ template <class Report>
 void finish(const std::string& cmd, const CommonFlags& f, const Status& st, const Report& report,
             bool print_report);
 
-/// The {"code", "message", "exit_code"} object of `st` as JSON text.
-std::string error_json(const Status& st);
 /// Prints `st` on stderr as "ucm <cmd>: <CODE>: <message>".
 void print_error(const std::string& cmd, const Status& st);
 /// --json: prints `report_json` (or {} when empty) with an "error" member for `st` added when
