@@ -11,6 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "llama_ops.h"
 #include "safetensors/safetensors.h"
 
 namespace ucm::model {
@@ -19,6 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 namespace st = ucm::safetensors;
+using ops::apply_rope;
+using ops::rms_norm;
 
 [[noreturn]] void cfg_fail(const std::string& path, const std::string& what) {
   throw ModelError("model config " + path + ": " + what);
@@ -107,29 +110,6 @@ void load_into(const st::Collection& c, const std::string& name, std::vector<int
   dst.copy_(src.view(dst.sizes()));
 }
 
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
-  // transformers LlamaRMSNorm: w * (x * rsqrt(mean(x^2) + eps)), in fp32.
-  auto var = x.pow(2).mean(-1, /*keepdim=*/true);
-  return w * (x * (var + eps).rsqrt());
-}
-
-// x: [B, T, n, hd] (any strides); cos/sin: [T, hd/2]. Returns contiguous rotated copy.
-// transformers: x * cos + rotate_half(x) * sin with cos = cat(c, c), rotate_half = cat(-x2, x1).
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const int64_t half = x.size(3) / 2;
-  auto c = cos.view({1, cos.size(0), 1, half});
-  auto s = sin.view({1, sin.size(0), 1, half});
-  auto x1 = x.narrow(3, 0, half);
-  auto x2 = x.narrow(3, half, half);
-  auto out = torch::empty(x.sizes(), x.options());
-  auto lo = out.narrow(3, 0, half);
-  auto hi = out.narrow(3, half, half);
-  torch::mul_out(lo, x1, c);
-  lo.sub_(x2 * s);
-  torch::mul_out(hi, x2, c);
-  hi.add_(x1 * s);
-  return out;
-}
 
 }  // namespace
 
@@ -297,7 +277,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, torch::Devi
 }
 
 LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch::Tensor& lengths,
-                                       bool want_logits) const {
+                                       bool want_logits, torch::ScalarType kv_dtype) const {
   const auto& c = cfg_;
   auto bad = [&](const std::string& what) { throw ModelError("LlamaModel::forward (" + dir_ + "): " + what); };
   if (tokens.dim() != 2 || tokens.scalar_type() != torch::kLong) bad("tokens must be int64 [B, T]");
@@ -345,6 +325,11 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
     auto q = apply_rope(qkv.narrow(1, 0, nh * hd).view({B, T, nh, hd}), cos, sin).mul_(scale);
     auto k = apply_rope(qkv.narrow(1, nh * hd, nkv * hd).view({B, T, nkv, hd}), cos, sin);
     auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).reshape({B, T, nkv, hd}).contiguous();
+    if (kv_dtype != torch::kFloat) {
+      // Attention reads K/V as a KV cache in kv_dtype holds them.
+      k = k.to(kv_dtype).to(torch::kFloat);
+      v = v.to(kv_dtype).to(torch::kFloat);
+    }
 
     // Attention, GQA without repeating K/V: query head h uses kv head h / G.
     auto qh = q.view({B, T, nkv, G, hd}).permute({0, 2, 3, 1, 4});  // [B, nkv, G, T, hd]

@@ -25,6 +25,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -102,7 +103,43 @@ class LlamaModel {
   /// garbage (causal attention keeps them from affecting valid positions).
   /// T must be <= max_position_embeddings. Token ids must be in [0, vocab_size).
   /// Throws ModelError on bad arguments.
-  Output forward(const torch::Tensor& tokens, const torch::Tensor& lengths, bool want_logits = false) const;
+  ///
+  /// kv_dtype: the element type of the KV cache attention reads K and V from. fp32 (default)
+  /// rounds nothing. bf16 or fp16 round every layer's post-RoPE K and V to it before attention
+  /// and return the rounded values (as fp32), like a server whose KV cache is in that dtype:
+  /// precompute passes the store's dtype, so the blocks it stores are the K/V that a server's
+  /// own prefill (extend() with a cache of that dtype) computes for the same tokens.
+  Output forward(const torch::Tensor& tokens, const torch::Tensor& lengths, bool want_logits = false,
+                 torch::ScalarType kv_dtype = torch::kFloat) const;
+
+  /// The KV cache of one sequence: per layer, K and V as [capacity, num_kv_heads, head_dim]
+  /// tensors of `dtype` (contiguous, on the model's device). Tokens [0, len) are valid. One
+  /// block of block_size tokens starting at token i*T is k[l][i*T .. (i+1)*T): one page of a
+  /// paged cache in the store's layout (store_v1.md §4.2), so a load writes it in place.
+  struct KvCache {
+    torch::ScalarType dtype = torch::kBFloat16;
+    int64_t len = 0;
+    std::vector<torch::Tensor> k, v;
+    int64_t capacity() const { return k.empty() ? 0 : k[0].size(0); }
+  };
+  /// A zero-filled cache for `capacity` tokens.
+  KvCache make_cache(int64_t capacity, torch::ScalarType dtype = torch::kBFloat16) const;
+
+  /// Key mask for block-sparse attention, called once per layer by extend() with the layer,
+  /// the new tokens' queries q (fp32 [T, num_heads, head_dim], post-RoPE, unscaled) and the key
+  /// count S = len + T. It returns a bool [num_kv_heads, S] tensor (true = the KV head may attend to that key; combined
+  /// with the causal mask; the softmax renormalises over what is left), or an undefined tensor
+  /// for dense attention in that layer. Each query must keep at least one key.
+  using KeyMaskFn = std::function<torch::Tensor(int64_t layer, const torch::Tensor& q, int64_t n_keys)>;
+
+  /// Runs tokens (int64 [T], T >= 1) at positions cache->len .. cache->len + T - 1 of the sequence
+  /// whose KV cache is *cache: appends their K/V (rounded to cache->dtype) and attends over
+  /// the cache (read in its dtype, computed in fp32), then sets cache->len += T. Prefill (T > 1)
+  /// and decode (T = 1) are the same call. Returns fp32 logits [T, vocab] when all_logits, else
+  /// [1, vocab] for the last token. Throws ModelError when the cache is too small, the tokens are
+  /// out of range, or the cache does not fit the model.
+  torch::Tensor extend(const torch::Tensor& tokens, KvCache* cache, bool all_logits = false,
+                       const KeyMaskFn& mask = {}) const;
 
   /// Default score-block budget (floats) for chunked attention; see the header comment.
   /// 16 MiB keeps the block under glibc's largest mmap threshold (32 MiB), so it is

@@ -93,6 +93,9 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
       if (!cur.empty()) batches.push_back(std::move(cur));
     }
   }
+  // The bare prefill rounds K/V to the store dtype as precompute's does (LlamaModel::forward).
+  const torch::ScalarType kv_dtype =
+      o.dtype == DType::kBF16 ? torch::kBFloat16 : o.dtype == DType::kFP16 ? torch::kHalf : torch::kFloat;
   auto make_inputs = [&](const std::vector<std::vector<int32_t>*>& b, torch::Tensor* tokens, torch::Tensor* lengths) {
     size_t T = 0;
     for (auto* w : b) T = std::max(T, w->size());
@@ -109,7 +112,7 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
   {
     torch::Tensor t, l;
     make_inputs(batches.front(), &t, &l);
-    (void)m->forward(t, l, false);
+    (void)m->forward(t, l, false, kv_dtype);
   }
   // Bare prefill is timed before and after the full precompute (A B A): on a shared machine the
   // load drifts, and the mean of the two brackets the precompute run in time.
@@ -118,7 +121,7 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
     for (auto& b : batches) {
       torch::Tensor t, l;
       make_inputs(b, &t, &l);
-      (void)m->forward(t, l, false);
+      (void)m->forward(t, l, false, kv_dtype);
     }
     return secs_since(t0);
   };

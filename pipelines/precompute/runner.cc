@@ -287,7 +287,8 @@ class Runner {
       lp[i] = int64_t(ids.size());
     }
     auto t0 = Clock::now();
-    b->out = m_.forward(tokens, lengths, false);
+    // Attention reads K/V rounded to the store dtype, as a server with a KV cache in that dtype does.
+    b->out = m_.forward(tokens, lengths, false, torch_dtype(o_.dtype));
     prefill_seconds_ += secs_since(t0);
     return b;
   }

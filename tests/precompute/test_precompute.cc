@@ -231,7 +231,7 @@ TEST_F(PrecomputeTest, PayloadAndReprsMatchRunner) {
   hash_blocks(root_hash(ns), reinterpret_cast<const uint32_t*>(ids.data()), ids.size(), 16, &h);
   auto tokens = torch::empty({1, T}, torch::kInt64);
   for (int64_t t = 0; t < T; ++t) tokens[0][t] = ids[size_t(t)];
-  auto out = model_->forward(tokens, torch::tensor({T}, torch::kInt64), false);
+  auto out = model_->forward(tokens, torch::tensor({T}, torch::kInt64), false, torch::kBFloat16);
 
   const size_t payload = desc.payload_bytes();
   std::vector<std::string> bufs(h.size(), std::string(payload, '\0'));
@@ -368,7 +368,7 @@ TEST_F(PrecomputeTest, ReprIsExactForTheKeysOfItsOwnPass) {
   const int64_t T = int64_t(ids.size());
   auto tokens = torch::empty({1, T}, torch::kInt64);
   for (int64_t t = 0; t < T; ++t) tokens[0][t] = ids[size_t(t)];
-  auto out = model_->forward(tokens, torch::tensor({T}, torch::kInt64), false);
+  auto out = model_->forward(tokens, torch::tensor({T}, torch::kInt64), false, torch::kBFloat16);
   std::vector<torch::Tensor> k(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) k[size_t(l)] = out.k[size_t(l)].contiguous();
   const ReprSpec spec{uint32_t(L), uint32_t(H), uint32_t(D), 16, NB, DType::kBF16};
