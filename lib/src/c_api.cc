@@ -231,6 +231,19 @@ UCM_API int ucm_store_namespace_hash_seed(ucm_store_t* store, const uint8_t* ns,
   });
 }
 
+UCM_API int ucm_namespace_id(const char* desc_json, uint8_t* id_out) {
+  return guarded("ucm_namespace_id", [&] {
+    if (!desc_json || !id_out) return fail(UCM_E_INVALID, "ucm_namespace_id: desc_json and id_out must not be NULL");
+    ucm::NamespaceDesc d;
+    ucm::Status s = ucm::NamespaceDesc::from_json(desc_json, &d);
+    if (s.ok()) s = d.validate();
+    if (!s.ok()) return fail(s);
+    const ucm::NamespaceId id = d.id();
+    std::memcpy(id_out, id.data(), 16);
+    return ok();
+  });
+}
+
 UCM_API int ucm_store_namespace_register(ucm_store_t* store, const char* desc_json, uint8_t* ns_out) {
   return guarded("ucm_store_namespace_register", [&] {
     if (!store || !desc_json) return fail(UCM_E_INVALID, "ucm_store_namespace_register: store and desc_json must not be NULL");
@@ -277,6 +290,15 @@ UCM_API int ucm_hash_blocks(const uint8_t* ns, const uint8_t* parent, const uint
     std::vector<ucm::BlockHash> hs;
     ucm::hash_blocks(p, tokens, nb * block_size, block_size, &hs);
     if (!hs.empty()) std::memcpy(out_hashes, hs.data(), hs.size() * 16);
+    return ok();
+  });
+}
+
+UCM_API int ucm_hash_root(const uint8_t* seed, uint8_t* out) {
+  return guarded("ucm_hash_root", [&] {
+    if (!seed || !out) return fail(UCM_E_INVALID, "ucm_hash_root: seed and out must not be NULL");
+    const ucm::BlockHash r = ucm::root_hash(ns_of(seed));
+    std::memcpy(out, r.data(), 16);
     return ok();
   });
 }

@@ -139,6 +139,8 @@ typedef struct ucm_retrieval_query {
   size_t n_blocks;               /* the request's blocks, indices [0, n_blocks) (<= capacity) */
   const uint8_t* valid;          /* [n_blocks] 1 = representations loaded, 0 = not scorable (such a
                                     block is always selected); NULL = all valid */
+  uint32_t top_k;                /* > 0: the budget of this call in blocks (windows included),
+                                    instead of the params' (PSA: its cap); 0 = the params' */
 } ucm_retrieval_query;
 
 /* Selects the blocks for one step of one layer. Output: n_sets = 1 (shared_heads, or a dense

@@ -134,6 +134,11 @@ UCM_API int ucm_store_namespace_find(ucm_store_t* store, const char* name_or_id,
  * the two differ for converted namespaces, and hashes chained from ns would all miss.
  * UCM_E_NOT_FOUND when ns is not registered (read-only handles refresh once first). */
 UCM_API int ucm_store_namespace_hash_seed(ucm_store_t* store, const uint8_t* ns, uint8_t* seed_out);
+/* The id a namespace descriptor JSON (store_v1.md §7) has: MD5 of the canonical JSON of every
+ * field but "name" (the id ucm_store_namespace_register would return). Pure: no store is looked
+ * at. id_out: [16]. Errors: UCM_E_INVALID (NULL, not a valid descriptor: the message says which
+ * field). */
+UCM_API int ucm_namespace_id(const char* desc_json, uint8_t* id_out);
 /* Writer: registers a namespace from its descriptor JSON (store_v1.md §7). ns_out: [16]. */
 UCM_API int ucm_store_namespace_register(ucm_store_t* store, const char* desc_json, uint8_t* ns_out);
 /* A namespace attachment (e.g. "r4_projection") into buf[cap]; *len gets its size. */
@@ -150,6 +155,11 @@ UCM_API int ucm_store_attachment_get(ucm_store_t* store, const uint8_t* ns, cons
 UCM_API int ucm_hash_blocks(const uint8_t* ns, const uint8_t* parent, const uint32_t* tokens,
                             size_t n_tokens, uint32_t block_size, uint8_t* out_hashes,
                             size_t max_blocks, size_t* n_blocks);
+
+/* The parent of a sequence's first block: root_hash(seed) = MD5("ucm.hash.v1" || seed)
+ * (store_v1.md §4.1), where seed is the namespace's hash seed (ucm_store_namespace_hash_seed).
+ * ucm_store_dump takes it as parents[i] of a first block. seed, out: [16]. Pure. */
+UCM_API int ucm_hash_root(const uint8_t* seed, uint8_t* out);
 
 /* present: [n] bytes (0/1), may be NULL. *prefix_blocks: leading present blocks. */
 UCM_API int ucm_store_lookup(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n,
