@@ -8,6 +8,9 @@
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
 #include "bench_precompute.h"
 #endif
+#if UCM_CLI_HAVE_GENERATE
+#include "bench_generate.h"
+#endif
 
 namespace ucm::cli {
 
@@ -17,6 +20,9 @@ CLI::App* setup_bench(CLI::App& app) {
   setup_bench_store(*bench);
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
   setup_bench_precompute(*bench);
+#endif
+#if UCM_CLI_HAVE_GENERATE
+  setup_bench_generate(*bench);
 #endif
   return bench;
 }

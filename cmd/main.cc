@@ -27,6 +27,10 @@
 #if UCM_CLI_HAVE_PRECOMPUTE
 #include "precompute.h"
 #endif
+#if UCM_CLI_HAVE_GENERATE
+#include "eval.h"
+#include "generate.h"
+#endif
 
 #ifndef UCM_HAVE_TORCH
 #define UCM_HAVE_TORCH 0
@@ -63,6 +67,13 @@ const SubcommandEntry kSubcommands[] = {
 #else
     {"precompute", nullptr, "Compute and store the KV cache of a corpus with a model",
      "needs libtorch"},
+#endif
+#if UCM_CLI_HAVE_GENERATE
+    {"generate", ucm::cli::setup_generate, nullptr, nullptr},
+    {"eval", ucm::cli::setup_eval, nullptr, nullptr},
+#else
+    {"generate", nullptr, "Answer a prompt from the store's cached prefix (reference engine)", "needs libtorch"},
+    {"eval", nullptr, "Measure the quality of ucm's approximations on real data", "needs libtorch"},
 #endif
 };
 

@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libopenblas0-pthread nlohmann-json3-dev libxxhash-dev libssl-dev libyaml-cpp-dev
   liburing-dev libpcre2-dev libicu-dev
   python3.11-doc
+  gnuplot-nox
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

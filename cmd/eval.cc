@@ -1,0 +1,81 @@
+// cmd/eval.cc: `ucm eval retrieval` parses arguments and calls ucm::generate::eval_retrieval.
+#include "eval.h"
+
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "common.h"
+#include "ucm/generate/eval.h"
+
+namespace ucm::cli {
+namespace {
+
+// "a,b,c" -> items; each parsed by `conv`. False on a bad item.
+template <class T, class F>
+bool split_list(const std::string& s, std::vector<T>* out, F conv) {
+  out->clear();
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      out->push_back(conv(item));
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+  return !out->empty();
+}
+
+}  // namespace
+
+CLI::App* setup_eval(CLI::App& app) {
+  CLI::App* eval = app.add_subcommand("eval", "Measure the quality of ucm's approximations on real data");
+  eval->require_subcommand(1);
+  struct Args {
+    generate::EvalRetrievalOptions o;
+    std::string documents, budgets = "0.025,0.05,0.1,0.2,0.3", taus = "0.8,0.9,0.95,0.98",
+                           policies = "esa,quest,gsa,psa";
+    CommonFlags common;
+  };
+  auto a = std::make_shared<Args>();
+  a->o.model_dir = "models/SmolLM2-135M-Instruct";
+  a->o.template_file = "configs/template_chat.txt";
+  CLI::App* c = eval->add_subcommand(
+      "retrieval",
+      "Attention-mass recall R of each retrieval policy against the oracle R*, and k_tau, on real documents "
+      "(contexts of 2K-8K tokens) with real queries at held-out continuation positions (docs/retrieval.md)");
+  c->add_option("--store", a->o.store, "A store precomputed from the corpus (ucm precompute)")->required();
+  c->add_option("--model", a->o.model_dir, "Model directory")->capture_default_str();
+  c->add_option("--template", a->o.template_file, "Prompt template (as given to precompute)")->capture_default_str();
+  c->add_option("--corpus", a->o.corpus, "Corpus directory")->capture_default_str();
+  c->add_option("--corpus-suffix", a->o.corpus_suffix, "File-name suffix")->capture_default_str();
+  c->add_option("--documents", a->documents, "Documents (paths under the corpus, comma-separated; default: the first that fit)");
+  c->add_option("--max-documents", a->o.max_documents, "Documents to evaluate")->capture_default_str();
+  c->add_option("--min-context", a->o.min_context, "Shortest context in tokens")->capture_default_str();
+  c->add_option("--max-context", a->o.max_context, "Longest context in tokens")->capture_default_str();
+  c->add_option("--queries", a->o.queries, "Held-out continuation positions per document")->capture_default_str();
+  c->add_option("--budgets", a->budgets, "Budgets as fractions of the context blocks")->capture_default_str();
+  c->add_option("--taus", a->taus, "Recall thresholds for k_tau and PSA")->capture_default_str();
+  c->add_option("--policies", a->policies, "Policies (esa, quest, gsa, psa)")->capture_default_str();
+  c->add_option("--retrieval-config", a->o.retrieval_config, "Retriever settings (windows): configs/retrieval.yaml")
+      ->check(CLI::ExistingFile);
+  c->add_option("--csv", a->o.csv, "Write every row (per layer and per layer group) here");
+  add_common_flags(c, &a->common);
+  c->callback([a] {
+    generate::EvalRetrievalResult r;
+    Status st;
+    auto to_d = [](const std::string& x) { return std::stod(x); };
+    auto to_s = [](const std::string& x) { return x; };
+    if (!split_list(a->budgets, &a->o.budgets, to_d)) st = Status::InvalidArgument("--budgets: expected numbers like 0.05,0.1");
+    if (st.ok() && !split_list(a->taus, &a->o.taus, to_d)) st = Status::InvalidArgument("--taus: expected numbers like 0.9,0.95");
+    if (st.ok() && !split_list(a->policies, &a->o.policies, to_s)) st = Status::InvalidArgument("--policies: empty");
+    if (st.ok() && !a->documents.empty()) (void)split_list(a->documents, &a->o.documents, to_s);
+    if (st.ok()) st = generate::eval_retrieval(a->o, &r);
+    finish("eval retrieval", a->common, st, r, st.ok());
+  });
+  return eval;
+}
+
+}  // namespace ucm::cli

@@ -1,0 +1,68 @@
+// cmd/generate.cc: `ucm generate` parses arguments and calls ucm::generate::run_generate.
+#include "generate.h"
+
+#include <memory>
+#include <string>
+
+#include "common.h"
+#include "ucm/generate/generate.h"
+
+namespace ucm::cli {
+
+CLI::App* setup_generate(CLI::App& app) {
+  struct Args {
+    generate::GenerateOptions o;
+    bool ignore_eos = false, no_recompute = false;
+    CommonFlags common;
+  };
+  auto a = std::make_shared<Args>();
+  a->o.model_dir = "models/SmolLM2-135M-Instruct";
+  CLI::App* sub = app.add_subcommand(
+      "generate",
+      "Answer a prompt the way a server with a ucm store does (reference engine, C ABI only): load the "
+      "cached prefix, prefill the rest, decode greedily; reports prefix hit, TTFT with the cache and of "
+      "full recompute, and checks both give the same tokens (docs/generate.md)");
+  sub->add_option("--model", a->o.model_dir, "Hugging Face model directory")->capture_default_str();
+  sub->add_option("--tokenizer", a->o.tokenizer_file, "tokenizer.json (default: MODEL/tokenizer.json)");
+  sub->add_option("--store", a->o.store, "Store directory (none: full recompute only)");
+  auto* p = sub->add_option("--prompt", a->o.prompt, "Prompt text");
+  auto* pf = sub->add_option("--prompt-file", a->o.prompt_file, "File holding the prompt text")
+                 ->check(CLI::ExistingFile);
+  p->excludes(pf);
+  sub->add_option("--template", a->o.template_file,
+                  "Prompt template (as given to precompute, e.g. configs/template_chat.txt)");
+  sub->add_option("--max-new-tokens", a->o.max_new_tokens, "Tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_flag("--no-cache", a->o.no_cache, "Full recompute only: no lookup, no load");
+  sub->add_flag("--no-recompute", a->no_recompute,
+                "Skip the full-recompute comparison run (no TTFT ratio, no token check)");
+  sub->add_flag("--save", a->o.save,
+                "Dump the new full blocks into the store (opens it as the writer; creates it when missing)");
+  sub->add_option("--sparse", a->o.sparse,
+                  "Also decode with block-sparse attention (esa, quest, gsa, psa) and compare it with dense")
+      ->check(CLI::IsMember({"esa", "quest", "gsa", "psa"}));
+  sub->add_option("--retrieval-config", a->o.retrieval_config, "Retriever settings (configs/retrieval.yaml)")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--config", a->o.precompute_config,
+                  "The precompute YAML the store was built with (namespace fingerprint: block size, dtype, "
+                  "hash bits, dense layers); default: precompute's defaults")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--namespace", a->o.namespace_name, "Namespace by name or 32-hex id (default: the model's fingerprint)");
+  sub->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
+  add_common_flags(sub, &a->common);
+  sub->callback([a] {
+    a->o.stop_at_eos = !a->ignore_eos;
+    a->o.recompute = !a->no_recompute;
+    if (a->o.prompt.empty() && a->o.prompt_file.empty()) {
+      generate::GenerateReport r;
+      finish("generate", a->common, Status::InvalidArgument("pass --prompt TEXT or --prompt-file FILE"), r, false);
+    }
+    generate::GenerateReport r;
+    Status st = generate::run_generate(a->o, &r);
+    finish("generate", a->common, st, r, st.ok());
+  });
+  return sub;
+}
+
+}  // namespace ucm::cli

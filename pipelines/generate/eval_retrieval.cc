@@ -1,0 +1,217 @@
+// pipelines/generate/eval_retrieval.cc: `ucm eval retrieval` (see ucm/generate/eval.h).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "engine.h"
+#include "eval_stats.h"
+#include "internal.h"
+#include "sparse.h"
+#include "ucm/generate/eval.h"
+#include "ucm/precompute/repr.h"
+
+namespace ucm::generate {
+
+namespace fs = std::filesystem;
+using namespace detail;
+
+namespace {
+
+using RetrieverPtr = std::unique_ptr<ucm_retriever_t, void (*)(ucm_retriever_t*)>;
+
+RetrieverPtr make_retriever(const ucm_retriever_params& base, int policy, const ucm_repr_info& info,
+                            const std::vector<float>& proj, float tau, Status* st) {
+  ucm_retriever_params p = base;
+  p.policy = policy;
+  p.reuse_steps = 1;
+  p.shared_heads = 0;
+  p.honor_dense_layers = 0;  // every layer is measured; layers 0 and 1 are reported apart
+  if (policy == UCM_POLICY_PSA) {
+    p.psa_tau = tau;
+    p.top_k = 0;
+    p.sparse_ratio = 1.0f;  // PSA stops on its threshold, not on a budget
+    p.psa_max_blocks = 0;
+  }
+  ucm_retriever_t* r = nullptr;
+  *st = from_code(ucm_retriever_create(&p, &info, proj.empty() ? nullptr : proj.data(), &r), "ucm_retriever_create");
+  return RetrieverPtr(r, ucm_retriever_free);
+}
+
+// The documents to evaluate: those given, else every file of the corpus (sorted) that is long
+// enough, up to max_documents.
+std::vector<fs::path> candidate_files(const EvalRetrievalOptions& o) {
+  std::vector<fs::path> files;
+  if (!o.documents.empty()) {
+    for (const auto& d : o.documents) files.push_back(fs::path(o.corpus) / d);
+    return files;
+  }
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(o.corpus, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const std::string n = it->path().filename().string();
+    if (n.size() >= o.corpus_suffix.size() && n.compare(n.size() - o.corpus_suffix.size(), std::string::npos,
+                                                        o.corpus_suffix) == 0)
+      files.push_back(it->path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
+  *out = EvalRetrievalResult{};
+  if (o.store.empty()) return Status::InvalidArgument("eval retrieval needs --store (a store precomputed from the corpus)");
+  if (o.queries < 1) return Status::InvalidArgument("--queries must be >= 1");
+  Inputs in;
+  UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
+  const auto& mc = in.model->config();
+  std::string desc_json;
+  precompute::PrecomputeOptions po;
+  UCM_RETURN_IF_ERROR(fingerprint(*in.model, "", &desc_json, &po));
+  StoreClient store;
+  UCM_RETURN_IF_ERROR(store.open(o.store, false));
+  UCM_RETURN_IF_ERROR(store.resolve_namespace("", desc_json, false));
+  if (!store.found())
+    return Status::InvalidArgument("store " + o.store + " holds no namespace of this model: run `ucm precompute` on the corpus first");
+  ucm_repr_info info{};
+  info.struct_size = sizeof(info);
+  UCM_RETURN_IF_ERROR(from_code(ucm_store_repr_info(store.handle(), store.ns().data(), &info), "ucm_store_repr_info"));
+  std::vector<float> proj(size_t(info.num_layers) * info.num_kv_heads * info.head_dim * info.hash_bits);
+  if (!proj.empty()) {
+    size_t len = 0;
+    UCM_RETURN_IF_ERROR(from_code(ucm_store_attachment_get(store.handle(), store.ns().data(), "r4_projection",
+                                                           proj.data(), proj.size() * 4, &len),
+                                  "r4_projection"));
+  }
+  ucm_retriever_params base = ucm_retriever_default_params();
+  if (!o.retrieval_config.empty())
+    UCM_RETURN_IF_ERROR(from_code(ucm_retriever_params_load(o.retrieval_config.c_str(), &base), "retrieval config"));
+
+  std::vector<int> policies;
+  for (const auto& p : o.policies) {
+    const int id = policy_of(p);
+    if (id < 0) return Status::InvalidArgument("unknown policy '" + p + "' (esa, quest, gsa, psa)");
+    policies.push_back(id);
+  }
+  const uint32_t T = info.block_size;
+  const int64_t L = mc.num_hidden_layers, NH = mc.num_attention_heads, H = info.num_kv_heads;
+  const uint32_t max_ctx =
+      std::min<uint32_t>(o.max_context, uint32_t(mc.max_position_embeddings) - o.queries) / T * T;
+  Engine eng(*in.model, &store, T, torch_dtype_of(po.dtype));
+  EvalStats stats(o.budgets, o.taus, uint32_t(L));
+
+  for (const auto& file : candidate_files(o)) {
+    if (out->documents.size() >= o.max_documents) break;
+    std::ifstream f(file, std::ios::binary);
+    if (!f) return Status::InvalidArgument("cannot read " + file.string());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::vector<int32_t> ids;
+    try {
+      ids = prompt_ids(*in.tokenizer, o.template_file, ss.str());
+    } catch (const std::exception& e) {
+      spdlog::warn("eval retrieval: {}: {}, skipped", file.string(), e.what());
+      continue;
+    }
+    if (ids.size() < size_t(o.min_context) + o.queries) continue;
+    const uint32_t C = std::min<uint32_t>(max_ctx, uint32_t(ids.size() - o.queries) / T * T);
+    if (C < o.min_context) continue;
+    const size_t n = C / T;
+    spdlog::info("eval retrieval: {} ({} context tokens, {} blocks)", fs::relative(file, o.corpus).string(), C, n);
+
+    // Context prefill, then the held-out continuation one token at a time (queries captured).
+    Prefill pre;
+    std::vector<int32_t> ctx(ids.begin(), ids.begin() + C);
+    UCM_RETURN_IF_ERROR(eng.prefill_recompute(ctx, int64_t(C) + o.queries, &pre));
+    std::vector<Hash16> hashes;
+    UCM_RETURN_IF_ERROR(store.hash_blocks(ctx, T, &hashes));
+    size_t hit = 0;
+    UCM_RETURN_IF_ERROR(store.prefix_blocks(hashes, &hit));
+    if (hit < n) spdlog::warn("eval retrieval: the store holds {} of {} blocks; the rest are computed", hit, n);
+    RequestReprs reprs(info, proj, n);
+    UCM_RETURN_IF_ERROR(reprs.fill(store, hashes, hit, pre.cache));
+    std::vector<std::vector<torch::Tensor>> qs(o.queries);  // [step][layer] -> [NH, D]
+    for (uint32_t s = 0; s < o.queries; ++s) {
+      auto hook = [&](int64_t layer, const torch::Tensor& q, int64_t) -> torch::Tensor {
+        qs[s].push_back(q.reshape({NH, int64_t(info.head_dim)}).clone());
+        (void)layer;
+        return {};
+      };
+      (void)in.model->extend(to_tensor(ids, C + s, C + s + 1), &pre.cache, false, hook);
+    }
+
+    std::map<std::pair<int, float>, RetrieverPtr> rets;
+    for (int p : policies) {
+      Status st;
+      if (p == UCM_POLICY_PSA) {
+        for (double tau : o.taus) {
+          rets.emplace(std::make_pair(p, float(tau)), make_retriever(base, p, info, proj, float(tau), &st));
+          UCM_RETURN_IF_ERROR(st);
+        }
+      } else {
+        rets.emplace(std::make_pair(p, 0.f), make_retriever(base, p, info, proj, 0, &st));
+        UCM_RETURN_IF_ERROR(st);
+      }
+    }
+    const double scale = 1.0 / std::sqrt(double(info.head_dim));
+    for (int64_t l = 0; l < L; ++l) {
+      auto K = pre.cache.k[size_t(l)].narrow(0, 0, C).to(torch::kFloat);  // [C, H, D]
+      for (uint32_t s = 0; s < o.queries; ++s) {
+        const auto& q = qs[s][size_t(l)];  // [NH, D]
+        // True attention of each query head over the context, summed per block: [NH, n].
+        auto qg = q.view({H, NH / H, int64_t(info.head_dim)});
+        auto sc = torch::bmm(qg, K.permute({1, 2, 0})).mul_(scale);  // [H, G, C]
+        auto mass = sc.softmax(-1).view({NH, int64_t(n), int64_t(T)}).sum(-1).to(torch::kDouble).contiguous();
+        QueryMasses qm(mass.data_ptr<double>(), uint32_t(NH), uint32_t(H), n);
+        stats.add_oracle(uint32_t(l), qm);
+        for (auto& [key, ret] : rets) {
+          ucm_retrieval_query rq{};
+          rq.struct_size = sizeof(rq);
+          rq.layer = uint32_t(l);
+          rq.q = q.data_ptr<float>();
+          rq.q_dtype = UCM_DTYPE_F32;
+          rq.n_q_heads = uint32_t(NH);
+          rq.group_size = uint32_t(NH / H);
+          rq.reprs = &reprs.buffers();
+          rq.n_blocks = n;
+          auto select = [&](uint32_t k, std::vector<std::vector<uint32_t>>* sets) -> Status {
+            rq.top_k = k;
+            std::vector<uint32_t> idx(size_t(H) * n), counts(size_t(H));
+            uint32_t n_sets = 0;
+            UCM_RETURN_IF_ERROR(from_code(ucm_retriever_select(ret.get(), &rq, idx.data(), n, counts.data(), &n_sets),
+                                          "ucm_retriever_select"));
+            sets->assign(size_t(H), {});
+            for (int64_t g = 0; g < H; ++g) {
+              const size_t src = n_sets == 1 ? 0 : size_t(g);
+              (*sets)[size_t(g)].assign(idx.begin() + std::ptrdiff_t(src * n),
+                                        idx.begin() + std::ptrdiff_t(src * n + counts[src]));
+            }
+            return Status::OK();
+          };
+          UCM_RETURN_IF_ERROR(stats.add_policy(o.policies[size_t(std::find(policies.begin(), policies.end(), key.first) -
+                                                                 policies.begin())],
+                                               key.first == UCM_POLICY_PSA, key.second, uint32_t(l), qm, select));
+        }
+      }
+    }
+    out->documents.push_back(fs::relative(file, o.corpus).string());
+    out->contexts.push_back(C);
+    out->queries += o.queries;
+  }
+  if (out->documents.empty())
+    return Status::InvalidArgument("no document of the corpus has " + std::to_string(o.min_context) + " + " +
+                                   std::to_string(o.queries) + " tokens");
+  stats.finish(out);
+  if (!o.csv.empty()) UCM_RETURN_IF_ERROR(write_csv(*out, o.csv));
+  return Status::OK();
+}
+
+}  // namespace ucm::generate

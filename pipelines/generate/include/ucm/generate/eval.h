@@ -1,0 +1,68 @@
+// `ucm eval retrieval`: how much of the true attention the block-sparse policies keep, on real
+// documents and real queries (shared/BRIEF.md, "Quality metric for sparse retrieval").
+//
+// For each document (template applied, as precompute stores it) a context of C tokens (C a
+// multiple of the block size, 2K to 8K) is followed by Q held-out continuation tokens. The model
+// runs the context, then the continuation one token at a time; at each continuation step and
+// layer the post-RoPE query q of each query head gives the true attention over the context keys,
+// p = softmax(q K^T / sqrt(d)) restricted to the context [0, C) and renormalised, and the block
+// masses m_j = sum of p over block j. The representations of the context blocks come from the
+// store (ucm_store_load_repr; computed from the KV cache for blocks the store lacks). For a
+// selection S of a KV head, the recall of each of its query heads is R = sum_{j in S} m_j; R is
+// averaged over query heads, steps and documents.
+//   * fixed budgets: k = ceil(f n) blocks (windows included) for each fraction f;
+//   * oracle R*(k): per KV head, the k blocks of largest group mass (sum over its query heads);
+//   * k_tau: the smallest k with R >= tau, per query head (oracle: from the sorted masses);
+//   * PSA: its own block count at each tau.
+// Results per layer, and averaged over layers >= 2 (layers 0 and 1 are reported apart).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ucm/status.h"
+
+namespace ucm::generate {
+
+struct EvalRetrievalOptions {
+  std::string model_dir, tokenizer_file, store, template_file;
+  std::string corpus = "/usr/share/doc/python3.11/html/_sources";
+  std::string corpus_suffix = ".rst.txt";
+  std::vector<std::string> documents;  ///< relative paths under corpus; empty = the first that fit
+  uint32_t max_documents = 6;
+  uint32_t min_context = 2048, max_context = 8192;  ///< tokens
+  uint32_t queries = 8;                             ///< held-out continuation positions per document
+  std::vector<double> budgets = {0.025, 0.05, 0.1, 0.2, 0.3};  ///< fractions of the context blocks
+  std::vector<double> taus = {0.80, 0.90, 0.95, 0.98};
+  std::vector<std::string> policies = {"esa", "quest", "gsa", "psa"};
+  std::string retrieval_config;  ///< configs/retrieval.yaml (windows); budgets/taus set here
+  std::string csv;               ///< write the per-layer table here ("" = none)
+};
+
+struct EvalRetrievalResult {
+  struct Row {               ///< one (policy, budget or tau, layer group)
+    std::string policy;      ///< esa | quest | gsa | psa | oracle
+    std::string group;       ///< "layer0", "layer1", "layers2+" or "layer<N>"
+    double budget = 0;       ///< fraction of blocks (PSA: tau)
+    double blocks = 0;       ///< mean blocks selected
+    double recall = 0;       ///< mean R
+    double oracle = 0;       ///< mean R* at the same number of blocks
+  };
+  struct KTau {
+    std::string policy, group;
+    double tau = 0;
+    double blocks = 0;       ///< mean k_tau in blocks
+    double fraction = 0;     ///< mean k_tau / n
+  };
+  std::vector<std::string> documents;
+  std::vector<uint32_t> contexts;  ///< C per document
+  uint64_t queries = 0;            ///< (document, step) pairs
+  std::vector<Row> rows;
+  std::vector<KTau> k_tau;
+  std::string to_json() const;
+  std::string to_text() const;
+};
+
+Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out);
+
+}  // namespace ucm::generate

@@ -1,0 +1,95 @@
+// pipelines/generate/store_client.cc: see store_client.h. C ABI calls only.
+#include "store_client.h"
+
+namespace ucm::generate {
+
+Status from_code(int code, const std::string& what) {
+  if (code == UCM_OK) return Status::OK();
+  std::string msg = ucm_last_error();
+  if (msg.empty()) msg = ucm_strerror(code);
+  return Status(static_cast<Code>(code), what + ": " + msg);
+}
+
+StoreClient::~StoreClient() { ucm_store_close(store_); }
+
+Status StoreClient::open(const std::string& path, bool writer) {
+  ucm_store_open_params p = ucm_store_default_open_params();
+  p.mode = writer ? UCM_OPEN_CREATE : UCM_OPEN_READ_ONLY;
+  p.refresh_interval_ms = 0;  // one request: no background catch-up thread needed
+  writer_ = writer;
+  return from_code(ucm_store_open(path.c_str(), &p, &store_), "opening store " + path);
+}
+
+Status StoreClient::resolve_namespace(const std::string& name_or_id, const std::string& desc_json,
+                                      bool register_missing) {
+  found_ = false;
+  if (name_or_id.empty()) {
+    int rc = ucm_namespace_id(desc_json.c_str(), ns_.data());
+    if (rc != UCM_OK) return from_code(rc, "namespace descriptor");
+  }
+  std::string key = name_or_id;
+  if (key.empty()) {
+    static const char* hex = "0123456789abcdef";
+    for (uint8_t b : ns_) {
+      key += hex[b >> 4];
+      key += hex[b & 15];
+    }
+  }
+  int rc = ucm_store_namespace_find(store_, key.c_str(), ns_.data(), nullptr, 0, nullptr);
+  if (rc == UCM_E_NOT_FOUND && !name_or_id.empty())
+    return from_code(rc, "namespace '" + name_or_id + "'");
+  if (rc == UCM_E_NOT_FOUND && writer_ && register_missing)
+    rc = ucm_store_namespace_register(store_, desc_json.c_str(), ns_.data());
+  if (rc == UCM_E_NOT_FOUND) {
+    seed_ = ns_;  // nothing is stored: every block misses; hashes are still well defined
+    return Status::OK();
+  }
+  if (rc != UCM_OK) return from_code(rc, "namespace " + key);
+  found_ = true;
+  return from_code(ucm_store_namespace_hash_seed(store_, ns_.data(), seed_.data()), "namespace hash seed");
+}
+
+Status StoreClient::hash_blocks(const std::vector<int32_t>& tokens, uint32_t block_size,
+                                std::vector<Hash16>* out) const {
+  out->assign(tokens.size() / block_size, Hash16{});
+  size_t n = 0;
+  static_assert(sizeof(int32_t) == sizeof(uint32_t));
+  int rc = ucm_hash_blocks(seed_.data(), nullptr, reinterpret_cast<const uint32_t*>(tokens.data()), tokens.size(),
+                           block_size, out->empty() ? nullptr : out->front().data(), out->size(), &n);
+  return from_code(rc, "ucm_hash_blocks");
+}
+
+Status StoreClient::prefix_blocks(const std::vector<Hash16>& hashes, size_t* n) const {
+  *n = 0;
+  if (!found_ || hashes.empty()) return Status::OK();
+  return from_code(ucm_store_lookup(store_, ns_.data(), hashes.front().data(), hashes.size(), nullptr, n),
+                   "ucm_store_lookup");
+}
+
+Status StoreClient::load_paged(const std::vector<Hash16>& hashes, size_t n, const std::vector<void*>& ptrs,
+                               std::vector<int>* status) const {
+  status->assign(n, UCM_E_NOT_FOUND);
+  if (n == 0) return Status::OK();
+  ucm_task_t* task = nullptr;
+  int rc = ucm_store_load(store_, ns_.data(), hashes.front().data(), n, UCM_DEST_PAGED, ptrs.data(), 0, 0, &task);
+  if (rc != UCM_OK) return from_code(rc, "ucm_store_load");
+  (void)ucm_task_wait(task, -1);  // per-block results below; a failed block is recomputed
+  for (size_t i = 0; i < n; ++i) (*status)[i] = ucm_task_block_status(task, i);
+  ucm_task_free(task);
+  return Status::OK();
+}
+
+Status StoreClient::dump(const std::vector<Hash16>& hashes, const std::vector<Hash16>& parents,
+                         const std::vector<const void*>& kv) const {
+  if (hashes.empty()) return Status::OK();
+  ucm_task_t* task = nullptr;
+  int rc = ucm_store_dump(store_, ns_.data(), hashes.front().data(), parents.front().data(), hashes.size(),
+                          kv.data(), &task);
+  if (rc != UCM_OK) return from_code(rc, "ucm_store_dump");
+  rc = ucm_task_wait(task, -1);
+  Status st = from_code(rc, "dumping " + std::to_string(hashes.size()) + " blocks");
+  ucm_task_free(task);
+  return st;
+}
+
+}  // namespace ucm::generate

@@ -1,0 +1,58 @@
+// pipelines/generate/store_client.h: the reference engine's view of a store, through libucm's C
+// ABI only (ucm/ucm.h, ucm/retrieval.h), as an external inference server sees it. Nothing here
+// includes a libucm C++ header: if the engine needs something, the C ABI must offer it.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ucm/status.h"
+#include "ucm/ucm.h"
+
+namespace ucm::generate {
+
+using Hash16 = std::array<uint8_t, 16>;
+
+/// Converts a UCM_* return code and ucm_last_error() into a Status ("<what>: <message>").
+Status from_code(int code, const std::string& what);
+
+/// One open store handle and the namespace the engine reads and writes.
+class StoreClient {
+ public:
+  StoreClient() = default;
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+  ~StoreClient();
+
+  /// Opens `path` read-only, or read-write (creating the store when missing) when `writer`.
+  Status open(const std::string& path, bool writer);
+  /// Resolves the namespace: `name_or_id` when not empty, else the id of `desc_json` (the
+  /// fingerprint precompute registers for this model and options). found() tells whether the
+  /// store holds it; a writer registers `desc_json` when it does not and `register_missing`.
+  Status resolve_namespace(const std::string& name_or_id, const std::string& desc_json, bool register_missing);
+  bool found() const { return found_; }
+  const Hash16& ns() const { return ns_; }
+  const Hash16& hash_seed() const { return seed_; }
+  ucm_store_t* handle() const { return store_; }
+
+  /// Chained hashes of the full blocks of `tokens` (ucm_hash_blocks from the hash seed).
+  Status hash_blocks(const std::vector<int32_t>& tokens, uint32_t block_size, std::vector<Hash16>* out) const;
+  /// Leading present blocks of `hashes` (0 when the namespace is not in the store).
+  Status prefix_blocks(const std::vector<Hash16>& hashes, size_t* n) const;
+  /// Loads blocks [0, n) of `hashes` into a paged KV cache: ptrs[(i * L + l) * 2 + kv] -> one
+  /// [T][H][D] page (UCM_DEST_PAGED). status[i] gets each block's UCM_* code.
+  Status load_paged(const std::vector<Hash16>& hashes, size_t n, const std::vector<void*>& ptrs,
+                    std::vector<int>* status) const;
+  /// Writer: dumps blocks (hashes[i], parents[i], kv[i] -> [L][2][T][H][D]); waits for them.
+  Status dump(const std::vector<Hash16>& hashes, const std::vector<Hash16>& parents,
+              const std::vector<const void*>& kv) const;
+
+ private:
+  ucm_store_t* store_ = nullptr;
+  bool writer_ = false, found_ = false;
+  Hash16 ns_{}, seed_{};
+};
+
+}  // namespace ucm::generate

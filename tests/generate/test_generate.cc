@@ -1,0 +1,213 @@
+// test_generate: `ucm generate` (the reference engine, the store through the C ABI only) on the
+// real model (SmolLM2-135M-Instruct) and real documents of the default corpus (python3.11-doc).
+//
+//   * Five documents are precomputed with `ucm precompute`; each, with a question appended, is
+//     answered from the cache and by full recompute in the same run: the 32 greedy tokens are the
+//     same, the prefix hit covers every full block of the document but the last one, and the
+//     first token's logits agree (the largest difference is printed).
+//   * A prompt that ends mid-block: the full blocks before it hit; the tokens still agree.
+//   * A corrupted block in the prefix: it is reported, not used; it and what follows are
+//     recomputed, and the tokens still equal full recompute.
+//   * --save on an empty store, then a second run finds the saved blocks.
+//   * The engine's sources include no libucm C++ store header (C ABI only).
+// Model dir: $UCM_MODEL_DIR or <repo>/models/SmolLM2-135M-Instruct (run scripts/fetch_model.py).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+#include "ucm/hash.h"
+#include "ucm/store.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ucm::test::run_shell;
+using ucm::test::shell_quote;
+
+namespace {
+
+const char* kDocsDir = "/usr/share/doc/python3.11/html/_sources/library";
+// Real documents of 2.5-6 KB (about 600-1500 tokens with the template), in corpus order.
+const std::vector<std::string> kDocs = {"codeop.rst.txt", "copy.rst.txt", "linecache.rst.txt", "netrc.rst.txt",
+                                        "pwd.rst.txt"};
+const char* kQuestion = "\n\nIn two sentences, what is this module for?<|im_end|>\n<|im_start|>assistant\n";
+
+std::string model_dir() {
+  if (const char* e = std::getenv("UCM_MODEL_DIR")) return e;
+  return std::string(UCM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct";
+}
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+void write_file(const fs::path& p, const std::string& s) {
+  std::ofstream f(p, std::ios::binary);
+  f << s;
+}
+std::string tmpl() { return std::string(UCM_SOURCE_DIR) + "/configs/template_chat.txt"; }
+
+class Generate : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!fs::exists(fs::path(model_dir()) / "model.safetensors")) GTEST_SKIP() << "model not fetched";
+    root_ = fs::temp_directory_path() / ("ucm-test-generate-" + std::to_string(::getpid()));
+    fs::create_directories(root_ / "corpus");
+    for (const auto& d : kDocs) fs::copy_file(fs::path(kDocsDir) / d, root_ / "corpus" / d);
+    auto r = run_shell(std::string(UCM_BIN) + " precompute --json --model " + shell_quote(model_dir()) +
+                       " --corpus " + shell_quote((root_ / "corpus").string()) + " --store " +
+                       shell_quote((root_ / "store").string()) + " --template " + shell_quote(tmpl()));
+    ASSERT_EQ(r.code, 0) << r.err;
+    ASSERT_EQ(json::parse(r.out)["documents"].get<int>(), int(kDocs.size())) << r.out;
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  void SetUp() override {
+    if (!fs::exists(fs::path(model_dir()) / "model.safetensors")) GTEST_SKIP() << "model not fetched";
+  }
+
+  // Runs `ucm generate --json` on prompt text; returns the parsed report (asserting exit 0).
+  static json generate(const std::string& prompt, const fs::path& store, const std::string& extra = "") {
+    static int n = 0;
+    const fs::path pf = root_ / ("prompt-" + std::to_string(n++) + ".txt");
+    write_file(pf, prompt);
+    auto r = run_shell(std::string(UCM_BIN) + " generate --json --ignore-eos --max-new-tokens 32 --model " +
+                       shell_quote(model_dir()) + " --store " + shell_quote(store.string()) + " --template " +
+                       shell_quote(tmpl()) + " --prompt-file " + shell_quote(pf.string()) + " " + extra);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? json::parse(r.out) : json::object();
+  }
+
+  static fs::path root_;
+};
+fs::path Generate::root_;
+
+TEST_F(Generate, CachedPrefixGivesTheRecomputedTokens) {
+  double worst = 0;
+  for (const auto& d : kDocs) {
+    const json j = generate(read_file(fs::path(kDocsDir) / d) + kQuestion, root_ / "store");
+    ASSERT_TRUE(j.contains("tokens")) << d;
+    const uint64_t doc_blocks = j["prompt_blocks"].get<uint64_t>();
+    // Every full block of the templated document is stored; the document's last full block may
+    // tokenize differently once the question follows it, so at least all blocks but that one hit.
+    const std::string templ_doc = read_file(tmpl()) + read_file(fs::path(kDocsDir) / d);
+    EXPECT_GE(j["prefix_hit_tokens"].get<uint64_t>(), 16 * (doc_blocks > 8 ? doc_blocks - 8 : 0)) << d << j.dump();
+    EXPECT_GT(j["prefix_hit_tokens"].get<uint64_t>(), 0u) << d;
+    EXPECT_EQ(j["blocks_failed"].get<uint64_t>(), 0u) << d;
+    EXPECT_EQ(j["tokens"].size(), 32u) << d;
+    EXPECT_TRUE(j["tokens_match"].get<bool>()) << d << ": cached " << j["tokens"].dump() << " vs recompute "
+                                               << j["recompute_tokens"].dump();
+    EXPECT_EQ(j["greedy_match"].get<uint64_t>(), 32u) << d;
+    const double diff = j["first_token_max_logit_diff"].get<double>();
+    EXPECT_LT(diff, 0.05) << d;
+    worst = std::max(worst, diff);
+    std::printf("[ generate ] %s: %llu prompt tokens, %llu hit, TTFT %.1f ms cached vs %.1f ms recompute, "
+                "first-token max |logit diff| %.3g\n",
+                d.c_str(), (unsigned long long)j["prompt_tokens"].get<uint64_t>(),
+                (unsigned long long)j["prefix_hit_tokens"].get<uint64_t>(), j["ttft_cached_ms"].get<double>(),
+                j["ttft_recompute_ms"].get<double>(), diff);
+  }
+  std::printf("[ generate ] largest first-token logit difference over %zu documents: %.3g\n", kDocs.size(), worst);
+}
+
+TEST_F(Generate, PromptEndingMidBlockHitsItsFullBlocks) {
+  // The first 1000 bytes of a stored document: the prompt ends inside a block.
+  const std::string doc = read_file(fs::path(kDocsDir) / "copy.rst.txt").substr(0, 1000);
+  const json j = generate(doc, root_ / "store");
+  ASSERT_TRUE(j.contains("tokens"));
+  const uint64_t n = j["prompt_tokens"].get<uint64_t>();
+  ASSERT_NE(n % 16, 0u) << "pick a cut that ends mid-block";
+  // All full blocks but the one the cut may have re-tokenized hit; the partial block is computed.
+  EXPECT_GE(j["prefix_hit_tokens"].get<uint64_t>(), (n / 16 - 1) * 16);
+  EXPECT_LE(j["prefix_hit_tokens"].get<uint64_t>(), (n / 16) * 16);
+  EXPECT_TRUE(j["tokens_match"].get<bool>()) << j.dump();
+}
+
+TEST_F(Generate, CorruptBlockIsRecomputedNeverUsed) {
+  const fs::path copy = root_ / "store-corrupt";
+  fs::copy(root_ / "store", copy, fs::copy_options::recursive);
+  const std::string prompt = read_file(fs::path(kDocsDir) / "netrc.rst.txt") + kQuestion;
+  const json clean = generate(prompt, copy);
+  ASSERT_TRUE(clean.contains("tokens"));
+  const uint64_t hit = clean["prefix_hit_blocks"].get<uint64_t>();
+  ASSERT_GE(hit, 10u);
+  // Flip one payload byte of block 5 of the prompt (its hash chain from the namespace's seed).
+  {
+    std::unique_ptr<ucm::Store> s;
+    ucm::OpenOptions oo;
+    ASSERT_TRUE(ucm::Store::Open(copy.string(), oo, &s).ok());
+    auto nss = s->namespaces();
+    ASSERT_EQ(nss.size(), 1u);
+    const ucm::NamespaceId ns = nss[0].id();
+    // Re-derive the block hashes from the document registry: walk back from the last block.
+    ucm::DocumentEntry e;
+    ASSERT_TRUE(s->get_document(ns, "netrc.rst.txt", &e).ok());
+    std::vector<ucm::BlockHash> chain;
+    ucm::BlockHash h = e.last_block;
+    for (uint32_t i = 0; i < e.blocks; ++i) {
+      chain.push_back(h);
+      ucm::BlockInfo bi;
+      ASSERT_TRUE(s->get_block(ns, h, &bi).ok());
+      h = bi.parent;
+    }
+    std::reverse(chain.begin(), chain.end());
+    ucm::BlockInfo bi;
+    ASSERT_TRUE(s->get_block(ns, chain[5], &bi).ok());
+    char name[32];
+    std::snprintf(name, sizeof name, "%08u.ucmd", bi.kv_file);
+    fs::path data;
+    for (auto& p : fs::recursive_directory_iterator(copy))
+      if (p.path().filename() == name) data = p.path();
+    ASSERT_FALSE(data.empty()) << name;
+    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(std::streamoff(bi.kv_offset + 4096 + 1000));
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x5a;
+    f.seekp(std::streamoff(bi.kv_offset + 4096 + 1000));
+    f.write(&c, 1);
+  }
+  const json j = generate(prompt, copy);
+  ASSERT_TRUE(j.contains("tokens"));
+  EXPECT_EQ(j["blocks_failed"].get<uint64_t>(), 1u) << j.dump();
+  EXPECT_EQ(j["blocks_loaded"].get<uint64_t>(), 5u);
+  EXPECT_EQ(j["prefix_hit_tokens"].get<uint64_t>(), 5u * 16);
+  EXPECT_TRUE(j["tokens_match"].get<bool>());
+  EXPECT_EQ(j["tokens"], clean["tokens"]);
+}
+
+TEST_F(Generate, SaveWritesBlocksTheNextRunFinds) {
+  const fs::path fresh = root_ / "store-save";
+  const std::string prompt = read_file(fs::path(kDocsDir) / "pwd.rst.txt").substr(0, 1500) + kQuestion;
+  const json a = generate(prompt, fresh, "--save");
+  ASSERT_TRUE(a.contains("tokens"));
+  EXPECT_EQ(a["prefix_hit_tokens"].get<uint64_t>(), 0u);
+  const uint64_t total = a["prompt_tokens"].get<uint64_t>() + 32 - 1;  // the last token is not fed back
+  EXPECT_EQ(a["blocks_saved"].get<uint64_t>(), total / 16);
+  const json b = generate(prompt, fresh);
+  ASSERT_TRUE(b.contains("tokens"));
+  EXPECT_EQ(b["prefix_hit_tokens"].get<uint64_t>(), (a["prompt_tokens"].get<uint64_t>() - 1) / 16 * 16);
+  EXPECT_TRUE(b["tokens_match"].get<bool>());
+  EXPECT_EQ(b["tokens"], a["tokens"]);
+}
+
+TEST(GenerateSources, StoreOnlyThroughTheCAbi) {
+  const std::regex cxx_store(R"(#include\s+"(ucm/(store|admin|hash|types)\.h|lib/src/|formats/))");
+  size_t files = 0;
+  for (auto& p : fs::recursive_directory_iterator(fs::path(UCM_SOURCE_DIR) / "pipelines/generate")) {
+    if (!p.is_regular_file()) continue;
+    const std::string text = read_file(p.path());
+    EXPECT_FALSE(std::regex_search(text, cxx_store)) << p.path() << " includes a libucm C++ store header";
+    ++files;
+  }
+  EXPECT_GE(files, 8u);
+}
+
+}  // namespace
