@@ -1,5 +1,5 @@
 # `cmake --install BUILD [--prefix P]`: libucm.so (with its SOVERSION), the C ABI headers
-# (ucm/ucm.h, ucm/version.h), ucmConfig.cmake (find_package(ucm) -> ucm::ucm), ucm.pc, and the
+# (ucm/ucm.h, ucm/retrieval.h, ucm/version.h), ucmConfig.cmake (find_package(ucm) -> ucm::ucm), ucm.pc, and the
 # `ucm` binary. The C++ API (ucm_core) is internal and not installed.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -7,7 +7,8 @@ include(CMakePackageConfigHelpers)
 install(TARGETS ucm EXPORT ucmTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(FILES ${PROJECT_SOURCE_DIR}/lib/include/ucm/ucm.h ${UCM_GENERATED_INCLUDE}/ucm/version.h
+install(FILES ${PROJECT_SOURCE_DIR}/lib/include/ucm/ucm.h ${PROJECT_SOURCE_DIR}/lib/include/ucm/retrieval.h
+              ${UCM_GENERATED_INCLUDE}/ucm/version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ucm)
 install(EXPORT ucmTargets NAMESPACE ucm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ucm)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ucmConfig.cmake.in

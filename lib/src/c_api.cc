@@ -7,6 +7,7 @@
 #include <string>
 
 #include "formats/store/records.h"
+#include "lib/src/c_api_internal.h"
 #include "lib/src/log.h"
 #include "ucm/hash.h"
 #include "ucm/status.h"
@@ -27,50 +28,16 @@ static_assert(UCM_E_INTERNAL == static_cast<int>(ucm::Code::kInternal));
 static_assert(UCM_LOG_DEBUG == static_cast<int>(ucm::LogLevel::kDebug) &&
               UCM_LOG_ERROR == static_cast<int>(ucm::LogLevel::kError));
 
-struct ucm_store {
-  std::unique_ptr<ucm::Store> s;
-};
-struct ucm_task {
-  std::shared_ptr<ucm::Task> t;
-};
+using ucm::capi::fail;
+using ucm::capi::guarded;
+using ucm::capi::hashes_of;
+using ucm::capi::ns_of;
+using ucm::capi::ok;
 
-namespace {
-thread_local std::string g_last_error;
-
-int fail(const ucm::Status& s) {
-  g_last_error = s.ToString();
-  return static_cast<int>(s.code());
-}
-int fail(int code, const std::string& msg) {
-  g_last_error = std::string(ucm::code_name(static_cast<ucm::Code>(code))) + ": " + msg;
-  return code;
-}
-int ok() {
-  g_last_error.clear();
-  return UCM_OK;
-}
-
-template <class F>
-int guarded(const char* fn, F&& f) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return fail(UCM_E_INTERNAL, std::string(fn) + ": out of memory");
-  } catch (const std::exception& e) {
-    return fail(UCM_E_INTERNAL, std::string(fn) + ": " + e.what());
-  } catch (...) {
-    return fail(UCM_E_INTERNAL, std::string(fn) + ": unknown exception");
-  }
-}
-
-ucm::NamespaceId ns_of(const uint8_t* p) {
-  ucm::NamespaceId n{};
-  std::memcpy(n.data(), p, 16);
-  return n;
-}
-const ucm::BlockHash* hashes_of(const uint8_t* p) {
-  static_assert(sizeof(ucm::BlockHash) == 16, "BlockHash must be 16 packed bytes");
-  return reinterpret_cast<const ucm::BlockHash*>(p);
+namespace ucm::capi {
+std::string& last_error() {
+  thread_local std::string e;
+  return e;
 }
 
 int finish_task(std::shared_ptr<ucm::Task> t, ucm_task_t** out) {
@@ -85,13 +52,15 @@ int finish_task(std::shared_ptr<ucm::Task> t, ucm_task_t** out) {
   *out = new ucm_task{std::move(t)};
   return ok();
 }
-}  // namespace
+}  // namespace ucm::capi
+
+using ucm::capi::finish_task;
 
 extern "C" {
 
 UCM_API const char* ucm_version(void) { return UCM_VERSION_STRING; }
 UCM_API uint32_t ucm_format_version(void) { return ucm::fmt::kFormatVersion; }
-UCM_API const char* ucm_last_error(void) { return g_last_error.c_str(); }
+UCM_API const char* ucm_last_error(void) { return ucm::capi::last_error().c_str(); }
 
 UCM_API const char* ucm_code_name(int code) {
   switch (code) {

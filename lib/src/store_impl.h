@@ -118,6 +118,7 @@ class StoreImpl : public Store {
   std::shared_ptr<Task> load(const NamespaceId& ns, const BlockHash* hashes, size_t n, const LoadDest& dest) override;
   std::shared_ptr<Task> load_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n, void* const* dst,
                                   const size_t* cap) override;
+  std::shared_ptr<Task> visit_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n, ReprVisitor visit) override;
   std::shared_ptr<Task> dump(const NamespaceId& ns, const DumpItem* items, size_t n) override;
   Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) override;
 

@@ -202,16 +202,31 @@ std::shared_ptr<Task> StoreImpl::load(const NamespaceId& ns, const BlockHash* ha
 std::shared_ptr<Task> StoreImpl::load_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n, void* const* dst,
                                            const size_t* cap) {
   if (n && (!hashes || !dst || !cap)) return TaskImpl::Failed(n, Status::InvalidArgument("load_repr: null argument"));
+  auto ds = std::make_shared<std::vector<void*>>(dst, dst + n);
+  auto cs = std::make_shared<std::vector<size_t>>(cap, cap + n);
+  return visit_repr(ns, hashes, n, [ds, cs, hashes_copy = std::vector<BlockHash>(hashes, hashes + n)](
+                                       size_t i, const uint8_t* p, size_t len) {
+    if (len > (*cs)[i])
+      return Status::InvalidArgument("load_repr: block " + to_hex(hashes_copy[i]) + " needs " + std::to_string(len) +
+                                     " bytes, destination " + std::to_string(i) + " has " + std::to_string((*cs)[i]));
+    if (!(*ds)[i]) return Status::InvalidArgument("load_repr: destination " + std::to_string(i) + " is null");
+    std::memcpy((*ds)[i], p, len);
+    return Status::OK();
+  });
+}
+
+std::shared_ptr<Task> StoreImpl::visit_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n,
+                                            ReprVisitor visit) {
+  if (n && (!hashes || !visit)) return TaskImpl::Failed(n, Status::InvalidArgument("visit_repr: null argument"));
   auto t = std::make_shared<TaskImpl>(n);
   if (n == 0) {
     t->finish();
     return t;
   }
   auto hs = std::make_shared<std::vector<BlockHash>>(hashes, hashes + n);
-  auto ds = std::make_shared<std::vector<void*>>(dst, dst + n);
-  auto cs = std::make_shared<std::vector<size_t>>(cap, cap + n);
+  auto vf = std::make_shared<ReprVisitor>(std::move(visit));
   for (size_t i = 0; i < n; ++i)
-    pool_->submit([this, t, i, ns, hs, ds, cs] {
+    pool_->submit([this, t, i, ns, hs, vf] {
       thread_local fmt::AlignedBuffer buf;
       const BlockHash& h = (*hs)[i];
       Status s;
@@ -219,10 +234,6 @@ std::shared_ptr<Task> StoreImpl::load_repr(const NamespaceId& ns, const BlockHas
         fmt::BlockRecord r;
         s = index_->get_block(ns, h, &r);
         if (s.ok() && !r.has_repr()) s = Status::NotFound("block " + to_hex(h) + " has no representations");
-        if (s.ok() && r.repr_length > (*cs)[i])
-          s = Status::InvalidArgument("load_repr: block " + to_hex(h) + " needs " + std::to_string(r.repr_length) +
-                                      " bytes, destination " + std::to_string(i) + " has " + std::to_string((*cs)[i]));
-        if (s.ok() && !(*ds)[i]) s = Status::InvalidArgument("load_repr: destination " + std::to_string(i) + " is null");
         if (s.ok()) {
           fmt::RecordExpect e;
           e.type = fmt::RecordType::kBlockRepr;
@@ -237,9 +248,15 @@ std::shared_ptr<Task> StoreImpl::load_repr(const NamespaceId& ns, const BlockHas
             continue;
           }
           if (s.ok()) {
-            std::memcpy((*ds)[i], buf.data() + fmt::kPage, r.repr_length);
-            metrics_.bytes_loaded.fetch_add(r.repr_length, std::memory_order_relaxed);
-            access_.add(ns, h, fmt::now_ms());
+            try {
+              s = (*vf)(i, buf.data() + fmt::kPage, r.repr_length);
+            } catch (const std::exception& ex) {
+              s = Status::Internal(std::string("visit_repr: visitor threw: ") + ex.what());
+            }
+            if (s.ok()) {
+              metrics_.bytes_loaded.fetch_add(r.repr_length, std::memory_order_relaxed);
+              access_.add(ns, h, fmt::now_ms());
+            }
           }
         }
         break;

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -153,8 +154,20 @@ class Store {
   virtual std::shared_ptr<Task> load(const NamespaceId& ns, const BlockHash* hashes, size_t n,
                                      const LoadDest& dest) = 0;
   /// Loads representations payloads: dst[i] gets repr_length bytes (cap[i] bytes available).
+  /// Per block: NotFound (absent, or stored without representations), Corruption (checksum),
+  /// InvalidArgument (cap[i] too small or dst[i] null; nothing copied).
   virtual std::shared_ptr<Task> load_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n,
                                           void* const* dst, const size_t* cap) = 0;
+  /// Receives one verified representations payload: block index i, the payload (store_v1.md §4.3,
+  /// valid during the call only) and its length. Returns the block's status.
+  using ReprVisitor = std::function<Status(size_t i, const uint8_t* payload, size_t len)>;
+  /// Like load_repr without the copy: visit(i, payload, len) runs on an I/O thread once block i's
+  /// record has passed its checksum, and block i's status is what it returns. It is not called
+  /// for a block that fails before (NotFound, Corruption, IOError as load_repr). Calls for
+  /// different blocks may run at once: visit must be thread-safe; it must not block on the task.
+  /// load_repr is this with a memcpy; ucm_store_load_repr scatters sections with it.
+  virtual std::shared_ptr<Task> visit_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n,
+                                           ReprVisitor visit) = 0;
   /// Writer: dumps n blocks asynchronously. Durable (fsync'd data + synced index) when done.
   /// An unregistered namespace fails every block with NotFound (as load does).
   /// Blocks already present (or repeated within the call) are no-ops with status OK.

@@ -1,0 +1,114 @@
+// lib/src/c_api_retrieval.cc: the C ABI of ucm/retrieval.h (representation loads, retriever) over
+// lib/src/repr_load.h and lib/src/retrieval/. No exception crosses this boundary.
+#include "ucm/retrieval.h"
+
+#include <memory>
+#include <string>
+
+#include "lib/src/c_api_internal.h"
+#include "lib/src/repr_load.h"
+#include "lib/src/retrieval/params.h"
+#include "lib/src/retrieval/retriever.h"
+
+struct ucm_retriever {
+  std::unique_ptr<ucm::retrieval::Retriever> r;
+};
+
+using ucm::capi::fail;
+using ucm::capi::guarded;
+using ucm::capi::hashes_of;
+using ucm::capi::ns_of;
+using ucm::capi::ok;
+
+static_assert(UCM_DTYPE_BF16 == static_cast<int>(ucm::DType::kBF16) && UCM_DTYPE_F16 == static_cast<int>(ucm::DType::kFP16) &&
+              UCM_DTYPE_F32 == static_cast<int>(ucm::DType::kFP32));
+
+extern "C" {
+
+UCM_API int ucm_store_repr_info(ucm_store_t* store, const uint8_t* ns, ucm_repr_info* out) {
+  return guarded("ucm_store_repr_info", [&] {
+    if (!store || !ns || !out) return fail(UCM_E_INVALID, "ucm_store_repr_info: store, ns and out must not be NULL");
+    if (out->struct_size < sizeof(ucm_repr_info))
+      return fail(UCM_E_INVALID, "ucm_store_repr_info: out->struct_size " + std::to_string(out->struct_size) +
+                                     " is smaller than " + std::to_string(sizeof(ucm_repr_info)));
+    ucm::NamespaceDesc d;
+    ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
+    if (!s.ok()) return fail(s);
+    ucm::detail::ReprGeometry g;
+    s = ucm::detail::repr_geometry(d, &g);
+    if (!s.ok()) return fail(s);
+    ucm::detail::repr_info_from(g, out);
+    return ok();
+  });
+}
+
+UCM_API int ucm_store_load_repr(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n,
+                                const ucm_repr_buffers* dst, size_t first, ucm_task_t** task) {
+  return guarded("ucm_store_load_repr", [&] {
+    if (task) *task = nullptr;
+    if (!store || !ns || !dst || !task || (n && !hashes))
+      return fail(UCM_E_INVALID, "ucm_store_load_repr: store, ns, hashes, dst and task must not be NULL");
+    ucm::NamespaceDesc d;
+    ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
+    if (!s.ok()) return fail(s);
+    auto g = std::make_shared<ucm::detail::ReprGeometry>();
+    s = ucm::detail::repr_geometry(d, g.get());
+    if (!s.ok()) return fail(s);
+    ucm::detail::ReprDest rd;
+    s = ucm::detail::resolve_repr_dest(*g, dst, first, n, &rd);
+    if (!s.ok()) return fail(UCM_E_INVALID, "ucm_store_load_repr: " + s.message());
+    auto t = store->s->visit_repr(ns_of(ns), hashes_of(hashes), n,
+                                  [g, rd, first](size_t i, const uint8_t* p, size_t len) {
+                                    return ucm::detail::scatter_repr(*g, rd, first + i, p, len);
+                                  });
+    return ucm::capi::finish_task(std::move(t), task);
+  });
+}
+
+UCM_API ucm_retriever_params ucm_retriever_default_params(void) { return ucm::retrieval::default_params(); }
+
+UCM_API int ucm_retriever_params_load(const char* yaml_path, ucm_retriever_params* params) {
+  return guarded("ucm_retriever_params_load", [&] {
+    if (!yaml_path || !params)
+      return fail(UCM_E_INVALID, "ucm_retriever_params_load: yaml_path and params must not be NULL");
+    ucm::Status s = ucm::retrieval::load_params_yaml(yaml_path, params);
+    return s.ok() ? ok() : fail(s);
+  });
+}
+
+UCM_API int ucm_retriever_create(const ucm_retriever_params* params, const ucm_repr_info* info,
+                                 const float* projection, ucm_retriever_t** out) {
+  return guarded("ucm_retriever_create", [&] {
+    if (out) *out = nullptr;
+    if (!params || !info || !out)
+      return fail(UCM_E_INVALID, "ucm_retriever_create: params, info and out must not be NULL");
+    std::unique_ptr<ucm::retrieval::Retriever> r;
+    ucm::Status s = ucm::retrieval::Retriever::Create(*params, *info, projection, &r);
+    if (!s.ok()) return fail(s);
+    *out = new ucm_retriever{std::move(r)};
+    return ok();
+  });
+}
+
+UCM_API void ucm_retriever_free(ucm_retriever_t* r) {
+  try {
+    delete r;
+  } catch (...) {
+  }
+}
+
+UCM_API int ucm_retriever_select(ucm_retriever_t* r, const ucm_retrieval_query* query, uint32_t* indices, size_t cap,
+                                 uint32_t* counts, uint32_t* n_sets) {
+  return guarded("ucm_retriever_select", [&] {
+    if (!r || !query) return fail(UCM_E_INVALID, "ucm_retriever_select: retriever and query must not be NULL");
+    ucm::Status s = r->r->select(*query, indices, cap, counts, n_sets);
+    if (!s.ok()) return fail(UCM_E_INVALID, "ucm_retriever_select: " + s.message());
+    return ok();
+  });
+}
+
+UCM_API void ucm_retriever_reset(ucm_retriever_t* r) {
+  if (r) r->r->reset();
+}
+
+}  // extern "C"
