@@ -184,7 +184,8 @@ Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
           rq.n_blocks = n;
           auto select = [&](uint32_t k, std::vector<std::vector<uint32_t>>* sets) -> Status {
             rq.top_k = k;
-            std::vector<uint32_t> idx(size_t(H) * n), counts(size_t(H));
+            std::vector<uint32_t> idx(size_t(H) * n);
+            std::vector<uint32_t> counts(static_cast<size_t>(H));
             uint32_t n_sets = 0;
             UCM_RETURN_IF_ERROR(from_code(ucm_retriever_select(ret.get(), &rq, idx.data(), n, counts.data(), &n_sets),
                                           "ucm_retriever_select"));

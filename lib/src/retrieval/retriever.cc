@@ -96,6 +96,7 @@ Status Retriever::resolve(const ucm_retrieval_query& q, Resolved* r) const {
   r->n = q.n_blocks;
   r->C = b->capacity;
   r->valid = q.valid;
+  r->top_k = q.top_k;
   r->b = b;
   return Status::OK();
 }
@@ -185,7 +186,7 @@ void Retriever::compute(const Resolved& r, std::vector<std::vector<uint32_t>>* s
   sets->assign(shared ? 1 : r.Hs, {});
   s_.resize(n);
   acc_.resize(n);
-  const size_t k = budget(p_, n);
+  const size_t k = r.top_k > 0 ? std::min(r.top_k, n) : budget(p_, n);
   if (p_.policy == UCM_POLICY_PSA) {
     const size_t cap = p_.psa_max_blocks > 0 ? std::min<size_t>(p_.psa_max_blocks, n) : k;
     auto finish = [&](uint32_t heads, std::vector<uint32_t>* out) {
@@ -236,7 +237,7 @@ Status Retriever::select(const ucm_retrieval_query& q, uint32_t* indices, size_t
   } else {
     const size_t want = p_.shared_heads ? 1 : r.Hs;
     const bool reuse = p_.reuse_steps > 1 && st.valid && st.since < p_.reuse_steps && r.n >= st.n &&
-                       st.h0 == r.h0 && st.Hs == r.Hs && st.sets.size() == want;
+                       st.h0 == r.h0 && st.Hs == r.Hs && st.top_k == r.top_k && st.sets.size() == want;
     if (reuse) {
       sets = st.sets;
       for (auto& s : sets)
@@ -262,6 +263,7 @@ Status Retriever::select(const ucm_retrieval_query& q, uint32_t* indices, size_t
     st.n = r.n;
     st.h0 = r.h0;
     st.Hs = r.Hs;
+    st.top_k = r.top_k;
     st.sets = std::move(sets);
   } else if (!dense) {
     ++st.since;

@@ -60,6 +60,7 @@ class Retriever {
   struct Resolved {
     uint32_t layer = 0, h0 = 0, Hs = 0, G = 0;
     size_t n = 0, C = 0;
+    size_t top_k = 0;  ///< the query's per-call budget (0 = the params')
     const uint8_t* valid = nullptr;
     const ucm_repr_buffers* b = nullptr;
   };
@@ -68,6 +69,7 @@ class Retriever {
     uint32_t since = 0;  ///< select calls since the selection was computed (1 = the computing one)
     size_t n = 0;
     uint32_t h0 = 0, Hs = 0;
+    size_t top_k = 0;
     std::vector<std::vector<uint32_t>> sets;
   };
 
