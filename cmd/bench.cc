@@ -1,8 +1,10 @@
-// cmd/bench.cc: `ucm bench store` parses arguments and calls ucm::bench::run_store_bench.
+// cmd/bench.cc: `ucm bench store` and `ucm bench retrieval` parse arguments and call
+// ucm::bench::run_store_bench / run_retrieval_bench (lib/bench).
 #include "bench.h"
 
 #include <memory>
 
+#include "bench/retrieval_bench.h"
 #include "bench/store_bench.h"
 #include "common.h"
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
@@ -18,6 +20,7 @@ CLI::App* setup_bench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Measure ucm on this machine (docs/benchmarks.md)");
   bench->require_subcommand(1);
   setup_bench_store(*bench);
+  setup_bench_retrieval(*bench);
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
   setup_bench_precompute(*bench);
 #endif
@@ -79,6 +82,48 @@ void setup_bench_store(CLI::App& bench) {
     bench::StoreBenchReport rep;
     Status s = bench::run_store_bench(a->o, &rep);
     finish("bench store", a->common, s, rep, s.ok());
+    if (a->fail_on_miss && !rep.all_pass()) throw CLI::RuntimeError(admin::kExitError);
+  });
+}
+
+void setup_bench_retrieval(CLI::App& bench) {
+  struct Args {
+    bench::RetrievalBenchOptions o;
+    CommonFlags common;
+    bool fail_on_miss = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* c = bench.add_subcommand(
+      "retrieval",
+      "Block-sparse retrieval per layer per decode step (ESA, QUEST, GSA, PSA) over synthetic "
+      "representations of the default model's shape, against memcpy measured in the same run");
+  c->add_option("--contexts", a->o.contexts, "Context lengths in blocks (default 512 8192: 8K and 128K tokens)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--layers", a->o.layers, "Layers (L)")->capture_default_str()->check(CLI::Range(1, 1024));
+  c->add_option("--kv-heads", a->o.kv_heads, "KV heads (H)")->capture_default_str()->check(CLI::Range(1, 1024));
+  c->add_option("--q-heads", a->o.q_heads, "Query heads (a multiple of --kv-heads)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  c->add_option("--head-dim", a->o.head_dim, "Head dim (D)")->capture_default_str()->check(CLI::Range(1, 1024));
+  c->add_option("--block-size", a->o.block_size, "Tokens per block (T)")->capture_default_str()->check(CLI::Range(1, 4096));
+  c->add_option("--hash-bits", a->o.hash_bits, "R4 bits per token (B, a multiple of 8)")
+      ->capture_default_str()
+      ->check(CLI::Range(8, 4096));
+  c->add_option("--seconds", a->o.min_seconds, "Minimum time of each measurement")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  c->add_option("--memcpy-mib", a->o.memcpy_bytes, "Bytes of the memcpy reference")
+      ->transform([](std::string v) { return std::to_string(std::stoull(v) << 20); })
+      ->check(CLI::PositiveNumber);
+  c->add_option("--seed", a->o.seed, "Seed of the synthetic data")->capture_default_str();
+  c->add_flag("--fail-on-miss", a->fail_on_miss, "Exit 1 when a target is missed");
+  add_common_flags(c, &a->common);
+  c->callback([a] {
+    a->o.progress = make_progress("bench retrieval", a->common);
+    bench::RetrievalBenchReport rep;
+    Status s = bench::run_retrieval_bench(a->o, &rep);
+    finish("bench retrieval", a->common, s, rep, s.ok());
     if (a->fail_on_miss && !rep.all_pass()) throw CLI::RuntimeError(admin::kExitError);
   });
 }

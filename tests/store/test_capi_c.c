@@ -1,11 +1,13 @@
 /* tests/store/test_capi_c.c: ucm/ucm.h compiled as C (C11) and used from C, linking libucm.so
  * only: the header is valid C, and the calls a C server makes work (default params, create,
- * register, hash, dump, lookup, load, per-block status, strerror, close).
+ * register, hash, dump, lookup, load, per-block status, strerror, close), and ucm/retrieval.h
+ * likewise (a namespace without representations, a retriever over a two-block request).
  * Usage: test_capi_c DIR (a scratch directory; the store is DIR/store). Exit 0 = pass. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ucm/retrieval.h"
 #include "ucm/ucm.h"
 
 #define CHECK(cond)                                                                       \
@@ -76,6 +78,44 @@ int main(int argc, char** argv) {
   p.mode = UCM_OPEN_READ_WRITE;
   CHECK(ucm_store_open(path, &p, &w2) == UCM_E_BUSY && w2 == NULL);
   CHECK(strstr(ucm_strerror(UCM_E_BUSY), "writer lock") != NULL);
+
+  /* ucm/retrieval.h from C: this namespace has no representations; a QUEST retriever over a
+   * two-block, one-head request made here picks both blocks (they are the windows). */
+  ucm_repr_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  CHECK(ucm_store_repr_info(w, ns, &info) == UCM_E_NOT_SUPPORTED);
+  info.num_layers = 1;
+  info.num_kv_heads = 1;
+  info.head_dim = D;
+  info.block_size = T;
+  info.dtype = UCM_DTYPE_F32;
+  info.sections = UCM_REPR_R1;
+  ucm_retriever_params rp = ucm_retriever_default_params();
+  CHECK(rp.struct_size == sizeof rp && rp.policy == UCM_POLICY_QUEST);
+  ucm_retriever_t* ret = NULL;
+  CHECK(ucm_retriever_create(&rp, &info, NULL, &ret) == UCM_OK);
+  float r1[2 * 2 * D] = {0}, q[D] = {1, 2, 3, 4};
+  ucm_repr_buffers rb;
+  memset(&rb, 0, sizeof rb);
+  rb.struct_size = sizeof rb;
+  rb.dtype = UCM_DTYPE_F32;
+  rb.capacity = 2;
+  rb.r1 = r1;
+  ucm_retrieval_query rq;
+  memset(&rq, 0, sizeof rq);
+  rq.struct_size = sizeof rq;
+  rq.q = q;
+  rq.q_dtype = UCM_DTYPE_F32;
+  rq.n_q_heads = 1;
+  rq.group_size = 1;
+  rq.reprs = &rb;
+  rq.n_blocks = 2;
+  uint32_t idx[2], counts[1], n_sets = 0;
+  CHECK(ucm_retriever_select(ret, &rq, idx, 2, counts, &n_sets) == UCM_OK);
+  CHECK(n_sets == 1 && counts[0] == 2 && idx[0] == 0 && idx[1] == 1);
+  ucm_retriever_free(ret);
+
   ucm_store_close(w);
   printf("test_capi_c: OK\n");
   return 0;

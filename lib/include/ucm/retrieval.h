@@ -74,8 +74,12 @@ typedef struct ucm_repr_buffers {
  * ucm_task_block_status and its slots are left untouched: it must not be scored (pass it as
  * invalid to ucm_retriever_select). Lifetimes and threads as ucm_store_load: dst's arrays must
  * stay valid until the task is finished; free the task with ucm_task_free.
- * Errors at once, creating no task: UCM_E_INVALID (NULL arguments, bad head range, first + n >
- * capacity, a dtype other than F32 or the namespace's), UCM_E_NOT_FOUND (namespace). */
+ * The section table is checked too (magic, bounds, and each wanted section's kind, dtype and
+ * length against the namespace's shape) before anything is written.
+ * Errors at once, creating no task: UCM_E_INVALID (NULL arguments, struct_size too small, bad head
+ * range, first + n > capacity, a dtype other than F32 or the namespace's, r0, r1 and r4 all NULL,
+ * or an array whose section the namespace does not carry), UCM_E_NOT_FOUND (namespace),
+ * UCM_E_NOT_SUPPORTED (the namespace has no representations). */
 UCM_API int ucm_store_load_repr(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes,
                                 size_t n, const ucm_repr_buffers* dst, size_t first,
                                 ucm_task_t** task);
@@ -86,13 +90,21 @@ UCM_API int ucm_store_load_repr(ucm_store_t* store, const uint8_t* ns, const uin
 #define UCM_POLICY_GSA 2   /* top-k by the best Hamming similarity between the sign-hashed query
                               (r4_projection) and the block's tokens (R4); seed 002, GSA on device */
 #define UCM_POLICY_PSA 3   /* blocks in descending R1 bound order until the estimated attention
-                              mass covered reaches psa_tau (seed 001, PSA), at most psa_max_blocks */
+                              mass covered reaches psa_tau (seed 001, PSA), at most psa_max_blocks;
+                              a block's mass is estimated as exp(bound / sqrt(D)) normalised over
+                              the valid blocks */
 
 /* Retriever settings. Start from ucm_retriever_default_params() (or a YAML file through
  * ucm_retriever_params_load) and change fields. The budget of a step is, in blocks,
  *   k = top_k                                          when top_k > 0,
  *   k = max(min_blocks, ceil(sparse_ratio * n_blocks)) otherwise,
- * windows included, capped at n_blocks (PSA: k is only the cap when psa_max_blocks is 0). */
+ * windows included, capped at n_blocks (PSA: k is only the cap when psa_max_blocks is 0). The ceil
+ * forgives the float ratio's rounding (0.3f x 10 = 3.0000001 counts as 3).
+ * Sink-window, local-window and invalid blocks are always selected, even beyond k; the other
+ * blocks fill k by score, higher first, equal scores lower index first.
+ * GQA: a KV head scores a block by the maximum over its group's query heads (ESA, QUEST), from the
+ * group's mean query (GSA, seed 002 §10.5.2), or by the mean of the heads' estimated attention
+ * masses (PSA); shared_heads applies the same over all query heads. docs/retrieval-api.md. */
 typedef struct ucm_retriever_params {
   uint32_t struct_size;   /* sizeof(ucm_retriever_params), set by the defaults call */
   int32_t policy;         /* UCM_POLICY_*; default UCM_POLICY_QUEST */
@@ -104,7 +116,9 @@ typedef struct ucm_retriever_params {
   float psa_tau;          /* PSA: attention-mass threshold in (0, 1] */
   uint32_t psa_max_blocks;/* PSA: cap on the blocks selected, windows included (0 = budget k) */
   uint32_t reuse_steps;   /* KVStar-style reuse: a layer's selection is recomputed every
-                             reuse_steps decode steps and reused in between (1 = every step) */
+                             reuse_steps decode steps and reused in between (1 = every step);
+                             a reused set also holds the blocks appended since it was computed;
+                             fewer blocks or another head range force a recomputation */
   int32_t shared_heads;   /* 1: one set shared by all KV heads; 0: one set per KV head */
   int32_t honor_dense_layers; /* 1: layers of ucm_repr_info.dense_layers select every block */
 } ucm_retriever_params;
@@ -145,8 +159,11 @@ typedef struct ucm_retrieval_query {
 
 /* Selects the blocks for one step of one layer. Output: n_sets = 1 (shared_heads, or a dense
  * layer) or Hs sets; set s holds counts[s] block indices, ascending, at indices[s * cap ...];
- * cap >= n_blocks always suffices. *n_sets may be NULL.
- * Errors: UCM_E_INVALID (bad query, cap too small, head range other than the buffers'). */
+ * counts has room for Hs entries; cap >= n_blocks always suffices. *n_sets may be NULL.
+ * Not thread-safe: one thread at a time per retriever.
+ * Errors: UCM_E_INVALID (bad query, NULL indices or counts, a set larger than cap: then nothing is
+ * written and the reuse state is unchanged; n_q_heads other than group_size times the buffers'
+ * KV heads; the policy's array NULL in reprs). */
 UCM_API int ucm_retriever_select(ucm_retriever_t* r, const ucm_retrieval_query* query,
                                  uint32_t* indices, size_t cap, uint32_t* counts,
                                  uint32_t* n_sets);
