@@ -139,7 +139,7 @@ Status time_select(int policy, Synthetic& s, double min_s, RetrievalFigure* f) {
   double el = 0;
   while (steps < 3 || el < min_s) {
     for (uint32_t l = 0; l < s.L; ++l) {
-      ucm_retrieval_query q{sizeof(q), l, s.q(int(steps), l), UCM_DTYPE_F32, s.Q, s.Q / s.H, &bufs, s.C, nullptr};
+      ucm_retrieval_query q{sizeof(q), l, s.q(int(steps), l), UCM_DTYPE_F32, s.Q, s.Q / s.H, &bufs, s.C, nullptr, 0};
       uint32_t ns = 0;
       UCM_RETURN_IF_ERROR(r->select(q, idx.data(), s.C, counts.data(), &ns));
       for (uint32_t k = 0; k < ns; ++k) selected += counts[k];

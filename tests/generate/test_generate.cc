@@ -106,7 +106,11 @@ TEST_F(Generate, CachedPrefixGivesTheRecomputedTokens) {
                                                << j["recompute_tokens"].dump();
     EXPECT_EQ(j["greedy_match"].get<uint64_t>(), 32u) << d;
     const double diff = j["first_token_max_logit_diff"].get<double>();
-    EXPECT_LT(diff, 0.05) << d;
+    // Not zero: the cached path prefills only the suffix, so its fp32 sums run in another order,
+    // and a last-bit difference can flip a bf16 rounding of a new K/V that later layers amplify
+    // (the same happens between two full recomputes of different lengths). A wrong block, position
+    // or head would move the logits by whole units.
+    EXPECT_LT(diff, 0.25) << d;
     worst = std::max(worst, diff);
     std::printf("[ generate ] %s: %llu prompt tokens, %llu hit, TTFT %.1f ms cached vs %.1f ms recompute, "
                 "first-token max |logit diff| %.3g\n",
@@ -118,12 +122,17 @@ TEST_F(Generate, CachedPrefixGivesTheRecomputedTokens) {
 }
 
 TEST_F(Generate, PromptEndingMidBlockHitsItsFullBlocks) {
-  // The first 1000 bytes of a stored document: the prompt ends inside a block.
-  const std::string doc = read_file(fs::path(kDocsDir) / "copy.rst.txt").substr(0, 1000);
-  const json j = generate(doc, root_ / "store");
-  ASSERT_TRUE(j.contains("tokens"));
-  const uint64_t n = j["prompt_tokens"].get<uint64_t>();
-  ASSERT_NE(n % 16, 0u) << "pick a cut that ends mid-block";
+  // A prefix of a stored document, cut where its tokens end inside a block.
+  const std::string full = read_file(fs::path(kDocsDir) / "copy.rst.txt");
+  json j;
+  uint64_t n = 0;
+  for (size_t cut : {1000, 1037, 1111, 1234}) {
+    j = generate(full.substr(0, cut), root_ / "store");
+    ASSERT_TRUE(j.contains("tokens"));
+    n = j["prompt_tokens"].get<uint64_t>();
+    if (n % 16 != 0) break;
+  }
+  ASSERT_NE(n % 16, 0u) << "no cut ended mid-block";
   // All full blocks but the one the cut may have re-tokenized hit; the partial block is computed.
   EXPECT_GE(j["prefix_hit_tokens"].get<uint64_t>(), (n / 16 - 1) * 16);
   EXPECT_LE(j["prefix_hit_tokens"].get<uint64_t>(), (n / 16) * 16);

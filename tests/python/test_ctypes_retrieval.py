@@ -55,7 +55,7 @@ class Params(C.Structure):
 class Query(C.Structure):
     _fields_ = [("struct_size", C.c_uint32), ("layer", C.c_uint32), ("q", C.c_void_p), ("q_dtype", C.c_int32),
                 ("n_q_heads", C.c_uint32), ("group_size", C.c_uint32), ("reprs", C.POINTER(ReprBuffers)),
-                ("n_blocks", C.c_size_t), ("valid", C.POINTER(C.c_uint8))]
+                ("n_blocks", C.c_size_t), ("valid", C.POINTER(C.c_uint8)), ("top_k", C.c_uint32)]
 
 
 def load_lib(path):

@@ -39,7 +39,7 @@ struct Ramp {
     bufs = R.buffers();
   }
   std::vector<uint32_t> select(ucm_retriever_t* r, size_t n, const uint8_t* valid = nullptr, uint32_t layer = 0) {
-    ucm_retrieval_query qq{sizeof(qq), layer, q.data(), UCM_DTYPE_F32, 1, 1, &bufs, n, valid};
+    ucm_retrieval_query qq{sizeof(qq), layer, q.data(), UCM_DTYPE_F32, 1, 1, &bufs, n, valid, 0};
     std::vector<uint32_t> idx(n + 1), counts(1);
     uint32_t ns = 0;
     EXPECT_EQ(ucm_retriever_select(r, &qq, idx.data(), n + 1, counts.data(), &ns), UCM_OK) << ucm_last_error();
@@ -168,7 +168,7 @@ TEST(RetrievalApi, SharedHeadsGiveOneSetPerHeadOtherwise) {
     ucm_retriever_params p = esa();
     p.shared_heads = shared;
     ucm_retriever_t* r = make(p, R);
-    ucm_retrieval_query qq{sizeof(qq), 2, q.data(), UCM_DTYPE_F32, 9, 3, &bufs, 40, nullptr};
+    ucm_retrieval_query qq{sizeof(qq), 2, q.data(), UCM_DTYPE_F32, 9, 3, &bufs, 40, nullptr, 0};
     std::vector<uint32_t> idx(3 * 40), counts(3, 0);
     uint32_t ns = 0;
     ASSERT_EQ(ucm_retriever_select(r, &qq, idx.data(), 40, counts.data(), &ns), UCM_OK) << ucm_last_error();
@@ -212,7 +212,7 @@ TEST(RetrievalApi, Bf16QueriesSelectAsTheirFloatValues) {
     std::vector<uint16_t> qb(q.size());
     for (size_t i = 0; i < q.size(); ++i) qb[i] = reftest::to_bf16(q[i]);
     std::vector<uint32_t> a(3 * 40), b(3 * 40), ca(3), cb(3);
-    ucm_retrieval_query qq{sizeof(qq), 1, q.data(), UCM_DTYPE_F32, 9, 3, &bufs, 40, nullptr};
+    ucm_retrieval_query qq{sizeof(qq), 1, q.data(), UCM_DTYPE_F32, 9, 3, &bufs, 40, nullptr, 0};
     ASSERT_EQ(ucm_retriever_select(r, &qq, a.data(), 40, ca.data(), nullptr), UCM_OK) << ucm_last_error();
     qq.q = qb.data();
     qq.q_dtype = UCM_DTYPE_BF16;

@@ -140,7 +140,7 @@ TEST(RetrievalErrors, SelectRejectsBadQueriesAndWritesNothing) {
   ASSERT_EQ(ucm_retriever_create(&p, &info, nullptr, &r), UCM_OK) << ucm_last_error();
   ucm_repr_buffers bufs = R.buffers();
   std::vector<float> q = R.queries(rng);
-  const ucm_retrieval_query good{sizeof(good), 0, q.data(), UCM_DTYPE_F32, 9, 3, &bufs, 40, nullptr};
+  const ucm_retrieval_query good{sizeof(good), 0, q.data(), UCM_DTYPE_F32, 9, 3, &bufs, 40, nullptr, 0};
   std::vector<uint32_t> idx(3 * 40, 7), counts(3, 7);
   ASSERT_EQ(ucm_retriever_select(r, &good, idx.data(), 40, counts.data(), nullptr), UCM_OK) << ucm_last_error();
   auto expect_bad = [&](ucm_retrieval_query qq, size_t cap, const char* word) {

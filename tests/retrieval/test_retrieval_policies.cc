@@ -121,7 +121,7 @@ TEST(RetrievalPolicies, PsaCapAndTauOne) {
   ASSERT_EQ(ucm_retriever_create(&p, &info, nullptr, &ret), UCM_OK) << ucm_last_error();
   const ucm_repr_buffers bufs = R.buffers();
   std::vector<float> q = R.queries(rng);
-  ucm_retrieval_query qq{sizeof(qq), 1, q.data(), UCM_DTYPE_F32, R.Hs() * R.G, R.G, &bufs, 40, nullptr};
+  ucm_retrieval_query qq{sizeof(qq), 1, q.data(), UCM_DTYPE_F32, R.Hs() * R.G, R.G, &bufs, 40, nullptr, 0};
   std::vector<uint32_t> idx(40), counts(1);
   ASSERT_EQ(ucm_retriever_select(ret, &qq, idx.data(), 40, counts.data(), nullptr), UCM_OK) << ucm_last_error();
   EXPECT_EQ(counts[0], 10u);  // tau = 1 is never reached before the cap
@@ -161,7 +161,7 @@ TEST(RetrievalPolicies, PsaStopsWhenMassIsCovered) {
   ASSERT_EQ(ucm_retriever_create(&p, &info, nullptr, &ret), UCM_OK);
   const ucm_repr_buffers bufs = R.buffers();
   std::vector<float> q(R.D, 1.0f);
-  ucm_retrieval_query qq{sizeof(qq), 0, q.data(), UCM_DTYPE_F32, 1, 1, &bufs, 40, nullptr};
+  ucm_retrieval_query qq{sizeof(qq), 0, q.data(), UCM_DTYPE_F32, 1, 1, &bufs, 40, nullptr, 0};
   std::vector<uint32_t> idx(40), counts(1);
   ASSERT_EQ(ucm_retriever_select(ret, &qq, idx.data(), 40, counts.data(), nullptr), UCM_OK) << ucm_last_error();
   // Bound of block 20: 64 * 8 = 512, others 0; mass of block 20 = e^64 / (e^64 + 39) ~ 1.
