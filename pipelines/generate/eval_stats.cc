@@ -141,7 +141,7 @@ void EvalStats::finish(EvalRetrievalResult* out) const {
   std::map<std::tuple<std::string, double, std::string>, Acc> g;
   for (const auto& [key, a] : acc_) {
     const auto& [policy, b, layer] = key;
-    out->rows.push_back({policy, "layer" + std::to_string(layer), b, a.blocks / double(a.n), a.recall / double(a.n),
+    out->rows.push_back({policy, "l" + std::to_string(layer), b, a.blocks / double(a.n), a.recall / double(a.n),
                          a.oracle / double(a.n)});
     auto& ga = g[{policy, b, group_of(layer)}];
     ga.recall += a.recall;
@@ -156,7 +156,7 @@ void EvalStats::finish(EvalRetrievalResult* out) const {
   std::map<std::tuple<std::string, double, std::string>, KAcc> gk;
   for (const auto& [key, a] : kacc_) {
     const auto& [policy, t, layer] = key;
-    out->k_tau.push_back({policy, "layer" + std::to_string(layer), t, a.blocks / double(a.n), a.fraction / double(a.n)});
+    out->k_tau.push_back({policy, "l" + std::to_string(layer), t, a.blocks / double(a.n), a.fraction / double(a.n)});
     auto& ga = gk[{policy, t, group_of(layer)}];
     ga.blocks += a.blocks;
     ga.fraction += a.fraction;

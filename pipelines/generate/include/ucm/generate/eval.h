@@ -42,7 +42,7 @@ struct EvalRetrievalOptions {
 struct EvalRetrievalResult {
   struct Row {               ///< one (policy, budget or tau, layer group)
     std::string policy;      ///< esa | quest | gsa | psa | oracle
-    std::string group;       ///< "layer0", "layer1", "layers2+" or "layer<N>"
+    std::string group;       ///< "layer0", "layer1", "layers2+" or "l<N>" (one layer)
     double budget = 0;       ///< fraction of blocks (PSA: tau)
     double blocks = 0;       ///< mean blocks selected
     double recall = 0;       ///< mean R
