@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "bench/store_bench.h"
+#include "ucm/bench/store_bench.h"
 #include "common.h"
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
 #include "bench_precompute.h"

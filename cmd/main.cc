@@ -14,7 +14,7 @@
 #include "common.h"
 
 #include "build.h"
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "gc.h"
 #include "inspect.h"
 #include "migrate.h"

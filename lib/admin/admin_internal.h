@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "formats/store/records.h"
-#include "lib/src/data_file_reader.h"
-#include "lib/src/index.h"
-#include "lib/src/index_open.h"
+#include "ucm/format/format.h"
+#include "ucm/core/data_file_reader.h"
+#include "ucm/core/index.h"
+#include "ucm/core/index_open.h"
 #include "ucm/admin.h"
 #include "ucm/namespace.h"
 #include "ucm/status.h"

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "admin_internal.h"
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
 #include "ucm/store.h"
 
 namespace ucm::admin {

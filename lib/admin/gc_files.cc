@@ -9,7 +9,7 @@
 #include <set>
 
 #include "gc_run.h"
-#include "lib/src/index_open.h"
+#include "ucm/core/index_open.h"
 
 namespace ucm::admin::gcrun {
 

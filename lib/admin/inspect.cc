@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "admin_internal.h"
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
 
 namespace ucm::admin {
 

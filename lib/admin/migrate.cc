@@ -4,7 +4,7 @@
 #include <unordered_map>
 
 #include "admin_internal.h"
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
 #include "ucm/store.h"
 
 namespace ucm::admin {

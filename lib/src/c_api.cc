@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "formats/store/records.h"
-#include "lib/src/log.h"
+#include "ucm/format/format.h"
+#include "ucm/core/log.h"
 #include "ucm/hash.h"
 #include "ucm/status.h"
 #include "ucm/store.h"

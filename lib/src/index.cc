@@ -1,5 +1,5 @@
 // lib/src/index.cc: see index.h.
-#include "index.h"
+#include "ucm/core/index.h"
 
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "lib/src/log.h"
+#include "ucm/core/log.h"
 
 #include <cstdarg>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // lib/src/store_meta.cc: namespaces, attachments and the document registry (see store_impl.h).
-#include "lib/src/store_impl.h"
+#include "ucm/core/store_impl.h"
 
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
 
 namespace ucm::detail {
 

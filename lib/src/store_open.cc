@@ -1,9 +1,9 @@
 // lib/src/store_open.cc: creating and opening a store, closing it, the background thread (see store_impl.h).
-#include "lib/src/store_impl.h"
+#include "ucm/core/store_impl.h"
 
 #include <spdlog/spdlog.h>
 
-#include "lib/src/log.h"
+#include "ucm/core/log.h"
 
 namespace ucm::detail {
 

@@ -1,5 +1,5 @@
 // lib/src/store_read.cc: the lookup table and its catch-up, lookup, load, load_repr, metrics (see store_impl.h).
-#include "lib/src/store_impl.h"
+#include "ucm/core/store_impl.h"
 
 namespace ucm::detail {
 

@@ -1,5 +1,5 @@
 // lib/src/store_write.cc: data files, the free-space reserve, the commit thread, dump (see store_impl.h).
-#include "lib/src/store_impl.h"
+#include "ucm/core/store_impl.h"
 
 namespace ucm::detail {
 

@@ -11,7 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "safetensors/safetensors.h"
+#include "ucm/safetensors/safetensors.h"
 
 namespace ucm::model {
 namespace {

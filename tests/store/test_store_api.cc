@@ -15,8 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "formats/store/records.h"
-#include "index.h"
+#include "ucm/format/format.h"
+#include "ucm/core/index.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
 

@@ -10,10 +10,10 @@
 #include <random>
 #include <set>
 
-#include "document.h"
-#include "formats/store/records.h"
-#include "fptable.h"
-#include "index.h"
+#include "ucm/core/document.h"
+#include "ucm/format/format.h"
+#include "ucm/core/fptable.h"
+#include "ucm/core/index.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
 

@@ -1,4 +1,4 @@
-// bench/store_bench.h: `ucm bench store` as a library call (docs/benchmarks.md, "store").
+// ucm/bench/store_bench.h: `ucm bench store` as a library call (docs/benchmarks.md, "store").
 //
 // Measures, in one run and in one directory:
 //   raw   the disk's own rate for the block size: O_DIRECT sequential write and random read of a

@@ -1,4 +1,4 @@
-// lib/src/index.h: a thin layer over the store's RocksDB index (formats/store/store_v1.md §5).
+// ucm/core/index.h: a thin layer over the store's RocksDB index (formats/store/store_v1.md §5).
 // Internal to libucm and the admin commands (lib/admin); not installed, not part of the ABI.
 //
 // Column families: default (meta), namespaces, blocks, files, journal, docs.
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "ucm/status.h"
 #include "ucm/types.h"
 

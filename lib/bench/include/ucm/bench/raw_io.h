@@ -1,4 +1,4 @@
-// bench/raw_io.h: the disk's raw rate, measured like fio does (O_DIRECT, fixed queue depth), so
+// ucm/bench/raw_io.h: the disk's raw rate, measured like fio does (O_DIRECT, fixed queue depth), so
 // that `ucm bench store` can state the store's dump and load throughput as a fraction of it.
 // Internal to ucm_bench.
 #pragma once

@@ -1,11 +1,11 @@
-// lib/src/index_open.h: opening a store's index, shared by Store and the admin commands, so that
+// ucm/core/index_open.h: opening a store's index, shared by Store and the admin commands, so that
 // every command gives the same answer for the same store (store_v1.md §1.1, docs/library.md).
 // Internal to libucm and lib/admin; not installed.
 #pragma once
 #include <memory>
 #include <string>
 
-#include "lib/src/index.h"
+#include "ucm/core/index.h"
 #include "ucm/status.h"
 
 namespace ucm {

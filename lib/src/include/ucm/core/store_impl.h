@@ -1,4 +1,4 @@
-// lib/src/store_impl.h: StoreImpl, the one implementation of ucm::Store, and the helpers its
+// ucm/core/store_impl.h: StoreImpl, the one implementation of ucm::Store, and the helpers its
 // parts share. Internal to libucm. Its definitions are split by concern:
 //   store_open.cc   creation, open (init), close, the background thread, Store::Open
 //   store_meta.cc   namespaces, attachments, documents (the meta records and their index entries)
@@ -28,15 +28,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "formats/store/records.h"
-#include "lib/src/access_log.h"
-#include "lib/src/data_file_reader.h"
-#include "lib/src/fptable.h"
-#include "lib/src/index.h"
-#include "lib/src/index_open.h"
-#include "lib/src/metrics.h"
-#include "lib/src/task_impl.h"
-#include "lib/src/thread_pool.h"
+#include "ucm/format/format.h"
+#include "ucm/core/access_log.h"
+#include "ucm/core/data_file_reader.h"
+#include "ucm/core/fptable.h"
+#include "ucm/core/index.h"
+#include "ucm/core/index_open.h"
+#include "ucm/core/metrics.h"
+#include "ucm/core/task_impl.h"
+#include "ucm/core/thread_pool.h"
 #include "ucm/store.h"
 
 namespace ucm::detail {

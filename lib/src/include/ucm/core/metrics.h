@@ -1,4 +1,4 @@
-// lib/src/metrics.h: counters and latency histograms of a store handle, rendered as Prometheus
+// ucm/core/metrics.h: counters and latency histograms of a store handle, rendered as Prometheus
 // text exposition format 0.0.4 (https://prometheus.io/docs/instrumenting/exposition_formats/).
 #pragma once
 #include <array>

@@ -1,4 +1,4 @@
-// lib/src/thread_pool.h: the fixed pool of I/O threads behind a store's load and dump tasks.
+// ucm/core/thread_pool.h: the fixed pool of I/O threads behind a store's load and dump tasks.
 // Internal to libucm.
 #pragma once
 #include <condition_variable>

@@ -1,4 +1,4 @@
-// lib/src/access_log.h: a store handle's access log (store_v1.md §6): 40-byte records of
+// ucm/core/access_log.h: a store handle's access log (store_v1.md §6): 40-byte records of
 // (namespace, block hash, access time), buffered and appended at most once a second.
 // Internal to libucm.
 #pragma once
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "ucm/status.h"
 #include "ucm/types.h"
 

@@ -1,4 +1,4 @@
-// lib/src/data_file_reader.h: verified reads of a store's data files (store_v1.md §3), the one
+// ucm/core/data_file_reader.h: verified reads of a store's data files (store_v1.md §3), the one
 // read path of the store (loads, attachments) and of the admin commands (inspect --verify, gc
 // --verify, migrate). Internal to libucm and lib/admin.
 #pragma once
@@ -7,7 +7,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "ucm/status.h"
 #include "ucm/types.h"
 

@@ -1,4 +1,4 @@
-// lib/src/fptable.h: the in-memory lookup table of block fingerprints (store_v1.md §8).
+// ucm/core/fptable.h: the in-memory lookup table of block fingerprints (store_v1.md §8).
 // Open addressing, linear probing, backward-shift deletion; one u64 per slot (0 = empty; a
 // fingerprint of 0 is stored as 1). Capacity: the next power of two >= 2N (load <= 1/2).
 // Set semantics: a fingerprint collision between two blocks can only cause a miss (the index

@@ -1,4 +1,4 @@
-// lib/src/types.cc: hex forms of hashes and ids (ucm/types.h).
+// formats/base/types.cc: hex forms of hashes and ids (ucm/types.h).
 #include "ucm/types.h"
 
 namespace ucm {

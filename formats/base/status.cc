@@ -1,4 +1,4 @@
-// lib/src/status.cc: ucm::Status (ucm/status.h).
+// formats/base/status.cc: ucm::Status (ucm/status.h).
 #include "ucm/status.h"
 
 #include <cerrno>

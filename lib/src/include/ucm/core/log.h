@@ -1,4 +1,4 @@
-// lib/src/log.h: libucm's loggers. Internal.
+// ucm/core/log.h: libucm's loggers. Internal.
 // The library never writes to stdout (a server's stdout may be its protocol): its messages go to
 // spdlog loggers named "ucm" (the store) and "ucm.rocksdb" (RocksDB's info log), which write to
 // stderr unless the application registered loggers of those names first.

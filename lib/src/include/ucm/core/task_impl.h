@@ -1,4 +1,4 @@
-// lib/src/task_impl.h: ucm::Task as the store implements it: per-block statuses, a count of
+// ucm/core/task_impl.h: ucm::Task as the store implements it: per-block statuses, a count of
 // outstanding jobs, and a condition variable for wait(). Internal to libucm.
 #pragma once
 #include <atomic>

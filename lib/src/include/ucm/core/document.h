@@ -1,4 +1,4 @@
-// lib/src/document.h: the document registry value (store_v1.md §5.6), as JSON.
+// ucm/core/document.h: the document registry value (store_v1.md §5.6), as JSON.
 // Internal to libucm and lib/admin; not installed.
 #pragma once
 #include <functional>
