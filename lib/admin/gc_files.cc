@@ -136,16 +136,15 @@ Status GcRun::compact_files() {
             auto it = ns_by_id.find(h.ns);
             if (it == ns_by_id.end()) break;
             nsi = it->second;
-            const json& r = nsi->value.contains("record") ? nsi->value["record"] : json();
-            live = r.is_array() && r.size() == 2 && r[0] == fid && r[1] == rec.offset;
+            live = nsi->value.has_record && nsi->value.record_file == fid && nsi->value.record_offset == rec.offset;
             break;
           }
           case fmt::RecordType::kNsAttachment: {
             auto it = ns_by_id.find(h.ns);
-            if (it == ns_by_id.end() || !it->second->value.contains("attachments")) break;
+            if (it == ns_by_id.end()) break;
             nsi = it->second;
-            for (auto& [name, v] : nsi->value["attachments"].items())
-              if (v.is_array() && v.size() >= 2 && v[0] == fid && v[1] == rec.offset) {
+            for (const auto& [name, v] : nsi->value.attachments)
+              if (v.file == fid && v.offset == rec.offset) {
                 live = true;
                 att_name = name;
               }
@@ -194,12 +193,13 @@ Status GcRun::compact_files() {
           }
           blk->relocated = true;
         } else if (nsi && h.type == fmt::RecordType::kNamespace) {
-          nsi->value["record"] = {nid, noff};
+          nsi->value.record_file = nid;
+          nsi->value.record_offset = noff;
           ns_changed.insert(nsi->id);
         } else if (nsi) {
-          auto& v = nsi->value["attachments"][att_name];
-          v[0] = nid;
-          v[1] = noff;
+          NsAttachmentRef& v = nsi->value.attachments[att_name];
+          v.file = nid;
+          v.offset = noff;
           ns_changed.insert(nsi->id);
         }
         prog.tick([&] {
@@ -252,15 +252,12 @@ Status GcRun::compact_files() {
     for (const auto& id : ns_changed) {
       // Keep the counters as they are now (after the removals above).
       std::string cur;
-      json v = ns_by_id[id]->value;
-      if (idx.get_namespace(id, &cur).ok()) {
-        json c = json::parse(cur, nullptr, false);
-        if (c.is_object()) {
-          v["blocks"] = c.value("blocks", 0ull);
-          v["bytes"] = c.value("bytes", 0ull);
-        }
+      NsIndexValue v = ns_by_id[id]->value, c;
+      if (idx.get_namespace(id, &cur).ok() && ns_value_from_json(cur, &c).ok()) {
+        v.blocks = c.blocks;
+        v.bytes = c.bytes;
       }
-      bt.b().put_namespace(id, v.dump());
+      bt.b().put_namespace(id, ns_value_to_json(v));
       ns_by_id[id]->value = v;
       st = bt.op();
       if (!st.ok()) return st;
@@ -332,11 +329,8 @@ void GcRun::delete_unreferenced_files() {
         if (b.r.has_repr()) referenced.insert(b.r.repr_file);
       }
     for (const auto& n : nss) {
-      if (n.value.contains("record") && n.value["record"].is_array())
-        referenced.insert(n.value["record"][0].get<uint32_t>());
-      if (n.value.contains("attachments"))
-        for (auto& [k, v] : n.value["attachments"].items())
-          if (v.is_array() && !v.empty()) referenced.insert(v[0].get<uint32_t>());
+      if (n.value.has_record) referenced.insert(n.value.record_file);
+      for (const auto& [k, v] : n.value.attachments) referenced.insert(v.file);
     }
     std::error_code ec;
     bool any = false;
@@ -378,8 +372,8 @@ Status GcRun::final_counters() {
   if (!st.ok()) return st;
   for (const auto& n : now_nss) {
     if (filter && n.id != filter->id) continue;
-    rep->blocks_after += n.value.value("blocks", 0ull);
-    rep->bytes_after += n.value.value("bytes", 0ull);
+    rep->blocks_after += n.value.blocks;
+    rep->bytes_after += n.value.bytes;
   }
   prog.tick([&] { return "gc: done"; }, true);
   return Status::OK();

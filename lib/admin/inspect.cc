@@ -18,11 +18,6 @@ uint64_t percentile(std::vector<uint64_t>& v, double p) {
   return v[k];
 }
 
-uint64_t json_u64(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
-}
-
 }  // namespace
 
 Status inspect(const std::string& path, const InspectOptions& opts, InspectReport* rep) {
@@ -72,8 +67,8 @@ Status inspect(const std::string& path, const InspectOptions& opts, InspectRepor
     s.num_layers = n->desc.num_layers;
     s.num_kv_heads = n->desc.num_kv_heads;
     s.head_dim = n->desc.head_dim;
-    s.blocks = json_u64(n->value, "blocks");
-    s.bytes = json_u64(n->value, "bytes");
+    s.blocks = n->value.blocks;
+    s.bytes = n->value.bytes;
     st = idx.for_each_doc(n->id, [&](const std::string&, const std::string&) {
       ++s.documents;
       return true;

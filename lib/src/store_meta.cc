@@ -2,6 +2,7 @@
 #include "ucm/core/store_impl.h"
 
 #include "ucm/core/document.h"
+#include "ucm/core/ns_value.h"
 
 namespace ucm::detail {
 
@@ -136,12 +137,7 @@ Status StoreImpl::register_namespace(const NamespaceDesc& desc, NamespaceId* id)
   uint32_t file = 0;
   uint64_t off = 0;
   s = write_meta_record(&h, payload, &file, &off, [&](Index::Batch& b) {
-    auto j = parse_obj(payload);
-    j["blocks"] = 0;
-    j["bytes"] = 0;
-    j["attachments"] = nlohmann::json::object();
-    j["record"] = {file, off};
-    b.put_namespace(ns, j.dump());
+    b.put_namespace(ns, ns_value_to_json(NsIndexValue::Fresh(payload, file, off)));
     return Status::OK();
   });
   if (!s.ok()) return s;
@@ -172,9 +168,11 @@ Status StoreImpl::put_attachment(const NamespaceId& ns, const std::string& name,
     std::string cur;
     Status st = index_->get_namespace(ns, &cur);
     if (!st.ok()) return st;
-    auto j = parse_obj(cur);
-    j["attachments"][name] = {file, off, uint64_t(payload.size()), h.payload_checksum};
-    b.put_namespace(ns, j.dump());
+    NsIndexValue v;
+    st = ns_value_from_json(cur, &v);
+    if (!st.ok()) return Status::Corruption("namespace " + to_hex(ns) + ": " + st.message());
+    v.attachments[name] = {file, off, uint64_t(payload.size()), h.payload_checksum};
+    b.put_namespace(ns, ns_value_to_json(v));
     return Status::OK();
   });
 }
@@ -183,13 +181,14 @@ Status StoreImpl::get_attachment(const NamespaceId& ns, const std::string& name,
   std::string cur;
   Status s = index_->get_namespace(ns, &cur);
   if (!s.ok()) return s;
-  auto j = parse_obj(cur);
-  if (!j.contains("attachments") || !j["attachments"].contains(name))
+  NsIndexValue v;
+  s = ns_value_from_json(cur, &v);
+  if (!s.ok()) return Status::Corruption("namespace " + to_hex(ns) + ": " + s.message());
+  const auto it = v.attachments.find(name);
+  if (it == v.attachments.end())
     return Status::NotFound("namespace " + to_hex(ns) + " has no attachment \"" + name + "\"");
-  auto a = j["attachments"][name];
-  if (!a.is_array() || a.size() != 4) return Status::Corruption("attachment \"" + name + "\" entry is malformed in the index");
-  return reader_->read_attachment(ns, name, a[0].get<uint32_t>(), a[1].get<uint64_t>(), a[2].get<uint64_t>(),
-                                  a[3].get<uint64_t>(), data);
+  const NsAttachmentRef& a = it->second;
+  return reader_->read_attachment(ns, name, a.file, a.offset, a.length, a.checksum, data);
 }
 
 // ---------------------------------------------------------------------------------------------

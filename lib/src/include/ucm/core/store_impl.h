@@ -60,12 +60,6 @@ struct ActiveFile {
   uint64_t synced_epoch = 0;  ///< commit thread only: write epoch the last fdatasync covered
 };
 
-inline nlohmann::json parse_obj(const std::string& s) {
-  auto j = nlohmann::json::parse(s, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return nlohmann::json::object();
-  return j;
-}
-
 inline BlockInfo to_info(const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& r) {
   BlockInfo b;
   b.ns = ns;
