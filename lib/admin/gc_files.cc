@@ -9,6 +9,7 @@
 #include <set>
 
 #include "gc_run.h"
+#include "ucm/core/file_roller.h"
 #include "ucm/core/index_open.h"
 
 namespace ucm::admin::gcrun {
@@ -81,23 +82,19 @@ Status GcRun::compact_files() {
   Index& idx = *idx_;
   Status st;
   if (!to_compact.empty() || !to_retire.empty()) {
-    std::vector<std::unique_ptr<fmt::DataFileWriter>> writers;
+    std::mutex commit_mu;  // FileRoller's; gc commits from this thread only
+    FileRoller roller(path, &idx, &commit_mu);
+    std::vector<std::shared_ptr<ActiveFile>> writers;  // the files the copies go to, in order
     std::map<uint32_t, uint64_t> new_live;
     std::set<NamespaceId> ns_changed;
     std::vector<std::pair<NamespaceId, BlockHash>> corrupt_found;
     fmt::AlignedBuffer rbuf;
     const size_t retired_without_copy = to_retire.size();
     auto writer = [&](uint64_t need) -> Status {
-      if (!writers.empty() && writers.back()->size() + need <= fmt::kFileRollBytes)
-        return Status::OK();
-      uint32_t id;
-      Status s = idx.allocate_file_id(&id);
-      if (!s.ok()) return s;
-      std::unique_ptr<fmt::DataFileWriter> dw;
-      s = fmt::DataFileWriter::Create(path, id, &dw);
-      if (!s.ok()) return s;
-      writers.push_back(std::move(dw));
-      return Status::OK();
+      std::shared_ptr<ActiveFile> af;
+      Status s = roller.get(need, &af);
+      if (s.ok() && (writers.empty() || writers.back() != af)) writers.push_back(std::move(af));
+      return s;
     };
     for (uint32_t fid : to_compact) {
       const std::string fpath = fmt::data_file_path(path, fid);
@@ -179,9 +176,9 @@ Status GcRun::compact_files() {
         if (!st.ok()) break;
         fmt::RecordHeader nh = h;
         uint64_t noff = 0;
-        st = writers.back()->append(&nh, {{payload, h.payload_length}}, &noff);
+        st = writers.back()->w->append(&nh, {{payload, h.payload_length}}, &noff);
         if (!st.ok()) break;
-        uint32_t nid = writers.back()->file_id();
+        uint32_t nid = writers.back()->w->file_id();
         new_live[nid] += fmt::record_size(h.payload_length);
         if (blk) {
           if (h.type == fmt::RecordType::kBlockKV) {
@@ -204,7 +201,7 @@ Status GcRun::compact_files() {
         }
         prog.tick([&] {
           return "gc compaction: file " + std::to_string(fid) + ", " +
-                 format_bytes(writers.empty() ? 0 : writers.back()->size()) + " copied";
+                 format_bytes(writers.empty() ? 0 : writers.back()->w->size()) + " copied";
         });
       }
       ::close(fd);
@@ -214,7 +211,7 @@ Status GcRun::compact_files() {
     }
     // Data first, then the index.
     for (auto& dw : writers) {
-      st = dw->sync();
+      st = dw->w->sync();
       if (!st.ok()) return st;
     }
     // The new files' directory entries must be durable before the index points at them.
@@ -238,10 +235,10 @@ Status GcRun::compact_files() {
     }
     for (auto& dw : writers) {
       fmt::FileRecord fr;
-      fr.size = dw->size();
-      fr.live_bytes = new_live[dw->file_id()];
+      fr.size = dw->w->size();
+      fr.live_bytes = new_live[dw->w->file_id()];
       fr.state = fmt::FileState::kSealed;
-      bt.b().put_file(dw->file_id(), fr);
+      bt.b().put_file(dw->w->file_id(), fr);
       st = bt.op();
       if (!st.ok()) return st;
     }

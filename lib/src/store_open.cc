@@ -238,7 +238,7 @@ StoreImpl::~StoreImpl() {
   }
   access_.close();
   reader_.reset();
-  active_.reset();
+  roller_.reset();
   index_ = nullptr;
   own_index_.reset();
   ro_index_.reset();

@@ -31,6 +31,7 @@
 #include "ucm/format/format.h"
 #include "ucm/core/access_log.h"
 #include "ucm/core/data_file_reader.h"
+#include "ucm/core/file_roller.h"
 #include "ucm/core/fptable.h"
 #include "ucm/core/index.h"
 #include "ucm/core/index_open.h"
@@ -54,11 +55,7 @@ inline std::string rel_data_name(uint32_t id) {
 
 // ---------------------------------------------------------------------------------------------
 /// The writer's current data file and its in-memory FileRecord.
-struct ActiveFile {
-  std::unique_ptr<fmt::DataFileWriter> w;
-  fmt::FileRecord rec;
-  uint64_t synced_epoch = 0;  ///< commit thread only: write epoch the last fdatasync covered
-};
+using ucm::ActiveFile;
 
 inline BlockInfo to_info(const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& r) {
   BlockInfo b;
@@ -185,7 +182,7 @@ class StoreImpl : public Store {
 
   // Writer state.
   std::mutex append_mu_;                  // active file selection / roll
-  std::shared_ptr<ActiveFile> active_;
+  std::unique_ptr<FileRoller> roller_;    // the active file; created on the first write
   std::mutex commit_mu_;                  // serialises index commits (read-modify-write)
   std::mutex space_mu_;
   uint64_t space_need_ = 0;
