@@ -268,6 +268,7 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
         }
         if (whole.ok())
           for (size_t i : added) {
+            t->written()[i] = 1;
             metrics_.blocks_dumped.fetch_add(1, std::memory_order_relaxed);
             metrics_.bytes_dumped.fetch_add(st->recs[i].bytes(), std::memory_order_relaxed);
           }

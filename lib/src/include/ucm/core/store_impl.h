@@ -113,6 +113,7 @@ class StoreImpl : public Store {
   Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) override;
 
   Status put_document(const NamespaceId& ns, const DocumentEntry& doc) override;
+  Status put_documents(const NamespaceId& ns, const DocumentEntry* docs, size_t n) override;
   Status get_document(const NamespaceId& ns, const std::string& id, DocumentEntry* doc) override;
   std::vector<DocumentEntry> documents(const NamespaceId& ns) override;
 
@@ -144,6 +145,8 @@ class StoreImpl : public Store {
   void submit_commit(std::function<void()> f);
   void commit_loop();
   /// Writer, for small metadata records: append + fdatasync + batch (with the file's bytes) commit.
+  /// put_document / put_documents: the records, one fdatasync per file, one synced index batch.
+  Status write_documents(const char* op, const NamespaceId& ns, const DocumentEntry* docs, size_t n);
   Status write_meta_record(fmt::RecordHeader* h, const std::string& payload, uint32_t* file, uint64_t* off,
                            const std::function<Status(Index::Batch&)>& fill);
 

@@ -18,7 +18,7 @@ using Clock = std::chrono::steady_clock;
 
 class TaskImpl : public Task {
  public:
-  explicit TaskImpl(size_t n) : st_(n), remaining_(n) {}
+  explicit TaskImpl(size_t n) : st_(n), written_(n, 0), remaining_(n) {}
   bool done() const override {
     std::lock_guard<std::mutex> g(mu_);
     return done_;
@@ -31,8 +31,11 @@ class TaskImpl : public Task {
     return result_;
   }
   const std::vector<Status>& block_status() const override { return st_; }
+  const std::vector<uint8_t>& block_written() const override { return written_; }
 
   std::vector<Status>& statuses() { return st_; }
+  /// Set before finish() (which publishes it to wait()ers).
+  std::vector<uint8_t>& written() { return written_; }
   /// Marks one job finished; the caller that finishes the last runs `on_last` (if set) first.
   /// Returns true for that caller.
   bool job_done() { return remaining_.fetch_sub(1) == 1; }
@@ -59,6 +62,7 @@ class TaskImpl : public Task {
 
  private:
   std::vector<Status> st_;
+  std::vector<uint8_t> written_;
   std::atomic<size_t> remaining_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
