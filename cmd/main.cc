@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     std::fputs(app.help().c_str(), stderr);
-    std::fputs("ucm: a subcommand is required\n", stderr);
+    ucm::cli::messages().error("ucm: a subcommand is required");
     return ucm::admin::kExitUsage;
   }
   return 0;
