@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "bench/retrieval_bench.h"
-#include "bench/store_bench.h"
+#include "ucm/bench/retrieval_bench.h"
+#include "ucm/bench/store_bench.h"
 #include "common.h"
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
 #include "bench_precompute.h"

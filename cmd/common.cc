@@ -1,12 +1,26 @@
 // cmd/common.cc: output helpers of the `ucm` binary.
 #include "common.h"
 
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 namespace ucm::cli {
+
+spdlog::logger& messages() {
+  static const std::shared_ptr<spdlog::logger> log = [] {
+    auto l = std::make_shared<spdlog::logger>("ucm-cli", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    l->set_pattern("%v");
+    l->set_level(spdlog::level::info);
+    l->flush_on(spdlog::level::info);
+    return l;
+  }();
+  return *log;
+}
 
 void add_common_flags(CLI::App* sub, CommonFlags* f) {
   sub->add_flag("--json", f->json, "Print the report as JSON on stdout");
@@ -17,8 +31,7 @@ void add_common_flags(CLI::App* sub, CommonFlags* f) {
 admin::ProgressFn make_progress(const std::string& cmd, const CommonFlags& f) {
   if (!f.progress && !::isatty(STDERR_FILENO)) return nullptr;
   return [cmd](const std::string& line) {
-    std::fprintf(stderr, "ucm %s: %s\n", cmd.c_str(), line.c_str());
-    std::fflush(stderr);
+    messages().info("ucm {}: {}", cmd, line);
   };
 }
 
@@ -28,8 +41,7 @@ void print_text(const std::string& s) {
 }
 
 void print_error(const std::string& cmd, const Status& st) {
-  std::fprintf(stderr, "ucm %s: %s\n", cmd.c_str(), st.ToString().c_str());
-  std::fflush(stderr);
+  messages().error("ucm {}: {}", cmd, st.ToString());
 }
 
 void print_json(const std::string& report_json, const Status& st) {

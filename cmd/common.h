@@ -3,6 +3,7 @@
 // which main() turns into the process exit code (ucm::admin::ExitCode, docs/cli.md).
 #pragma once
 #include <CLI/CLI.hpp>
+#include <spdlog/logger.h>
 
 #include <string>
 
@@ -10,6 +11,11 @@
 #include "ucm/status.h"
 
 namespace ucm::cli {
+
+/// The tools' own messages (progress lines, errors) on stderr, as bare lines "ucm <cmd>: ..."
+/// (docs/cli.md): a logger of its own (pattern "%v"), so that SPDLOG_LEVEL, which sets the level
+/// of the library's "ucm" logger, never hides an error. stdout carries only reports.
+spdlog::logger& messages();
 
 /// Options every admin subcommand has.
 struct CommonFlags {

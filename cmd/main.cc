@@ -14,7 +14,7 @@
 #include "common.h"
 
 #include "build.h"
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "gc.h"
 #include "inspect.h"
 #include "migrate.h"
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     std::fputs(app.help().c_str(), stderr);
-    std::fputs("ucm: a subcommand is required\n", stderr);
+    ucm::cli::messages().error("ucm: a subcommand is required");
     return ucm::admin::kExitUsage;
   }
   return 0;

@@ -1,4 +1,4 @@
-#include "safetensors/safetensors.h"
+#include "ucm/safetensors/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,29 +1,8 @@
-// formats/store/index_values.cc: the index's value encodings (store_v1.md §5): block records,
-// file records, journal entries, access records and keys. See records.h.
-#include "formats/store/records.h"
+// formats/store/index_values.cc: the index's keys and values (§5), access records (§6), fingerprints (§8).
+#include "ucm/format/index_values.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <openssl/evp.h>
-#include <signal.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
-#include <unistd.h>
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
-
-#include <algorithm>
-#include <atomic>
-#include <climits>
-#include <cerrno>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <ctime>
-#include <filesystem>
-
 
 namespace ucm::fmt {
 
@@ -162,13 +141,5 @@ uint64_t block_fingerprint(const NamespaceId& ns, const BlockHash& h) {
   std::memcpy(buf + 16, h.data(), 16);
   return XXH3_64bits(buf, 32);
 }
-
-BlockHash md5(const void* data, size_t len) {
-  BlockHash out{};
-  unsigned int n = 0;
-  EVP_Digest(data, len, out.data(), &n, EVP_md5(), nullptr);
-  return out;
-}
-
 
 }  // namespace ucm::fmt

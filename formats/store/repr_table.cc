@@ -1,10 +1,10 @@
 // formats/store/repr_table.cc: BLOCK_REPR section table (see repr_table.h, store_v1.md §4.3).
-#include "formats/store/repr_table.h"
+#include "ucm/format/repr_table.h"
 
 #include <cstring>
 #include <string>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 
 namespace ucm::fmt {
 

@@ -8,10 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "formats/store/records.h"
-#include "lib/src/data_file_reader.h"
-#include "lib/src/index.h"
-#include "lib/src/index_open.h"
+#include "ucm/format/format.h"
+#include "ucm/core/data_file_reader.h"
+#include "ucm/core/index.h"
+#include "ucm/core/index_open.h"
+#include "ucm/core/ns_value.h"
 #include "ucm/admin.h"
 #include "ucm/namespace.h"
 #include "ucm/status.h"
@@ -31,7 +32,7 @@ std::string format_bytes(uint64_t b);
 struct NsInfo {
   NamespaceId id{};
   NamespaceDesc desc;
-  nlohmann::json value;  ///< descriptor + blocks, bytes, record, attachments
+  NsIndexValue value;  ///< the index value: descriptor + blocks, bytes, record, attachments
 };
 Status load_namespaces(const Index& idx, std::vector<NsInfo>* out);
 /// By name or 32-hex id. InvalidArgument listing the known names when absent.

@@ -8,7 +8,7 @@
 #include <set>
 
 #include "admin_internal.h"
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
 #include "ucm/store.h"
 
 namespace ucm::admin {
@@ -181,9 +181,9 @@ Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildRep
         case fmt::RecordType::kNamespace: {
           auto it = nsrec.find(h.ns);
           if (it == nsrec.end() || l.newer_than(it->second.first)) nsrec[h.ns] = {l, payload};
-          json j = json::parse(payload, nullptr, false);
-          if (j.is_object() && j.contains("attachments") && j["attachments"].is_object())
-            for (auto& [name, v] : j["attachments"].items()) attachment_names.insert(name);
+          NsIndexValue nv;  // records of early writers carried the index value, attachments included
+          if (ns_value_from_json(payload, &nv).ok())
+            for (const auto& [name, a] : nv.attachments) attachment_names.insert(name);
           break;
         }
         case fmt::RecordType::kNsAttachment: {
@@ -295,22 +295,19 @@ Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildRep
   }
   for (auto& [id, d] : descs) {
     const Loc& l = nsrec[id].first;
-    json v = json::parse(d.to_json());
-    v["blocks"] = counts[id].first;
-    v["bytes"] = counts[id].second;
-    v["record"] = {l.file, l.offset};
+    NsIndexValue v = NsIndexValue::Fresh(d.to_json(), l.file, l.offset);
+    v.blocks = uint64_t(counts[id].first);
+    v.bytes = uint64_t(counts[id].second);
     live[l.file] += fmt::record_size(l.length);
-    json att = json::object();
     for (const auto& name : attachment_names) {
       BlockHash key = fmt::md5(name.data(), name.size());
       auto it = attach.find(bkey(id, key));
       if (it == attach.end()) continue;
-      att[name] = {it->second.file, it->second.offset, it->second.length, it->second.checksum};
+      v.attachments[name] = {it->second.file, it->second.offset, it->second.length, it->second.checksum};
       live[it->second.file] += fmt::record_size(it->second.length);
       attach.erase(it);
     }
-    v["attachments"] = att;
-    bp->put_namespace(id, v.dump());
+    bp->put_namespace(id, ns_value_to_json(v));
     ++rep->namespaces;
     ++in_batch;
   }

@@ -27,9 +27,9 @@ Status load_namespaces(const Index& idx, std::vector<NsInfo>* out) {
       err = Status::Corruption("namespace " + to_hex(id) + " in the index: " + s.message());
       return false;
     }
-    n.value = json::parse(js, nullptr, false);
-    if (n.value.is_discarded() || !n.value.is_object()) {
-      err = Status::Corruption("namespace " + to_hex(id) + " in the index is not a JSON object");
+    s = ns_value_from_json(js, &n.value);
+    if (!s.ok()) {
+      err = Status::Corruption("namespace " + to_hex(id) + " in the index: " + s.message());
       return false;
     }
     out->push_back(std::move(n));

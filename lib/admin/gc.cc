@@ -10,7 +10,7 @@
 #include <filesystem>
 
 #include "gc_run.h"
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
 
 namespace ucm::admin {
 namespace gcrun {

@@ -9,7 +9,8 @@
 #include <set>
 
 #include "gc_run.h"
-#include "lib/src/index_open.h"
+#include "ucm/core/file_roller.h"
+#include "ucm/core/index_open.h"
 
 namespace ucm::admin::gcrun {
 
@@ -81,23 +82,19 @@ Status GcRun::compact_files() {
   Index& idx = *idx_;
   Status st;
   if (!to_compact.empty() || !to_retire.empty()) {
-    std::vector<std::unique_ptr<fmt::DataFileWriter>> writers;
+    std::mutex commit_mu;  // FileRoller's; gc commits from this thread only
+    FileRoller roller(path, &idx, &commit_mu);
+    std::vector<std::shared_ptr<ActiveFile>> writers;  // the files the copies go to, in order
     std::map<uint32_t, uint64_t> new_live;
     std::set<NamespaceId> ns_changed;
     std::vector<std::pair<NamespaceId, BlockHash>> corrupt_found;
     fmt::AlignedBuffer rbuf;
     const size_t retired_without_copy = to_retire.size();
     auto writer = [&](uint64_t need) -> Status {
-      if (!writers.empty() && writers.back()->size() + need <= fmt::kFileRollBytes)
-        return Status::OK();
-      uint32_t id;
-      Status s = idx.allocate_file_id(&id);
-      if (!s.ok()) return s;
-      std::unique_ptr<fmt::DataFileWriter> dw;
-      s = fmt::DataFileWriter::Create(path, id, &dw);
-      if (!s.ok()) return s;
-      writers.push_back(std::move(dw));
-      return Status::OK();
+      std::shared_ptr<ActiveFile> af;
+      Status s = roller.get(need, &af);
+      if (s.ok() && (writers.empty() || writers.back() != af)) writers.push_back(std::move(af));
+      return s;
     };
     for (uint32_t fid : to_compact) {
       const std::string fpath = fmt::data_file_path(path, fid);
@@ -136,16 +133,15 @@ Status GcRun::compact_files() {
             auto it = ns_by_id.find(h.ns);
             if (it == ns_by_id.end()) break;
             nsi = it->second;
-            const json& r = nsi->value.contains("record") ? nsi->value["record"] : json();
-            live = r.is_array() && r.size() == 2 && r[0] == fid && r[1] == rec.offset;
+            live = nsi->value.has_record && nsi->value.record_file == fid && nsi->value.record_offset == rec.offset;
             break;
           }
           case fmt::RecordType::kNsAttachment: {
             auto it = ns_by_id.find(h.ns);
-            if (it == ns_by_id.end() || !it->second->value.contains("attachments")) break;
+            if (it == ns_by_id.end()) break;
             nsi = it->second;
-            for (auto& [name, v] : nsi->value["attachments"].items())
-              if (v.is_array() && v.size() >= 2 && v[0] == fid && v[1] == rec.offset) {
+            for (const auto& [name, v] : nsi->value.attachments)
+              if (v.file == fid && v.offset == rec.offset) {
                 live = true;
                 att_name = name;
               }
@@ -180,9 +176,9 @@ Status GcRun::compact_files() {
         if (!st.ok()) break;
         fmt::RecordHeader nh = h;
         uint64_t noff = 0;
-        st = writers.back()->append(&nh, {{payload, h.payload_length}}, &noff);
+        st = writers.back()->w->append(&nh, {{payload, h.payload_length}}, &noff);
         if (!st.ok()) break;
-        uint32_t nid = writers.back()->file_id();
+        uint32_t nid = writers.back()->w->file_id();
         new_live[nid] += fmt::record_size(h.payload_length);
         if (blk) {
           if (h.type == fmt::RecordType::kBlockKV) {
@@ -194,17 +190,18 @@ Status GcRun::compact_files() {
           }
           blk->relocated = true;
         } else if (nsi && h.type == fmt::RecordType::kNamespace) {
-          nsi->value["record"] = {nid, noff};
+          nsi->value.record_file = nid;
+          nsi->value.record_offset = noff;
           ns_changed.insert(nsi->id);
         } else if (nsi) {
-          auto& v = nsi->value["attachments"][att_name];
-          v[0] = nid;
-          v[1] = noff;
+          NsAttachmentRef& v = nsi->value.attachments[att_name];
+          v.file = nid;
+          v.offset = noff;
           ns_changed.insert(nsi->id);
         }
         prog.tick([&] {
           return "gc compaction: file " + std::to_string(fid) + ", " +
-                 format_bytes(writers.empty() ? 0 : writers.back()->size()) + " copied";
+                 format_bytes(writers.empty() ? 0 : writers.back()->w->size()) + " copied";
         });
       }
       ::close(fd);
@@ -214,7 +211,7 @@ Status GcRun::compact_files() {
     }
     // Data first, then the index.
     for (auto& dw : writers) {
-      st = dw->sync();
+      st = dw->w->sync();
       if (!st.ok()) return st;
     }
     // The new files' directory entries must be durable before the index points at them.
@@ -238,10 +235,10 @@ Status GcRun::compact_files() {
     }
     for (auto& dw : writers) {
       fmt::FileRecord fr;
-      fr.size = dw->size();
-      fr.live_bytes = new_live[dw->file_id()];
+      fr.size = dw->w->size();
+      fr.live_bytes = new_live[dw->w->file_id()];
       fr.state = fmt::FileState::kSealed;
-      bt.b().put_file(dw->file_id(), fr);
+      bt.b().put_file(dw->w->file_id(), fr);
       st = bt.op();
       if (!st.ok()) return st;
     }
@@ -252,15 +249,12 @@ Status GcRun::compact_files() {
     for (const auto& id : ns_changed) {
       // Keep the counters as they are now (after the removals above).
       std::string cur;
-      json v = ns_by_id[id]->value;
-      if (idx.get_namespace(id, &cur).ok()) {
-        json c = json::parse(cur, nullptr, false);
-        if (c.is_object()) {
-          v["blocks"] = c.value("blocks", 0ull);
-          v["bytes"] = c.value("bytes", 0ull);
-        }
+      NsIndexValue v = ns_by_id[id]->value, c;
+      if (idx.get_namespace(id, &cur).ok() && ns_value_from_json(cur, &c).ok()) {
+        v.blocks = c.blocks;
+        v.bytes = c.bytes;
       }
-      bt.b().put_namespace(id, v.dump());
+      bt.b().put_namespace(id, ns_value_to_json(v));
       ns_by_id[id]->value = v;
       st = bt.op();
       if (!st.ok()) return st;
@@ -332,11 +326,8 @@ void GcRun::delete_unreferenced_files() {
         if (b.r.has_repr()) referenced.insert(b.r.repr_file);
       }
     for (const auto& n : nss) {
-      if (n.value.contains("record") && n.value["record"].is_array())
-        referenced.insert(n.value["record"][0].get<uint32_t>());
-      if (n.value.contains("attachments"))
-        for (auto& [k, v] : n.value["attachments"].items())
-          if (v.is_array() && !v.empty()) referenced.insert(v[0].get<uint32_t>());
+      if (n.value.has_record) referenced.insert(n.value.record_file);
+      for (const auto& [k, v] : n.value.attachments) referenced.insert(v.file);
     }
     std::error_code ec;
     bool any = false;
@@ -378,8 +369,8 @@ Status GcRun::final_counters() {
   if (!st.ok()) return st;
   for (const auto& n : now_nss) {
     if (filter && n.id != filter->id) continue;
-    rep->blocks_after += n.value.value("blocks", 0ull);
-    rep->bytes_after += n.value.value("bytes", 0ull);
+    rep->blocks_after += n.value.blocks;
+    rep->bytes_after += n.value.bytes;
   }
   prog.tick([&] { return "gc: done"; }, true);
   return Status::OK();

@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "admin_internal.h"
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
 
 namespace ucm::admin {
 
@@ -16,11 +16,6 @@ uint64_t percentile(std::vector<uint64_t>& v, double p) {
   size_t k = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
   return v[k];
-}
-
-uint64_t json_u64(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
 }
 
 }  // namespace
@@ -72,8 +67,8 @@ Status inspect(const std::string& path, const InspectOptions& opts, InspectRepor
     s.num_layers = n->desc.num_layers;
     s.num_kv_heads = n->desc.num_kv_heads;
     s.head_dim = n->desc.head_dim;
-    s.blocks = json_u64(n->value, "blocks");
-    s.bytes = json_u64(n->value, "bytes");
+    s.blocks = n->value.blocks;
+    s.bytes = n->value.bytes;
     st = idx.for_each_doc(n->id, [&](const std::string&, const std::string&) {
       ++s.documents;
       return true;

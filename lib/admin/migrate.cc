@@ -4,7 +4,7 @@
 #include <unordered_map>
 
 #include "admin_internal.h"
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
 #include "ucm/store.h"
 
 namespace ucm::admin {
@@ -89,12 +89,10 @@ Status migrate(const std::string& src, const std::string& dst, const MigrateOpti
     rep->dst_namespaces.push_back(to_hex(did));
 
     // Attachments (names from the index, §5.2).
-    if (n->value.contains("attachments") && n->value["attachments"].is_object()) {
-      for (auto& [name, v] : n->value["attachments"].items()) {
-        if (!v.is_array() || v.size() < 4) continue;
+    {
+      for (const auto& [name, v] : n->value.attachments) {
         std::string blob;
-        st = read_attachment(src, n->id, name, v[0].get<uint32_t>(), v[1].get<uint64_t>(),
-                             v[2].get<uint64_t>(), v[3].get<uint64_t>(), &blob);
+        st = read_attachment(src, n->id, name, v.file, v.offset, v.length, v.checksum, &blob);
         if (!st.ok()) return st;
         st = out->put_attachment(did, name, blob.data(), blob.size());
         if (!st.ok()) return st;

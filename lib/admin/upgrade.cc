@@ -34,14 +34,10 @@ Status upgrade_1_to_2(const std::string& path, MigrateReport* rep) {
   Index::Batch b;
   uint64_t live = 0;
   for (auto& n : nss) {
-    if (!n.value.contains("attachments") || !n.value["attachments"].is_object()) continue;
     bool changed = false;
-    for (auto& [name, a] : n.value["attachments"].items()) {
-      if (!a.is_array() || a.size() != 4)
-        return Status::Corruption("namespace " + n.desc.display_name() + ": attachment \"" + name +
-                                  "\" entry is malformed in the index; run `ucm build " + path + " --rebuild-index`");
-      const uint32_t file = a[0].get<uint32_t>();
-      const uint64_t off = a[1].get<uint64_t>(), len = a[2].get<uint64_t>(), sum = a[3].get<uint64_t>();
+    for (auto& [name, a] : n.value.attachments) {
+      const uint32_t file = a.file;
+      const uint64_t off = a.offset, len = a.length, sum = a.checksum;
       fmt::RecordExpect e;
       e.type = fmt::RecordType::kNsAttachment;
       e.ns = n.id;
@@ -73,13 +69,13 @@ Status upgrade_1_to_2(const std::string& path, MigrateReport* rep) {
       uint64_t noff = 0;
       st = dw->append(&nh, {{payload.data(), payload.size()}}, &noff);
       if (!st.ok()) return st;
-      a = json::array({dw->file_id(), noff, nh.payload_length, nh.payload_checksum});
+      a = NsAttachmentRef{dw->file_id(), noff, nh.payload_length, nh.payload_checksum};
       b.add_file_bytes(file, 0, -static_cast<int64_t>(fmt::record_size(len)));
       live += fmt::record_size(nh.payload_length);
       ++rep->attachments;
       changed = true;
     }
-    if (changed) b.put_namespace(n.id, n.value.dump());
+    if (changed) b.put_namespace(n.id, ns_value_to_json(n.value));
   }
   if (dw) {
     st = dw->sync();

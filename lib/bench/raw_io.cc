@@ -1,5 +1,5 @@
 // bench/raw_io.cc: raw O_DIRECT sequential-write and random-read passes (see raw_io.h).
-#include "bench/raw_io.h"
+#include "ucm/bench/raw_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

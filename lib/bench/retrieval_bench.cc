@@ -1,5 +1,5 @@
 // bench/retrieval_bench.cc: `ucm bench retrieval` (see retrieval_bench.h).
-#include "bench/retrieval_bench.h"
+#include "ucm/bench/retrieval_bench.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "lib/src/retrieval/convert.h"
-#include "lib/src/retrieval/kernels.h"
-#include "lib/src/retrieval/params.h"
-#include "lib/src/retrieval/retriever.h"
+#include "ucm/core/retrieval/convert.h"
+#include "ucm/core/retrieval/kernels.h"
+#include "ucm/core/retrieval/params.h"
+#include "ucm/core/retrieval/retriever.h"
 
 namespace ucm::bench {
 namespace {

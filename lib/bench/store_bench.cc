@@ -1,5 +1,5 @@
 // bench/store_bench.cc: `ucm bench store` (see store_bench.h and docs/benchmarks.md).
-#include "bench/store_bench.h"
+#include "ucm/bench/store_bench.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -24,7 +24,7 @@
 #include <random>
 #include <thread>
 
-#include "bench/raw_io.h"
+#include "ucm/bench/raw_io.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
 #include "ucm/store.h"

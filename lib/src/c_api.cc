@@ -6,9 +6,9 @@
 #include <memory>
 #include <string>
 
-#include "formats/store/records.h"
-#include "lib/src/c_api_internal.h"
-#include "lib/src/log.h"
+#include "ucm/format/format.h"
+#include "ucm/core/c_api_internal.h"
+#include "ucm/core/log.h"
 #include "ucm/hash.h"
 #include "ucm/status.h"
 #include "ucm/store.h"

@@ -5,10 +5,10 @@
 #include <memory>
 #include <string>
 
-#include "lib/src/c_api_internal.h"
-#include "lib/src/repr_load.h"
-#include "lib/src/retrieval/params.h"
-#include "lib/src/retrieval/retriever.h"
+#include "ucm/core/c_api_internal.h"
+#include "ucm/core/repr_load.h"
+#include "ucm/core/retrieval/params.h"
+#include "ucm/core/retrieval/retriever.h"
 
 struct ucm_retriever {
   std::unique_ptr<ucm::retrieval::Retriever> r;

@@ -1,5 +1,5 @@
 // lib/src/data_file_reader.cc: see data_file_reader.h.
-#include "lib/src/data_file_reader.h"
+#include "ucm/core/data_file_reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,11 +1,11 @@
 // lib/src/document.cc: see document.h.
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 
 namespace ucm {
 

@@ -1,5 +1,5 @@
 // lib/src/index.cc: see index.h.
-#include "index.h"
+#include "ucm/core/index.h"
 
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
@@ -11,7 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "lib/src/log.h"
+#include "ucm/core/log.h"
+#include "ucm/core/ns_value.h"
 
 #include <cstdarg>
 #include <cstdio>
@@ -395,14 +396,11 @@ Status Index::write(Batch& b, bool sync) {
                    ? Status::InvalidArgument("namespace " + to_hex(ns) + " is not registered; register it before dumping")
                    : st;
     }
-    nlohmann::json j = nlohmann::json::parse(cur, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
+    NsIndexValue v;
+    if (!ns_value_from_json(cur, &v).ok())
       return Status::Corruption("index namespace " + to_hex(ns) + " has an unreadable descriptor");
-    int64_t blocks = j.value("blocks", int64_t(0)) + d.first;
-    int64_t bytes = j.value("bytes", int64_t(0)) + d.second;
-    j["blocks"] = std::max<int64_t>(0, blocks);
-    j["bytes"] = std::max<int64_t>(0, bytes);
-    wb.Put(cf(Family::kNamespaces), k, j.dump());
+    v.add_counters(d.first, d.second);
+    wb.Put(cf(Family::kNamespaces), k, ns_value_to_json(v));
   }
   for (const auto& [id, d] : b.file_delta_) {
     std::string k = fmt::file_key(id), cur;

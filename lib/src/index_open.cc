@@ -1,5 +1,5 @@
 // lib/src/index_open.cc: see index_open.h.
-#include "lib/src/index_open.h"
+#include "ucm/core/index_open.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -15,8 +15,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "formats/store/records.h"
-#include "lib/src/log.h"
+#include "ucm/format/format.h"
+#include "ucm/core/log.h"
 
 namespace ucm {
 namespace fs = std::filesystem;

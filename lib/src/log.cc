@@ -1,5 +1,5 @@
 // lib/src/log.cc: see log.h.
-#include "lib/src/log.h"
+#include "ucm/core/log.h"
 
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>

@@ -1,5 +1,5 @@
 // lib/src/metrics.cc: see metrics.h.
-#include "metrics.h"
+#include "ucm/core/metrics.h"
 
 #include <cstdio>
 

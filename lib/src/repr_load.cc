@@ -1,5 +1,5 @@
 // lib/src/repr_load.cc: representation shape, destination checks and scatter (see repr_load.h).
-#include "lib/src/repr_load.h"
+#include "ucm/core/repr_load.h"
 
 #include <cstring>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "lib/src/retrieval/convert.h"
+#include "ucm/core/retrieval/convert.h"
 
 namespace ucm::detail {
 namespace {

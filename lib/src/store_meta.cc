@@ -1,7 +1,8 @@
 // lib/src/store_meta.cc: namespaces, attachments and the document registry (see store_impl.h).
-#include "lib/src/store_impl.h"
+#include "ucm/core/store_impl.h"
 
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
+#include "ucm/core/ns_value.h"
 
 namespace ucm::detail {
 
@@ -136,12 +137,7 @@ Status StoreImpl::register_namespace(const NamespaceDesc& desc, NamespaceId* id)
   uint32_t file = 0;
   uint64_t off = 0;
   s = write_meta_record(&h, payload, &file, &off, [&](Index::Batch& b) {
-    auto j = parse_obj(payload);
-    j["blocks"] = 0;
-    j["bytes"] = 0;
-    j["attachments"] = nlohmann::json::object();
-    j["record"] = {file, off};
-    b.put_namespace(ns, j.dump());
+    b.put_namespace(ns, ns_value_to_json(NsIndexValue::Fresh(payload, file, off)));
     return Status::OK();
   });
   if (!s.ok()) return s;
@@ -172,9 +168,11 @@ Status StoreImpl::put_attachment(const NamespaceId& ns, const std::string& name,
     std::string cur;
     Status st = index_->get_namespace(ns, &cur);
     if (!st.ok()) return st;
-    auto j = parse_obj(cur);
-    j["attachments"][name] = {file, off, uint64_t(payload.size()), h.payload_checksum};
-    b.put_namespace(ns, j.dump());
+    NsIndexValue v;
+    st = ns_value_from_json(cur, &v);
+    if (!st.ok()) return Status::Corruption("namespace " + to_hex(ns) + ": " + st.message());
+    v.attachments[name] = {file, off, uint64_t(payload.size()), h.payload_checksum};
+    b.put_namespace(ns, ns_value_to_json(v));
     return Status::OK();
   });
 }
@@ -183,34 +181,72 @@ Status StoreImpl::get_attachment(const NamespaceId& ns, const std::string& name,
   std::string cur;
   Status s = index_->get_namespace(ns, &cur);
   if (!s.ok()) return s;
-  auto j = parse_obj(cur);
-  if (!j.contains("attachments") || !j["attachments"].contains(name))
+  NsIndexValue v;
+  s = ns_value_from_json(cur, &v);
+  if (!s.ok()) return Status::Corruption("namespace " + to_hex(ns) + ": " + s.message());
+  const auto it = v.attachments.find(name);
+  if (it == v.attachments.end())
     return Status::NotFound("namespace " + to_hex(ns) + " has no attachment \"" + name + "\"");
-  auto a = j["attachments"][name];
-  if (!a.is_array() || a.size() != 4) return Status::Corruption("attachment \"" + name + "\" entry is malformed in the index");
-  return reader_->read_attachment(ns, name, a[0].get<uint32_t>(), a[1].get<uint64_t>(), a[2].get<uint64_t>(),
-                                  a[3].get<uint64_t>(), data);
+  const NsAttachmentRef& a = it->second;
+  return reader_->read_attachment(ns, name, a.file, a.offset, a.length, a.checksum, data);
 }
 
 // ---------------------------------------------------------------------------------------------
 Status StoreImpl::put_document(const NamespaceId& ns, const DocumentEntry& doc) {
-  Status s = writer_only("put_document");
+  return write_documents("put_document", ns, &doc, 1);
+}
+
+Status StoreImpl::put_documents(const NamespaceId& ns, const DocumentEntry* docs, size_t n) {
+  return write_documents("put_documents", ns, docs, n);
+}
+
+Status StoreImpl::write_documents(const char* op, const NamespaceId& ns, const DocumentEntry* docs, size_t n) {
+  Status s = writer_only(op);
   if (!s.ok()) return s;
-  if (doc.id.empty()) return Status::InvalidArgument("document id is empty");
+  if (n && !docs) return Status::InvalidArgument(std::string(op) + ": docs is null with n > 0");
+  for (size_t i = 0; i < n; ++i)
+    if (docs[i].id.empty()) return Status::InvalidArgument("document id is empty");
   std::string tmp;
   s = index_->get_namespace(ns, &tmp);
+  if (!s.ok() || n == 0) return s;
+  std::vector<std::string> payloads(n);
+  uint64_t bytes = fmt::kPage;  // a new data file's header, if the records roll
+  for (size_t i = 0; i < n; ++i) {
+    payloads[i] = document_to_json(docs[i]);
+    bytes += fmt::record_size(payloads[i].size());
+  }
+  s = check_space(bytes, n == 1 ? std::string("write a DOCUMENT record")
+                                : "write " + std::to_string(n) + " DOCUMENT records");
   if (!s.ok()) return s;
-  const std::string payload = document_to_json(doc);
-  fmt::RecordHeader h;
-  h.type = fmt::RecordType::kDocument;
-  h.ns = ns;
-  h.key = fmt::md5(doc.id.data(), doc.id.size());
-  uint32_t file = 0;
-  uint64_t off = 0;
-  return write_meta_record(&h, payload, &file, &off, [&](Index::Batch& b) {
-    b.put_doc(ns, doc.id, payload);
-    return Status::OK();
-  });
+  // The records (one file, or two when the active file rolls meanwhile), one fdatasync per
+  // file, then one synced index batch (store_v1.md §3.4).
+  std::vector<std::pair<std::shared_ptr<ActiveFile>, uint64_t>> files;  // file, live bytes added
+  for (size_t i = 0; i < n; ++i) {
+    fmt::RecordHeader h;
+    h.type = fmt::RecordType::kDocument;
+    h.ns = ns;
+    h.key = fmt::md5(docs[i].id.data(), docs[i].id.size());
+    uint32_t file = 0;
+    uint64_t off = 0;
+    std::shared_ptr<ActiveFile> af;
+    s = append_record(&h, {{payloads[i].data(), payloads[i].size()}}, &file, &off, &af);
+    if (!s.ok()) return s;
+    if (files.empty() || files.back().first != af) files.emplace_back(af, 0);
+    files.back().second += fmt::record_size(payloads[i].size());
+  }
+  for (auto& [af, live] : files) {
+    s = af->w->sync();
+    if (!s.ok()) return s;
+  }
+  std::lock_guard<std::mutex> g(commit_mu_);
+  Index::Batch b;
+  for (size_t i = 0; i < n; ++i) b.put_doc(ns, docs[i].id, payloads[i]);
+  for (auto& [af, live] : files) {
+    af->rec.size = af->w->size();
+    af->rec.live_bytes += live;
+    b.put_file(af->w->file_id(), af->rec);
+  }
+  return index_->write(b, true);
 }
 
 Status StoreImpl::get_document(const NamespaceId& ns, const std::string& id, DocumentEntry* doc) {

@@ -1,9 +1,9 @@
 // lib/src/store_open.cc: creating and opening a store, closing it, the background thread (see store_impl.h).
-#include "lib/src/store_impl.h"
+#include "ucm/core/store_impl.h"
 
 #include <spdlog/spdlog.h>
 
-#include "lib/src/log.h"
+#include "ucm/core/log.h"
 
 namespace ucm::detail {
 
@@ -238,7 +238,7 @@ StoreImpl::~StoreImpl() {
   }
   access_.close();
   reader_.reset();
-  active_.reset();
+  roller_.reset();
   index_ = nullptr;
   own_index_.reset();
   ro_index_.reset();

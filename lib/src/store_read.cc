@@ -1,5 +1,6 @@
 // lib/src/store_read.cc: the lookup table and its catch-up, lookup, load, load_repr, metrics (see store_impl.h).
-#include "lib/src/store_impl.h"
+#include "ucm/core/ns_value.h"
+#include "ucm/core/store_impl.h"
 
 namespace ucm::detail {
 
@@ -10,8 +11,8 @@ Status StoreImpl::rebuild_table() {
   uint64_t count = 0;
   std::string v;
   Status s = index_->scan(Index::Family::kNamespaces, "", [&](std::string_view k, std::string_view val) {
-    auto j = parse_obj(std::string(val));
-    count += j.value("blocks", uint64_t(0));
+    NsIndexValue nv;
+    if (ns_value_from_json(val, &nv).ok()) count += nv.blocks;  // sizes the table; a bad value is found elsewhere
     return true;
   });
   if (!s.ok()) return s;

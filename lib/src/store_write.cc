@@ -1,5 +1,5 @@
 // lib/src/store_write.cc: data files, the free-space reserve, the commit thread, dump (see store_impl.h).
-#include "lib/src/store_impl.h"
+#include "ucm/core/store_impl.h"
 
 namespace ucm::detail {
 
@@ -27,30 +27,8 @@ Status StoreImpl::check_space(uint64_t bytes, const std::string& what) {
 }
 
 Status StoreImpl::active_file_locked(std::shared_ptr<ActiveFile>* af) {
-  if (!active_ || active_->w->size() >= fmt::kFileRollBytes) {
-    uint32_t id = 0;
-    Status s = index_->allocate_file_id(&id);
-    if (!s.ok()) return s;
-    auto nf = std::make_shared<ActiveFile>();
-    s = fmt::DataFileWriter::Create(path_, id, &nf->w);
-    if (!s.ok()) return s;
-    nf->rec.size = fmt::kPage;
-    nf->rec.state = fmt::FileState::kActive;
-    Index::Batch b;
-    {
-      std::lock_guard<std::mutex> c(commit_mu_);
-      if (active_) {
-        active_->rec.state = fmt::FileState::kSealed;
-        b.put_file(active_->w->file_id(), active_->rec);
-      }
-      b.put_file(id, nf->rec);
-      s = index_->write(b, true);
-    }
-    if (!s.ok()) return s;
-    active_ = nf;
-  }
-  *af = active_;
-  return Status::OK();
+  if (!roller_) roller_ = std::make_unique<FileRoller>(path_, index_, &commit_mu_);
+  return roller_->get(0, af);
 }
 
 Status StoreImpl::append_record(fmt::RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces,
@@ -290,6 +268,7 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
         }
         if (whole.ok())
           for (size_t i : added) {
+            t->written()[i] = 1;
             metrics_.blocks_dumped.fetch_add(1, std::memory_order_relaxed);
             metrics_.bytes_dumped.fetch_add(st->recs[i].bytes(), std::memory_order_relaxed);
           }

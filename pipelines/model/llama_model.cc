@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "llama_ops.h"
-#include "safetensors/safetensors.h"
+#include "ucm/safetensors/safetensors.h"
 
 namespace ucm::model {
 namespace {

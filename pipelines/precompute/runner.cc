@@ -13,8 +13,10 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
-#include <unordered_map>
+#include <unordered_set>
 
 #include "internal.h"
 #include "llama_model.h"
@@ -49,7 +51,7 @@ struct DocWork {
 
 struct DocDump {
   std::vector<BlockHash> hashes;
-  std::vector<uint8_t> present;
+  std::vector<uint8_t> present;  // left to another document of the batch, which dumps it
   std::vector<std::string> reprs;
   std::vector<const void*> pages;
   std::vector<DumpItem> items;
@@ -64,6 +66,7 @@ struct Batch {
   model::LlamaModel::Output out;       // fp32, freed after stage 3
   std::vector<torch::Tensor> kp, vp;   // payload dtype [B, T, H, D], contiguous
   std::vector<DocDump> dumps;
+  std::unordered_set<std::string> claimed;  // block hashes a document of this batch dumps
   ~Batch() {
     // Dump tasks reference kp/vp/reprs: never free them under a running task.
     for (auto& d : dumps)
@@ -126,7 +129,7 @@ class Runner {
     sum_->tokens_per_second = sum_->seconds > 0 ? double(sum_->tokens) / sum_->seconds : 0;
     if (show_progress_) {
       print_progress(true);
-      std::fputc('\n', stderr);
+      progress_log().info("\n");  // ends the line
     }
     return st;
   }
@@ -318,35 +321,18 @@ class Runner {
       const size_t nblk = doc.ids.size() / bs_;
       hash_blocks(root_, reinterpret_cast<const uint32_t*>(doc.ids.data()), doc.ids.size(), bs_, &dd.hashes);
       dd.present.assign(nblk, 0);
-      size_t prefix_blocks = 0;
-      Status st = store_->lookup(ns_, dd.hashes.data(), nblk, dd.present.data(), &prefix_blocks);
-      if (!st.ok()) throw Abort{st};
-      // The lookup table holds 8-byte fingerprints: confirm hits in the index, so a fingerprint
-      // collision can never leave a registered document with a missing block.
-      for (size_t i = 0; i < nblk; ++i) {
-        if (!dd.present[i]) continue;
-        BlockInfo info;
-        if (!store_->get_block(ns_, dd.hashes[i], &info).ok()) dd.present[i] = 0;
-      }
       std::vector<const float*> kptr(static_cast<size_t>(L_)), dptr(static_cast<size_t>(L_));
-      // Blocks another document of this batch writes are left to it (the batch is registered only
-      // once all of its dumps are done); a block claimed by another batch is written here too
-      // (identical bytes; that batch may finish later), but counted once.
+      // Every block goes to the store, which skips the ones it holds (checked in its index, so a
+      // lookup fingerprint collision cannot leave a registered document with a missing block) and
+      // says per block whether it wrote it (Task::block_written, counted in stage 4). Blocks
+      // another document of this batch dumps are left to it (the batch is registered only once
+      // all of its dumps are done); a block that another batch in flight dumps too is written by
+      // whichever commits first, and the other finds it present.
       {
         std::lock_guard<std::mutex> g(claim_mu_);
         for (size_t i = 0; i < nblk; ++i) {
-          if (dd.present[i]) {
-            dd.existing++;
-            continue;
-          }
           std::string key(reinterpret_cast<const char*>(dd.hashes[i].data()), dd.hashes[i].size());
-          auto [it, inserted] = claimed_.emplace(std::move(key), b->seq);
-          if (inserted) {
-            dd.written++;
-          } else {
-            dd.existing++;
-            if (it->second == b->seq) dd.present[i] = 1;
-          }
+          if (!b->claimed.insert(std::move(key)).second) dd.present[i] = 1;
         }
       }
       size_t n_new = 0;
@@ -388,15 +374,21 @@ class Runner {
     if (!b) return;
     for (size_t i = 0; i < b->docs.size(); ++i) {
       auto& dd = b->dumps[i];
-      if (!dd.task) continue;
-      Status st = dd.task->wait(-1);
-      if (!st.ok())
-        throw Abort{Status(st.code(), "dumping blocks of document " + b->docs[i].id + ": " + st.message())};
+      dd.written = 0;
+      if (dd.task) {
+        Status st = dd.task->wait(-1);
+        if (!st.ok())
+          throw Abort{Status(st.code(), "dumping blocks of document " + b->docs[i].id + ": " + st.message())};
+        for (uint8_t w : dd.task->block_written()) dd.written += w;
+      }
+      dd.existing = dd.hashes.size() - dd.written;
     }
+    // The whole batch is registered at once: one fdatasync and one synced index write.
+    std::vector<DocumentEntry> entries(b->docs.size());
     for (size_t i = 0; i < b->docs.size(); ++i) {
-      auto& doc = b->docs[i];
-      auto& dd = b->dumps[i];
-      DocumentEntry e;
+      const auto& doc = b->docs[i];
+      const auto& dd = b->dumps[i];
+      DocumentEntry& e = entries[i];
       e.id = doc.id;
       e.first_block = dd.hashes.front();
       e.last_block = dd.hashes.back();
@@ -404,8 +396,15 @@ class Runner {
       e.tokens = doc.ids.size();
       e.source = doc.source;
       e.created_ms = now_ms();
-      Status st = store_->put_document(ns_, e);
-      if (!st.ok()) throw Abort{Status(st.code(), "registering document " + doc.id + ": " + st.message())};
+    }
+    Status st = entries.empty() ? Status::OK() : store_->put_documents(ns_, entries.data(), entries.size());
+    if (!st.ok())
+      throw Abort{Status(st.code(), "registering " + std::to_string(entries.size()) + " documents (" +
+                                        entries.front().id + (entries.size() > 1 ? ", ..." : "") +
+                                        "): " + st.message())};
+    for (size_t i = 0; i < b->docs.size(); ++i) {
+      auto& doc = b->docs[i];
+      auto& dd = b->dumps[i];
       sum_->documents++;
       sum_->tokens += doc.ids.size();
       sum_->blocks_written += dd.written;
@@ -432,11 +431,23 @@ class Runner {
       std::snprintf(buf, sizeof buf, "%dm%02ds", int(rem) / 60, int(rem) % 60);
       eta = buf;
     }
-    std::fprintf(stderr, "\rprecompute: docs %llu/%s (skipped %llu)  %.0f tok/s  blocks %llu new %llu existing  ETA %s   ",
-                 (unsigned long long)done, total_docs_ ? std::to_string(total_docs_).c_str() : "?",
-                 (unsigned long long)skipped, tps, (unsigned long long)sum_->blocks_written,
-                 (unsigned long long)sum_->blocks_existing, eta.c_str());
-    std::fflush(stderr);
+    progress_log().info("\rprecompute: docs {}/{} (skipped {})  {:.0f} tok/s  blocks {} new {} existing  ETA {}   ", done,
+                        total_docs_ ? std::to_string(total_docs_) : "?", skipped, tps, sum_->blocks_written,
+                        sum_->blocks_existing, eta);
+  }
+
+  // The progress line on stderr, redrawn in place: bare text, no line ending (each line starts
+  // with a carriage return; the last is ended by a message of its own).
+  static spdlog::logger& progress_log() {
+    static const std::shared_ptr<spdlog::logger> log = [] {
+      auto l = std::make_shared<spdlog::logger>("precompute-progress",
+                                                std::make_shared<spdlog::sinks::stderr_sink_mt>());
+      l->set_formatter(std::make_unique<spdlog::pattern_formatter>("%v", spdlog::pattern_time_type::local, ""));
+      l->set_level(spdlog::level::info);
+      l->flush_on(spdlog::level::info);
+      return l;
+    }();
+    return *log;
   }
 
  public:
@@ -462,7 +473,6 @@ class Runner {
   std::vector<DocWork> window_;
   std::deque<BatchPtr> ready_;
   std::mutex sum_mu_, claim_mu_;
-  std::unordered_map<std::string, uint64_t> claimed_;  // block hash -> seq of the batch writing it
   uint64_t next_seq_ = 0;
   double prefill_seconds_ = 0;
   Clock::time_point t0_, last_progress_;

@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "bench/retrieval_bench.h"
+#include "ucm/bench/retrieval_bench.h"
 
 namespace {
 

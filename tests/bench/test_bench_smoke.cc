@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "bench/raw_io.h"
-#include "bench/store_bench.h"
+#include "ucm/bench/raw_io.h"
+#include "ucm/bench/store_bench.h"
 #include "ucm/store.h"
 
 namespace fs = std::filesystem;

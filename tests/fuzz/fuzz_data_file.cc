@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "fuzz_common.h"
 
 using namespace ucm;

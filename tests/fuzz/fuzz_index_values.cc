@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "fuzz_common.h"
 
 using namespace ucm;

@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "fuzz_common.h"
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
 #include "ucm/namespace.h"
 
 using namespace ucm;

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "fuzz_common.h"
-#include "safetensors/safetensors.h"
+#include "ucm/safetensors/safetensors.h"
 
 namespace st = ucm::safetensors;
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "fuzz_common.h"
 
 using namespace ucm;

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "fuzz_common.h"
-#include "lib/src/document.h"
+#include "ucm/core/document.h"
 #include "ucm/namespace.h"
 
 using namespace ucm;

@@ -24,7 +24,7 @@
 #include <fstream>
 
 #include "llama_model.h"
-#include "safetensors/safetensors.h"
+#include "ucm/safetensors/safetensors.h"
 #include "st_writer.h"
 
 namespace fs = std::filesystem;

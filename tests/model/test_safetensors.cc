@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "safetensors/safetensors.h"
+#include "ucm/safetensors/safetensors.h"
 #include "st_writer.h"
 
 namespace fs = std::filesystem;

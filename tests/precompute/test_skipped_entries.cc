@@ -22,8 +22,8 @@
 
 #include "cli_run.h"
 #include "doc_source.h"
-#include "formats/store/records.h"
-#include "lib/src/index.h"
+#include "ucm/format/format.h"
+#include "ucm/core/index.h"
 #include "llama_model.h"
 #include "ucm/admin.h"
 #include "ucm/hash.h"

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/store/records.h"
-#include "formats/store/repr_table.h"
+#include "ucm/format/format.h"
+#include "ucm/format/repr_table.h"
 #include "repr_encode.h"
 #include "ucm/hash.h"
 #include "ucm/retrieval.h"

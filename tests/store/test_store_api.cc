@@ -15,8 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "formats/store/records.h"
-#include "index.h"
+#include "ucm/format/format.h"
+#include "ucm/core/index.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
 
@@ -493,6 +493,70 @@ TEST(StoreIO, DumpLookupLoadRoundTrip) {
     EXPECT_GT(live, 9 * d.payload_bytes());
     EXPECT_LE(live, size);
   }
+  fs::remove_all(p);
+}
+
+// Task::block_written: 1 for the blocks a dump wrote, 0 for those it found present (stored
+// before, or repeated within the call).
+TEST(StoreIO, DumpReportsPerBlockWhetherItWrote) {
+  std::string p = tmpdir("written");
+  auto s = open_store(p, true, true);
+  NamespaceDesc d = small_ns();
+  NamespaceId ns;
+  ASSERT_TRUE(s->register_namespace(d, &ns).ok());
+  auto hs = chain(ns, 4, 11);
+  std::vector<std::vector<uint8_t>> keep;
+  ASSERT_TRUE(dump_blocks(s.get(), ns, d, {hs[0], hs[1]}, &keep).ok());
+  // hs[1] is stored, hs[2] new, hs[2] again within the call, hs[3] new.
+  std::vector<BlockHash> again = {hs[1], hs[2], hs[2], hs[3]};
+  std::vector<std::vector<uint8_t>> pl(again.size());
+  std::vector<DumpItem> items(again.size());
+  for (size_t i = 0; i < again.size(); ++i) {
+    pl[i] = payload_for(again[i], d.payload_bytes());
+    items[i].hash = again[i];
+    items[i].parent = hs[0];  // any parent: not checked by dump
+    items[i].token_count = 16;
+    items[i].kv = pl[i].data();
+  }
+  auto t = s->dump(ns, items.data(), items.size());
+  ASSERT_TRUE(t->wait().ok());
+  EXPECT_EQ(t->block_written(), (std::vector<uint8_t>{0, 1, 0, 1}));
+  // A load task says 0 for every block.
+  std::vector<uint8_t> dst(d.payload_bytes());
+  auto lt = s->load(ns, &hs[0], 1, LoadDest{LoadDest::Kind::kContiguous, {}, {dst.data()}});
+  ASSERT_TRUE(lt->wait().ok());
+  EXPECT_EQ(lt->block_written(), std::vector<uint8_t>{0});
+  // A failed task: nothing written.
+  auto ft = s->dump(NamespaceId{}, items.data(), 1);  // not registered
+  EXPECT_EQ(ft->wait().code(), Code::kNotFound);
+  EXPECT_EQ(ft->block_written(), std::vector<uint8_t>{0});
+  fs::remove_all(p);
+}
+
+// put_documents: many documents in one index write; each readable, replacing earlier entries.
+TEST(StoreIO, PutDocumentsRegistersABatch) {
+  std::string p = tmpdir("docs");
+  auto s = open_store(p, true, true);
+  NamespaceDesc d = small_ns();
+  NamespaceId ns;
+  ASSERT_TRUE(s->register_namespace(d, &ns).ok());
+  auto hs = chain(ns, 2, 12);
+  std::vector<DocumentEntry> docs;
+  for (int i = 0; i < 5; ++i) docs.push_back(DocumentEntry{"doc" + std::to_string(i), hs[0], hs[1], 2, 32, "src", 0});
+  docs.push_back(DocumentEntry{"doc0", hs[0], hs[1], 2, 33, "later", 0});  // replaces the first
+  ASSERT_TRUE(s->put_documents(ns, docs.data(), docs.size()).ok());
+  EXPECT_EQ(s->documents(ns).size(), 5u);
+  DocumentEntry got;
+  ASSERT_TRUE(s->get_document(ns, "doc0", &got).ok());
+  EXPECT_EQ(got.source, "later");
+  EXPECT_EQ(got.tokens, 33u);
+  ASSERT_TRUE(s->put_documents(ns, nullptr, 0).ok());
+  docs[2].id.clear();
+  EXPECT_EQ(s->put_documents(ns, docs.data(), docs.size()).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s->put_documents(NamespaceId{}, docs.data(), 1).code(), Code::kNotFound);
+  s.reset();
+  s = open_store(p, false);
+  EXPECT_EQ(s->documents(ns).size(), 5u);  // durable
   fs::remove_all(p);
 }
 

@@ -10,10 +10,11 @@
 #include <random>
 #include <set>
 
-#include "document.h"
-#include "formats/store/records.h"
-#include "fptable.h"
-#include "index.h"
+#include "ucm/core/document.h"
+#include "ucm/format/format.h"
+#include "ucm/core/fptable.h"
+#include "ucm/core/index.h"
+#include "ucm/core/ns_value.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
 
@@ -183,6 +184,50 @@ TEST(Document, FromJsonRejectsBadCounters) {
   EXPECT_EQ(doc.created_ms, 7u);
   ASSERT_TRUE(document_from_json(head + "}", &doc).ok());
   EXPECT_EQ(doc.blocks, 0u);
+}
+
+// The namespace index value (§5.2): the descriptor with blocks, bytes, record and attachments.
+TEST(NsIndexValue, RoundTripKeepsTheDescriptorAndRejectsBadShapes) {
+  NamespaceDesc d;
+  d.model_id = "m";
+  d.weights_digest = "w";
+  d.num_layers = 2;
+  d.num_kv_heads = 1;
+  d.head_dim = 4;
+  NsIndexValue v = NsIndexValue::Fresh(d.to_json(), 3, 8192);
+  v.add_counters(5, 100);
+  v.add_counters(-1, -20);
+  v.attachments["r4_projection"] = {4, 12288, 64, 99};
+  v.descriptor["future_key"] = "kept";
+  const std::string text = ns_value_to_json(v);
+  NsIndexValue back;
+  ASSERT_TRUE(ns_value_from_json(text, &back).ok()) << text;
+  EXPECT_EQ(back.blocks, 4u);
+  EXPECT_EQ(back.bytes, 80u);
+  EXPECT_TRUE(back.has_record);
+  EXPECT_EQ(back.record_file, 3u);
+  EXPECT_EQ(back.record_offset, 8192u);
+  ASSERT_EQ(back.attachments.count("r4_projection"), 1u);
+  EXPECT_EQ(back.attachments["r4_projection"].checksum, 99u);
+  EXPECT_EQ(back.descriptor.value("future_key", ""), "kept");
+  EXPECT_FALSE(back.descriptor.contains("blocks"));
+  EXPECT_EQ(ns_value_to_json(back), text);  // re-encoding gives the same bytes
+  NamespaceDesc dd;
+  ASSERT_TRUE(NamespaceDesc::from_json(text, &dd).ok());  // the value is still a descriptor
+  EXPECT_EQ(dd.id(), d.id());
+  back.add_counters(-10, -1000);  // counters stop at 0
+  EXPECT_EQ(back.blocks, 0u);
+  EXPECT_EQ(back.bytes, 0u);
+  for (const char* bad : {"[]", "{", R"({"blocks":"3"})", R"({"bytes":1.5})", R"({"record":[1]})",
+                          R"({"record":[4294967296,0]})", R"({"attachments":[]})",
+                          R"({"attachments":{"a":[1,2,3]}})", R"({"attachments":{"a":[1,2,3,-4]}})"}) {
+    NsIndexValue x;
+    EXPECT_EQ(ns_value_from_json(bad, &x).code(), Code::kCorruption) << bad;
+  }
+  NsIndexValue empty;
+  ASSERT_TRUE(ns_value_from_json("{}", &empty).ok());
+  EXPECT_FALSE(empty.has_record);
+  EXPECT_EQ(empty.blocks, 0u);
 }
 
 TEST(IndexBatch, MoveAndClear) {

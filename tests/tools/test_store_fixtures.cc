@@ -13,7 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "tools_test_util.h"
 #include "ucm/admin.h"
 

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "admin_internal.h"
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "tools_test_util.h"
 #include "ucm/admin.h"
 

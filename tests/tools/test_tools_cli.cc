@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "cli_run.h"
 #include "tools_test_util.h"
 #include "ucm/admin.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "formats/store/records.h"
+#include "ucm/format/format.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
 #include "ucm/store.h"

@@ -91,6 +91,10 @@ class Task {
   /// Per-block result, valid once done(). Load: NotFound (miss), Corruption (checksum: destination
   /// untouched), IOError. Dump: OK also when the block already existed (no-op).
   virtual const std::vector<Status>& block_status() const = 0;
+  /// Dump: per block, 1 when this task wrote and committed the block, 0 when it found the block
+  /// present (already stored, repeated earlier in the call, or committed meanwhile by another
+  /// dump) or the block failed. Valid once done(). Load tasks: all 0.
+  virtual const std::vector<uint8_t>& block_written() const = 0;
 };
 
 struct DocumentEntry {
@@ -188,6 +192,10 @@ class Store {
 
   // --- document registry (store_v1.md §5.6)
   virtual Status put_document(const NamespaceId& ns, const DocumentEntry& doc) = 0;
+  /// Writer: registers n documents with one fdatasync and one synced index write (all or none
+  /// is registered; the DOCUMENT records of a failed call are dead space). Same rules as
+  /// put_document for each; a later entry with the same id replaces an earlier one.
+  virtual Status put_documents(const NamespaceId& ns, const DocumentEntry* docs, size_t n) = 0;
   virtual Status get_document(const NamespaceId& ns, const std::string& id, DocumentEntry* doc) = 0;
   virtual std::vector<DocumentEntry> documents(const NamespaceId& ns) = 0;
 

@@ -1,11 +1,11 @@
 // lib/src/retrieval/kernels.cc: scoring kernels (see kernels.h). Built with -O3 (lib/CMakeLists.txt).
-#include "lib/src/retrieval/kernels.h"
+#include "ucm/core/retrieval/kernels.h"
 
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 
-#include "lib/src/retrieval/convert.h"
+#include "ucm/core/retrieval/convert.h"
 
 // x86-64 GCC: one copy of each entry point per ISA level, chosen by the loader (ifunc). The
 // templates below are inlined into each copy (flatten), so they vectorise for that level.

@@ -1,5 +1,5 @@
 // lib/src/retrieval/params.cc: retriever defaults, checks and YAML reader (see params.h).
-#include "lib/src/retrieval/params.h"
+#include "ucm/core/retrieval/params.h"
 
 #include <yaml-cpp/yaml.h>
 

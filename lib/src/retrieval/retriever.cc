@@ -1,6 +1,6 @@
 // lib/src/retrieval/retriever.cc: policies, GQA reduction, shared heads, dense layers and reuse
 // (see retriever.h).
-#include "lib/src/retrieval/retriever.h"
+#include "ucm/core/retrieval/retriever.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +8,9 @@
 #include <limits>
 #include <string>
 
-#include "lib/src/retrieval/convert.h"
-#include "lib/src/retrieval/kernels.h"
-#include "lib/src/retrieval/params.h"
+#include "ucm/core/retrieval/convert.h"
+#include "ucm/core/retrieval/kernels.h"
+#include "ucm/core/retrieval/params.h"
 
 namespace ucm::retrieval {
 namespace {

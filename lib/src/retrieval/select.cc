@@ -1,5 +1,5 @@
 // lib/src/retrieval/select.cc: windows, budget, top-k and PSA threshold selection (see select.h).
-#include "lib/src/retrieval/select.h"
+#include "ucm/core/retrieval/select.h"
 
 #include <algorithm>
 #include <cmath>

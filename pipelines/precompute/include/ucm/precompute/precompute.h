@@ -7,8 +7,8 @@
 //   2. serial   prefill: LlamaModel::forward (torch intra-op threads)
 //   3. parallel per document: block hashes (ucm::hash_blocks), payload conversion, R0/R1/R4,
 //               async Store::dump
-//   4. serial   wait for the dumps, then Store::put_document (a document is registered only after
-//               all of its blocks are durable)
+//   4. serial   wait for the dumps, then Store::put_documents for the batch (a document is
+//               registered only after all of its blocks are durable)
 // At most `max_batches_in_flight` batches are alive at once (bounded memory, see docs).
 #pragma once
 #include <cstdint>

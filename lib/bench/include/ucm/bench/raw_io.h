@@ -1,0 +1,44 @@
+// ucm/bench/raw_io.h: the disk's raw rate, measured like fio does (O_DIRECT, fixed queue depth), so
+// that `ucm bench store` can state the store's dump and load throughput as a fraction of it.
+// Internal to ucm_bench.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "ucm/status.h"
+
+namespace ucm::bench {
+
+/// Result of one raw I/O pass.
+struct RawIoResult {
+  uint64_t ios = 0;       ///< I/Os completed
+  uint64_t bytes = 0;     ///< bytes transferred
+  double seconds = 0;     ///< wall time, submission of the first I/O to the last completion
+                          ///< (the sequential write also includes the final fdatasync)
+  double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }  ///< 10^9 bytes/s
+};
+
+/// I/O engine used by the raw passes: "io_uring" (liburing) when the kernel allows it, else
+/// "threads" (queue_depth threads doing pread/pwrite).
+struct RawIoEngine {
+  bool force_threads = false;  ///< skip io_uring even when available (tests)
+};
+
+/// Creates `path` (truncating it), preallocates blocks * block_bytes bytes (fallocate, like
+/// fio's default), then writes it sequentially in block_bytes-sized O_DIRECT writes with
+/// `queue_depth` in flight, and fdatasyncs it. block_bytes must be a multiple of 4096.
+/// *engine_used receives "io_uring" or "threads".
+/// Errors: InvalidArgument (block size not a multiple of 4096; O_DIRECT unsupported by the file
+/// system: the message says to pick a directory on a disk file system), IOError / NoSpace.
+Status raw_seq_write(const std::string& path, uint64_t block_bytes, uint64_t blocks,
+                     uint32_t queue_depth, const RawIoEngine& engine, RawIoResult* out,
+                     std::string* engine_used);
+
+/// Reads `reads` blocks of block_bytes at uniformly random block-aligned offsets (offset =
+/// k * block_bytes, k in [0, file_size / block_bytes)) of the existing file `path`, O_DIRECT,
+/// `queue_depth` in flight. `seed` makes the offsets reproducible.
+Status raw_rand_read(const std::string& path, uint64_t block_bytes, uint64_t reads,
+                     uint32_t queue_depth, uint64_t seed, const RawIoEngine& engine,
+                     RawIoResult* out, std::string* engine_used);
+
+}  // namespace ucm::bench

@@ -1,0 +1,209 @@
+// ucm/core/store_impl.h: StoreImpl, the one implementation of ucm::Store, and the helpers its
+// parts share. Internal to libucm. Its definitions are split by concern:
+//   store_open.cc   creation, open (init), close, the background thread, Store::Open
+//   store_meta.cc   namespaces, attachments, documents (the meta records and their index entries)
+//   store_read.cc   the lookup table, journal catch-up, lookup, load, load_repr, metrics
+//   store_write.cc  data files, the free-space reserve, the commit thread, dump
+#pragma once
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "ucm/format/format.h"
+#include "ucm/core/access_log.h"
+#include "ucm/core/data_file_reader.h"
+#include "ucm/core/file_roller.h"
+#include "ucm/core/fptable.h"
+#include "ucm/core/index.h"
+#include "ucm/core/index_open.h"
+#include "ucm/core/metrics.h"
+#include "ucm/core/task_impl.h"
+#include "ucm/core/thread_pool.h"
+#include "ucm/store.h"
+
+namespace ucm::detail {
+
+inline uint64_t elapsed_ns(Clock::time_point t0) {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+}
+
+inline std::string rel_data_name(uint32_t id) {
+  char b[32];
+  std::snprintf(b, sizeof b, "data/%08u.ucmd", id);
+  return b;
+}
+
+
+// ---------------------------------------------------------------------------------------------
+/// The writer's current data file and its in-memory FileRecord.
+using ucm::ActiveFile;
+
+inline BlockInfo to_info(const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& r) {
+  BlockInfo b;
+  b.ns = ns;
+  b.hash = h;
+  b.parent = r.parent;
+  b.token_count = r.token_count;
+  b.kv_file = r.kv_file;
+  b.kv_offset = r.kv_offset;
+  b.kv_length = r.kv_length;
+  b.kv_checksum = r.kv_checksum;
+  b.has_repr = r.has_repr();
+  b.repr_file = r.repr_file;
+  b.repr_offset = r.repr_offset;
+  b.repr_length = r.repr_length;
+  b.repr_checksum = r.repr_checksum;
+  b.created_ms = r.created_ms;
+  b.last_access_ms = r.last_access_ms;
+  return b;
+}
+
+
+// =============================================================================================
+class StoreImpl : public Store {
+ public:
+  StoreImpl(std::string path, const OpenOptions& o) : path_(std::move(path)), opts_(o) {}
+  ~StoreImpl() override;
+
+  Status init(bool create);
+  /// Creates a new store at path_ (missing, empty or kSkeleton): built in the sibling
+  /// fmt::creating_dir() and renamed into place, so the path holds a complete store or nothing
+  /// (store_v1.md §1.1). Leaves lock_ held. *raced: another process put something at the path
+  /// meanwhile; nothing was created, classify again.
+  Status create_new(fmt::StoreDirState state, bool* raced);
+  /// Creation inside `target` itself (a mount point, which a rename cannot replace): superblock
+  /// last, so a kill leaves a skeleton the next create clears.
+  Status create_in_place(const std::string& target, fmt::StoreDirState state);
+
+  const std::string& path() const override { return path_; }
+  bool read_only() const override { return opts_.mode == OpenOptions::Mode::kReadOnly; }
+
+  Status register_namespace(const NamespaceDesc& desc, NamespaceId* id) override;
+  Status find_namespace(const std::string& name_or_id, NamespaceDesc* desc, NamespaceId* id) override;
+  Status get_namespace(const NamespaceId& ns, NamespaceDesc* desc) override;
+  std::vector<NamespaceDesc> namespaces() override;
+  Status put_attachment(const NamespaceId& ns, const std::string& name, const void* data, size_t len) override;
+  Status get_attachment(const NamespaceId& ns, const std::string& name, std::string* data) override;
+
+  Status lookup(const NamespaceId& ns, const BlockHash* hashes, size_t n, uint8_t* present,
+                size_t* prefix_blocks) override;
+  std::shared_ptr<Task> load(const NamespaceId& ns, const BlockHash* hashes, size_t n, const LoadDest& dest) override;
+  std::shared_ptr<Task> load_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n, void* const* dst,
+                                  const size_t* cap) override;
+  std::shared_ptr<Task> visit_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n, ReprVisitor visit) override;
+  std::shared_ptr<Task> dump(const NamespaceId& ns, const DumpItem* items, size_t n) override;
+  Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) override;
+
+  Status put_document(const NamespaceId& ns, const DocumentEntry& doc) override;
+  Status put_documents(const NamespaceId& ns, const DocumentEntry* docs, size_t n) override;
+  Status get_document(const NamespaceId& ns, const std::string& id, DocumentEntry* doc) override;
+  std::vector<DocumentEntry> documents(const NamespaceId& ns) override;
+
+  Status refresh() override;
+  std::string metrics_text() const override;
+
+ private:
+  Status writer_only(const char* what) const {
+    if (!read_only()) return Status::OK();
+    return Status::InvalidArgument(std::string(what) + " needs a read-write handle; " + path_ +
+                                   " was opened read-only");
+  }
+  Status ns_desc(const NamespaceId& ns, NamespaceDesc* d);
+  Status rebuild_table();
+  Status replay_journal();
+  void background();
+
+  // Record I/O.
+  /// Writer: appends one record to the active file (creating / rolling it). Returns file + offset
+  /// and keeps a reference to the writer so the caller can fdatasync it.
+  Status append_record(fmt::RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces,
+                       uint32_t* file, uint64_t* off, std::shared_ptr<ActiveFile>* af);
+  /// Writer: reserves `bytes` contiguous bytes in the active file (creating / rolling it).
+  Status reserve_range(uint64_t bytes, uint64_t* off, std::shared_ptr<ActiveFile>* af);
+  /// Writer: the active file, created or rolled when absent or past the roll size. Caller holds
+  /// append_mu_.
+  Status active_file_locked(std::shared_ptr<ActiveFile>* af);
+  /// Writer: runs `f` on the commit thread (FIFO).
+  void submit_commit(std::function<void()> f);
+  void commit_loop();
+  /// Writer, for small metadata records: append + fdatasync + batch (with the file's bytes) commit.
+  /// put_document / put_documents: the records, one fdatasync per file, one synced index batch.
+  Status write_documents(const char* op, const NamespaceId& ns, const DocumentEntry* docs, size_t n);
+  Status write_meta_record(fmt::RecordHeader* h, const std::string& payload, uint32_t* file, uint64_t* off,
+                           const std::function<Status(Index::Batch&)>& fill);
+
+  /// Writer: refuses (NoSpace) a write of `bytes` when the store's file system has less than
+  /// `bytes` + reserve free (store_v1.md §3.4), so that the index's WAL, memtable flushes and
+  /// close never run out of space. Sticky: after a refusal, writes need as much free space as
+  /// the refused one did (at most one base reserve more than was free) until space is freed.
+  Status check_space(uint64_t bytes, const std::string& what);
+
+  void load_one(const std::shared_ptr<TaskImpl>& t, size_t i, const NamespaceId& ns, const BlockHash& h,
+                const NamespaceDesc& d, uint32_t h0, uint32_t h1, const LoadDest& dest);
+  void finish_load(const std::shared_ptr<TaskImpl>& t);
+
+  std::string path_;
+  OpenOptions opts_;
+  std::unique_ptr<fmt::WriterLock> lock_;
+  Index* index_ = nullptr;                 // own_index_ (writer) or ro_index_'s (reader)
+  std::unique_ptr<Index> own_index_;
+  std::unique_ptr<ReaderIndex> ro_index_;
+  std::unique_ptr<ThreadPool> pool_;
+  AccessLog access_;
+  mutable Metrics metrics_;
+
+  // Lookup table (§8).
+  mutable std::shared_mutex table_mu_;
+  FpTable table_;
+  std::mutex refresh_mu_;
+  uint64_t applied_seq_ = 0;
+
+  // Namespace descriptors by id.
+  std::mutex ns_mu_;
+  std::map<NamespaceId, NamespaceDesc> ns_cache_;
+
+  // Open data files.
+  std::unique_ptr<DataFileReader> reader_;  // created in init() (needs opts_.direct_io)
+
+  // Writer state.
+  std::mutex append_mu_;                  // active file selection / roll
+  std::unique_ptr<FileRoller> roller_;    // the active file; created on the first write
+  std::mutex commit_mu_;                  // serialises index commits (read-modify-write)
+  std::mutex space_mu_;
+  uint64_t space_need_ = 0;
+  // Dump commits (fdatasync + synced index batch) run on their own thread, in task order, so
+  // the I/O threads keep writing meanwhile. write_epoch_ counts finished record writes; a file
+  // whose last fdatasync began after a task's writes finished is not synced again for it.
+  std::atomic<uint64_t> write_epoch_{0};
+  std::thread commit_thread_;
+  std::mutex commit_q_mu_;
+  std::condition_variable commit_q_cv_;
+  std::deque<std::function<void()>> commit_q_;
+  bool commit_stop_ = false;               // > 0 after a NoSpace refusal: free bytes needed to resume
+
+  std::thread bg_;
+  std::mutex bg_mu_;
+  std::condition_variable bg_cv_;
+  bool stop_ = false;
+};
+
+}  // namespace ucm::detail
