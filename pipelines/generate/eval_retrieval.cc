@@ -5,7 +5,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <sstream>
 
@@ -148,16 +147,18 @@ Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
       (void)in.model->extend(to_tensor(ids, C + s, C + s + 1), &pre.cache, false, hook);
     }
 
-    std::map<std::pair<int, float>, RetrieverPtr> rets;
-    for (int p : policies) {
-      Status st;
-      if (p == UCM_POLICY_PSA) {
-        for (double tau : o.taus) {
-          rets.emplace(std::make_pair(p, float(tau)), make_retriever(base, p, info, proj, float(tau), &st));
-          UCM_RETURN_IF_ERROR(st);
-        }
-      } else {
-        rets.emplace(std::make_pair(p, 0.f), make_retriever(base, p, info, proj, 0, &st));
+    struct PolicyRun {
+      std::string name;
+      bool psa;
+      float tau;
+      RetrieverPtr ret;
+    };
+    std::vector<PolicyRun> runs;
+    for (size_t i = 0; i < policies.size(); ++i) {
+      const bool psa = policies[i] == UCM_POLICY_PSA;
+      for (double tau : psa ? o.taus : std::vector<double>{0.0}) {
+        Status st;
+        runs.push_back({o.policies[i], psa, float(tau), make_retriever(base, policies[i], info, proj, float(tau), &st)});
         UCM_RETURN_IF_ERROR(st);
       }
     }
@@ -171,8 +172,9 @@ Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
         auto sc = torch::bmm(qg, K.permute({1, 2, 0})).mul_(scale);  // [H, G, C]
         auto mass = sc.softmax(-1).view({NH, int64_t(n), int64_t(T)}).sum(-1).to(torch::kDouble).contiguous();
         QueryMasses qm(mass.data_ptr<double>(), uint32_t(NH), uint32_t(H), n);
-        stats.add_oracle(uint32_t(l), qm);
-        for (auto& [key, ret] : rets) {
+        const auto curves = EvalStats::oracle_curves(qm);
+        stats.add_oracle(uint32_t(l), qm, curves);
+        for (auto& run : runs) {
           ucm_retrieval_query rq{};
           rq.struct_size = sizeof(rq);
           rq.layer = uint32_t(l);
@@ -187,7 +189,7 @@ Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
             std::vector<uint32_t> idx(size_t(H) * n);
             std::vector<uint32_t> counts(static_cast<size_t>(H));
             uint32_t n_sets = 0;
-            UCM_RETURN_IF_ERROR(from_code(ucm_retriever_select(ret.get(), &rq, idx.data(), n, counts.data(), &n_sets),
+            UCM_RETURN_IF_ERROR(from_code(ucm_retriever_select(run.ret.get(), &rq, idx.data(), n, counts.data(), &n_sets),
                                           "ucm_retriever_select"));
             sets->assign(size_t(H), {});
             for (int64_t g = 0; g < H; ++g) {
@@ -197,9 +199,7 @@ Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
             }
             return Status::OK();
           };
-          UCM_RETURN_IF_ERROR(stats.add_policy(o.policies[size_t(std::find(policies.begin(), policies.end(), key.first) -
-                                                                 policies.begin())],
-                                               key.first == UCM_POLICY_PSA, key.second, uint32_t(l), qm, select));
+          UCM_RETURN_IF_ERROR(stats.add_policy(run.name, run.psa, run.tau, uint32_t(l), qm, curves, select));
         }
       }
     }

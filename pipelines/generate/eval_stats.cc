@@ -27,7 +27,7 @@ double recall_of(const QueryMasses& qm, uint32_t h, const std::vector<uint32_t>&
 
 }  // namespace
 
-std::vector<std::vector<double>> EvalStats::oracle_curves(const QueryMasses& qm) const {
+EvalStats::Curves EvalStats::oracle_curves(const QueryMasses& qm) {
   const size_t n = qm.blocks();
   std::vector<std::vector<double>> cur(qm.q_heads(), std::vector<double>(n + 1, 0.0));
   std::vector<uint32_t> order(n);
@@ -45,8 +45,7 @@ std::vector<std::vector<double>> EvalStats::oracle_curves(const QueryMasses& qm)
   return cur;
 }
 
-void EvalStats::add_oracle(uint32_t layer, const QueryMasses& qm) {
-  const auto cur = oracle_curves(qm);
+void EvalStats::add_oracle(uint32_t layer, const QueryMasses& qm, const Curves& cur) {
   const size_t n = qm.blocks();
   for (double f : budgets_) {
     const uint32_t k = budget_blocks(f, n);
@@ -71,8 +70,7 @@ void EvalStats::add_oracle(uint32_t layer, const QueryMasses& qm) {
 }
 
 Status EvalStats::add_policy(const std::string& policy, bool psa, double tau, uint32_t layer, const QueryMasses& qm,
-                             const SelectFn& select) {
-  const auto cur = oracle_curves(qm);
+                             const Curves& cur, const SelectFn& select) {
   const size_t n = qm.blocks();
   const uint32_t G = qm.group();
   std::map<uint32_t, std::vector<std::vector<uint32_t>>> memo;

@@ -36,12 +36,16 @@ class EvalStats {
  public:
   EvalStats(std::vector<double> budgets, std::vector<double> taus, uint32_t layers)
       : budgets_(std::move(budgets)), taus_(std::move(taus)), layers_(layers) {}
+  /// The oracle's per-query-head recall with the k best blocks of its KV head (by the group's
+  /// summed mass): [h][k], k in [0, n]. Computed once per query, passed to the calls below.
+  using Curves = std::vector<std::vector<double>>;
+  static Curves oracle_curves(const QueryMasses& qm);
   /// The oracle of one query: R* at every budget, and k_tau.
-  void add_oracle(uint32_t layer, const QueryMasses& qm);
+  void add_oracle(uint32_t layer, const QueryMasses& qm, const Curves& cur);
   /// One policy on one query: R at every budget and k_tau (top-k policies), or R and the block
   /// count at its threshold `tau` (psa).
   Status add_policy(const std::string& policy, bool psa, double tau, uint32_t layer, const QueryMasses& qm,
-                    const SelectFn& select);
+                    const Curves& cur, const SelectFn& select);
   /// Means per layer and per layer group into out->rows and out->k_tau.
   void finish(EvalRetrievalResult* out) const;
 
@@ -54,9 +58,6 @@ class EvalStats {
     double blocks = 0, fraction = 0;
     uint64_t n = 0;
   };
-  // The oracle's per-query-head recall with the k best blocks of its KV head: [h][k], k in [0, n].
-  std::vector<std::vector<double>> oracle_curves(const QueryMasses& qm) const;
-
   std::vector<double> budgets_, taus_;
   uint32_t layers_;
   std::map<std::tuple<std::string, double, uint32_t>, Acc> acc_;   // (policy, budget|tau, layer)
