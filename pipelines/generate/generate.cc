@@ -131,7 +131,7 @@ Status run_generate(const GenerateOptions& o, GenerateReport* r) {
   }
   const torch::Tensor first_logits = main.logits.clone();
   Decode dec;
-  eng.decode(&main, o.max_new_tokens, eos, nullptr, {}, !o.sparse.empty(), &dec);
+  eng.decode(&main, o.max_new_tokens, eos, nullptr, {}, false, &dec);
   r->tokens = dec.tokens;
   r->new_tokens = dec.tokens.size();
   if (dec.tokens.size() > 1 && dec.decode_seconds > 0)
@@ -159,7 +159,7 @@ Status run_generate(const GenerateOptions& o, GenerateReport* r) {
   }
   if (!o.sparse.empty()) {
     r->has_sparse = true;
-    UCM_RETURN_IF_ERROR(run_sparse(eng, *store, o, ids, capacity, dec, &r->sparse));
+    UCM_RETURN_IF_ERROR(run_sparse(eng, *store, o, ids, capacity, uint32_t(std::max<size_t>(1, dec.tokens.size())), &r->sparse));
   }
   return Status::OK();
 }

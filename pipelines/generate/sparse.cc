@@ -156,7 +156,7 @@ KvCache clone_cache(const KvCache& c) {
 }  // namespace
 
 Status run_sparse(const Engine& eng, const StoreClient& store, const GenerateOptions& o,
-                  const std::vector<int32_t>& ids, int64_t capacity, const Decode& dense, SparseReport* out) {
+                  const std::vector<int32_t>& ids, int64_t capacity, uint32_t n_new, SparseReport* out) {
   *out = SparseReport{};
   out->policy = o.sparse;
   ucm_retriever_params rp = ucm_retriever_default_params();
@@ -200,6 +200,15 @@ Status run_sparse(const Engine& eng, const StoreClient& store, const GenerateOpt
   uint64_t sel_n = 0;
   auto mask = sparse_mask(ret, reprs, T, uint32_t(mc.num_attention_heads), &sel_sum, &sel_n);
 
+  // The dense reference decodes from the same prefill as the sparse runs, so that the comparison
+  // measures sparsity alone (the caller's decode may come from the cached prefix, whose logits
+  // differ from a full prefill's in the last bits, docs/generate.md).
+  Decode dense;
+  {
+    Prefill d{base};
+    d.cache = clone_cache(base.cache);
+    eng.decode(&d, n_new, -1, nullptr, {}, true, &dense);
+  }
   // Teacher-forced: each step is fed the dense token; compare the next-token distributions.
   Prefill tf{base};
   tf.cache = clone_cache(base.cache);

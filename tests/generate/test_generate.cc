@@ -9,6 +9,9 @@
 //   * A corrupted block in the prefix: it is reported, not used; it and what follows are
 //     recomputed, and the tokens still equal full recompute.
 //   * --save on an empty store, then a second run finds the saved blocks.
+//   * --sparse: with every block selected, sparse decode is dense decode (KL < 1e-6, same greedy
+//     tokens); at the default budget (30%) each policy reads the stored representations and
+//     loses less (KL, top-1 agreement) than the sink and local windows alone.
 //   * The engine's sources include no libucm C++ store header (C ABI only).
 // Model dir: $UCM_MODEL_DIR or <repo>/models/SmolLM2-135M-Instruct (run scripts/fetch_model.py).
 #include <gtest/gtest.h>
@@ -18,6 +21,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -205,6 +209,75 @@ TEST_F(Generate, SaveWritesBlocksTheNextRunFinds) {
   EXPECT_EQ(b["prefix_hit_tokens"].get<uint64_t>(), (a["prompt_tokens"].get<uint64_t>() - 1) / 16 * 16);
   EXPECT_TRUE(b["tokens_match"].get<bool>());
   EXPECT_EQ(b["tokens"], a["tokens"]);
+}
+
+// Writes a retrieval YAML: the defaults (configs/retrieval.yaml) with `overrides` appended.
+fs::path retrieval_config(const fs::path& dir, const std::string& name, const std::string& overrides) {
+  std::string base = read_file(std::string(UCM_SOURCE_DIR) + "/configs/retrieval.yaml");
+  // Later keys would be duplicates: drop the defaults' lines for the overridden keys.
+  std::string out;
+  std::istringstream in(base);
+  for (std::string line; std::getline(in, line);) {
+    const auto colon = line.find(':');
+    const std::string key = line.empty() || line[0] == '#' || colon == std::string::npos ? "" : line.substr(0, colon);
+    if (!key.empty() && overrides.find(key + ":") != std::string::npos) continue;
+    out += line + "\n";
+  }
+  const fs::path p = dir / (name + ".yaml");
+  write_file(p, out + overrides);
+  return p;
+}
+
+TEST_F(Generate, SparseDecodeWithEveryBlockSelectedIsDense) {
+  // sparse_ratio 1: every block is selected on every layer, so the masked attention must give
+  // the dense distributions (up to fp32 summation order) and the same greedy tokens.
+  const fs::path cfg = retrieval_config(root_, "all", "sparse_ratio: 1.0\n");
+  const json j = generate(read_file(fs::path(kDocsDir) / "copy.rst.txt") + kQuestion, root_ / "store",
+                          "--no-recompute --sparse quest --retrieval-config " + shell_quote(cfg.string()));
+  ASSERT_TRUE(j.contains("sparse")) << j.dump();
+  const json& s = j["sparse"];
+  EXPECT_EQ(s["steps"].get<uint64_t>(), 31u);
+  EXPECT_DOUBLE_EQ(s["mean_selected_fraction"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(s["top1_agreement"].get<double>(), 1.0);
+  EXPECT_LT(s["mean_kl"].get<double>(), 1e-6);
+  EXPECT_EQ(s["greedy_match"].get<uint64_t>(), 32u);
+}
+
+TEST_F(Generate, SparseDecodeReadsStoredReprsAndRetrievalBeatsWindowsAlone) {
+  // The same budget twice: k blocks chosen by each policy from the stored representations, and
+  // the sink/local windows alone (k = sink + local). Retrieval must lose less than the windows.
+  const std::string prompt = read_file(fs::path(kDocsDir) / "linecache.rst.txt") + kQuestion;
+  const fs::path windows = retrieval_config(root_, "windows", "sparse_ratio: 0.0\nmin_blocks: 3\n");
+  const json w = generate(prompt, root_ / "store", "--no-recompute --sparse quest --retrieval-config " +
+                                                       shell_quote(windows.string()));
+  ASSERT_TRUE(w.contains("sparse")) << w.dump();
+  const uint64_t n = w["sparse"]["context_blocks"].get<uint64_t>();
+  ASSERT_GE(n, 40u);
+  const double windows_kl = w["sparse"]["mean_kl"].get<double>();
+  EXPECT_GT(windows_kl, 0.0);
+  for (const char* policy : {"esa", "quest", "gsa", "psa"}) {
+    const json j = generate(prompt, root_ / "store", std::string("--no-recompute --sparse ") + policy);
+    ASSERT_TRUE(j.contains("sparse")) << policy << j.dump();
+    const json& s = j["sparse"];
+    // The prompt's stored blocks give their representations; only the blocks past the hit are computed.
+    EXPECT_EQ(s["repr_blocks_loaded"].get<uint64_t>(), j["prefix_hit_blocks"].get<uint64_t>()) << policy;
+    EXPECT_EQ(s["repr_blocks_failed"].get<uint64_t>(), 0u) << policy;
+    EXPECT_EQ(s["repr_blocks_loaded"].get<uint64_t>() + s["repr_blocks_computed"].get<uint64_t>(), n) << policy;
+    const double frac = s["mean_selected_fraction"].get<double>();
+    if (std::string(policy) == "psa") {
+      EXPECT_LE(frac, 0.31) << policy;  // capped by the top-k budget
+    } else {
+      EXPECT_NEAR(frac, 0.3, 0.02) << policy;
+    }
+    EXPECT_GT(s["mean_kl"].get<double>(), 0.0) << policy << ": no block was dropped?";
+    EXPECT_LT(s["mean_kl"].get<double>(), windows_kl) << policy;
+    EXPECT_GE(s["top1_agreement"].get<double>(), w["sparse"]["top1_agreement"].get<double>()) << policy;
+    std::printf("[ sparse ] %s: %.1f%% of %llu blocks, top-1 agreement %.3f, mean KL %.4f, greedy match %llu "
+                "(windows alone: agreement %.3f, KL %.4f)\n",
+                policy, 100 * frac, (unsigned long long)n, s["top1_agreement"].get<double>(),
+                s["mean_kl"].get<double>(), (unsigned long long)s["greedy_match"].get<uint64_t>(),
+                w["sparse"]["top1_agreement"].get<double>(), windows_kl);
+  }
 }
 
 TEST(GenerateSources, StoreOnlyThroughTheCAbi) {
