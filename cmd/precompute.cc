@@ -15,7 +15,7 @@ struct PrecomputeArgs {
   std::string config, model, tokenizer, corpus, corpus_suffix, store, tmpl, ns_name, dtype, shard, dense;
   uint32_t block_size = 16, hash_bits = 128;
   uint64_t limit = 0, batch_tokens = 4096, max_doc_tokens = 0;
-  bool resume = false, strict = false;
+  bool resume = false, strict = false, chunks = false;
   CommonFlags common;
   // options given on the command line (override --config)
   std::vector<std::pair<std::string, CLI::Option*>> given;
@@ -52,6 +52,7 @@ void run(const PrecomputeArgs& a) {
   if (was_given(a, "batch-tokens")) o.batch_tokens = a.batch_tokens;
   if (was_given(a, "max-doc-tokens")) o.max_doc_tokens = a.max_doc_tokens;
   if (a.resume) o.resume = true;
+  if (a.chunks) o.chunks = true;
   if (a.strict) o.strict = true;
   o.progress = a.common.progress;
   if (was_given(a, "dtype")) {
@@ -113,6 +114,10 @@ CLI::App* setup_precompute(CLI::App& app) {
   add("--max-doc-tokens", "max-doc-tokens", &a->max_doc_tokens,
       "Cut longer documents (template included) here (default: max_position_embeddings)");
   sub->add_flag("--resume", a->resume, "Skip documents already registered in the namespace");
+  sub->add_flag("--chunks", a->chunks,
+                "Store each document as a chunk, reusable at any position of a prompt (ucm generate --blend): "
+                "the template's prefix then the document, tokenized apart, registered as chunk:<id> "
+                "(store_v1.md §4.4)");
   sub->add_flag("--strict", a->strict, "Malformed corpus lines and invalid UTF-8 are fatal (default: skipped)");
   add_common_flags(sub, &a->common);
   sub->callback([a] { run(*a); });

@@ -51,10 +51,18 @@ Status load_tokenizer(const PrecomputeOptions& o, const Resources& res, std::uni
 Status setup_namespace(Store* store, const model::LlamaModel& m, const PrecomputeOptions& o, PrecomputeSummary* sum,
                        NamespaceId* ns, NamespaceDesc* desc, std::vector<float>* proj);
 
+/// Chunk mode (store_v1.md §4.4): tokenizes the chunk prefix (the template's prefix, on its own)
+/// into *prefix_ids and stores the namespace's `chunk_prefix` and `rope` attachments, or checks
+/// them against what is stored (another prefix is refused). namespace_setup.cc.
+Status setup_chunks(Store* store, const model::LlamaModel& m, const tok::Tokenizer& tk, const std::string& prefix,
+                    const std::string& suffix, const NamespaceId& ns, std::vector<int32_t>* prefix_ids);
+
 /// Runs the pipeline over `src` into `store` (runner.cc). total_docs: for the progress line
 /// (0 = unknown). Fills the summary, prefill_seconds included.
+/// chunk_prefix: the token ids of the chunk prefix in chunk mode (o.chunks), else empty.
 Status run_pipeline(const PrecomputeOptions& o, const model::LlamaModel& m, const tok::Tokenizer& tk, Store* store,
                     const NamespaceId& ns, const NamespaceId& hash_seed, const std::vector<float>& proj,
-                    DocSource* src, uint64_t total_docs, PrecomputeSummary* sum);
+                    const std::vector<int32_t>& chunk_prefix, DocSource* src, uint64_t total_docs,
+                    PrecomputeSummary* sum);
 
 }  // namespace ucm::precompute::detail

@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "llama_model.h"
 #include "ucm/precompute/repr.h"
+#include "ucm/tok/tokenizer.h"
 
 namespace ucm::precompute {
 namespace {
@@ -145,6 +146,58 @@ Status setup_namespace(Store* store, const model::LlamaModel& mdl, const Precomp
   *ns_out = ns;
   *desc_out = desc;
   *proj_out = std::move(proj);
+  return Status::OK();
+}
+
+Status setup_chunks(Store* store, const model::LlamaModel& m, const tok::Tokenizer& tk, const std::string& prefix,
+                    const std::string& suffix, const NamespaceId& ns, std::vector<int32_t>* prefix_ids) {
+  if (!suffix.empty())
+    return Status::InvalidArgument("--chunks: the template has text after the document; a chunk is the template's "
+                                   "prefix then the document (store_v1.md §4.4): use a template without a suffix");
+  try {
+    *prefix_ids = tk.encode(prefix);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("--chunks: tokenizing the template's prefix: ") + e.what());
+  }
+  std::string want(prefix_ids->size() * 4, '\0');
+  for (size_t i = 0; i < prefix_ids->size(); ++i) {
+    const uint32_t t = uint32_t((*prefix_ids)[i]);
+    for (int b = 0; b < 4; ++b) want[4 * i + b] = char((t >> (8 * b)) & 0xff);
+  }
+  const auto& c = m.config();
+  nlohmann::ordered_json scaling;
+  switch (c.rope_scaling.type) {
+    case model::RopeScaling::Type::None: scaling = {{"type", "none"}}; break;
+    case model::RopeScaling::Type::Linear: scaling = {{"type", "linear"}, {"factor", c.rope_scaling.factor}}; break;
+    case model::RopeScaling::Type::Llama3:
+      scaling = {{"type", "llama3"},
+                 {"factor", c.rope_scaling.factor},
+                 {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                 {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                 {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+      break;
+  }
+  const nlohmann::ordered_json rope = {
+      {"style", "rotate_half"}, {"theta", c.rope_theta}, {"head_dim", c.head_dim}, {"scaling", scaling}};
+  for (const auto& [name, data] : {std::pair<std::string, std::string>{"chunk_prefix", want}, {"rope", rope.dump()}}) {
+    std::string have;
+    Status g = store->get_attachment(ns, name, &have);
+    if (g.ok()) {
+      if (have != data)
+        return Status::InvalidArgument(
+            "--chunks: the namespace's " + name + " differs from this run's (" +
+            (name == "chunk_prefix" ? std::to_string(have.size() / 4) + " stored tokens vs " +
+                                          std::to_string(prefix_ids->size()) + "; a namespace has one chunk prefix: use "
+                                          "the template its chunks were made with, or another store"
+                                    : "stored " + have + " vs " + data) +
+            ")");
+    } else if (g.code() == Code::kNotFound) {
+      Status st = store->put_attachment(ns, name, data.data(), data.size());
+      if (!st.ok()) return Status(st.code(), "storing " + name + ": " + st.message());
+    } else {
+      return g;
+    }
+  }
   return Status::OK();
 }
 

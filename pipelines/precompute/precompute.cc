@@ -91,9 +91,15 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
   st = setup_namespace(store.get(), *m, o, sum, &ns, &desc, &proj);
   if (!st.ok()) return st;
 
+  std::vector<int32_t> chunk_prefix;
+  if (o.chunks) {
+    st = setup_chunks(store.get(), *m, *tk, src->prefix(), src->suffix(), ns, &chunk_prefix);
+    if (!st.ok()) return st;
+  }
+
   const uint64_t total = (o.progress || ::isatty(STDERR_FILENO)) ? count_documents(so) : 0;
   SignalScope sig(o.handle_signals);
-  return run_pipeline(o, *m, *tk, store.get(), ns, desc.hash_seed(), proj, src.get(),
+  return run_pipeline(o, *m, *tk, store.get(), ns, desc.hash_seed(), proj, chunk_prefix, src.get(),
                       o.limit ? std::min<uint64_t>(o.limit, total) : total, sum);
 }
 

@@ -28,6 +28,9 @@
 namespace ucm::precompute::detail {
 namespace {
 
+constexpr const char* kChunkIdPrefix = "chunk:";  // store_v1.md §4.4
+
+
 // Carries a Status out of a TBB stage (cancels the pipeline).
 struct Abort {
   Status st;
@@ -96,6 +99,9 @@ class Runner {
                               torch::kFloat32);
     for (int64_t l = 0; l < L_; ++l) proj_.push_back(P[l].clone());
   }
+
+  /// Chunk mode (o.chunks): documents are tokenized apart and follow these tokens.
+  void set_chunk_prefix(const std::vector<int32_t>& ids) { chunk_prefix_ = ids; }
 
   Status run(DocSource* src, uint64_t total_docs) {
     src_ = src;
@@ -192,6 +198,13 @@ class Runner {
         continue;
       }
       sum_->documents_seen++;
+      if (d.id.rfind(kChunkIdPrefix, 0) == 0) {
+        spdlog::warn("corpus: {}: document id {} starts with \"{}\", which names chunks in the registry: skipped",
+                     d.source, d.id, kChunkIdPrefix);
+        skip("malformed", d.id, d.source, std::string("ids starting with \"") + kChunkIdPrefix + "\" are reserved for chunks");
+        continue;
+      }
+      if (o_.chunks) d.id = kChunkIdPrefix + d.id;  // store_v1.md §4.4: the chunk's registry id
       if (o_.resume) {
         // A registered document is skipped only while its last block is still stored: that
         // block's hash chains its whole prefix, and gc drops the registry entry of a document
@@ -214,9 +227,16 @@ class Runner {
       }
       std::vector<int32_t> ids;
       try {
-        ids = tk_.encode(src_->prefix() + d.text + src_->suffix());
+        if (o_.chunks) {  // store_v1.md §4.4: C ++ D, D tokenized on its own
+          ids = chunk_prefix_;
+          const auto doc = tk_.encode(d.text);
+          ids.insert(ids.end(), doc.begin(), doc.end());
+        } else {
+          ids = tk_.encode(src_->prefix() + d.text + src_->suffix());
+        }
       } catch (const tok::InvalidUtf8Error& e) {
-        const size_t off = e.offset() >= src_->prefix().size() ? e.offset() - src_->prefix().size() : e.offset();
+        const size_t pre = o_.chunks ? 0 : src_->prefix().size();
+        const size_t off = e.offset() >= pre ? e.offset() - pre : e.offset();
         std::string msg = "document " + d.id + " (" + d.source + "): invalid UTF-8 at byte " +
                           std::to_string(off) + " of the text";
         if (o_.strict) {
@@ -238,7 +258,7 @@ class Runner {
         w.truncated = true;
       }
       const size_t full = ids.size() - ids.size() % bs_;
-      if (full == 0) {
+      if (full == 0 || (o_.chunks && full <= chunk_prefix_.size())) {
         spdlog::info("document {} ({}): {} tokens < one block of {}, skipped", d.id, d.source, ids.size(), bs_);
         skip("short", d.id, d.source,
              std::to_string(ids.size()) + " tokens, fewer than one block of " + std::to_string(bs_));
@@ -457,6 +477,7 @@ class Runner {
   const PrecomputeOptions& o_;
   const model::LlamaModel& m_;
   const tok::Tokenizer& tk_;
+  std::vector<int32_t> chunk_prefix_;
   Store* store_;
   NamespaceId ns_;
   PrecomputeSummary* sum_;
@@ -483,8 +504,10 @@ class Runner {
 
 Status run_pipeline(const PrecomputeOptions& o, const model::LlamaModel& m, const tok::Tokenizer& tk, Store* store,
                     const NamespaceId& ns, const NamespaceId& hash_seed, const std::vector<float>& proj,
-                    DocSource* src, uint64_t total_docs, PrecomputeSummary* sum) {
+                    const std::vector<int32_t>& chunk_prefix, DocSource* src, uint64_t total_docs,
+                    PrecomputeSummary* sum) {
   Runner r(o, m, tk, store, ns, hash_seed, proj, sum);
+  r.set_chunk_prefix(chunk_prefix);
   Status st = r.run(src, total_docs);
   sum->prefill_seconds = r.prefill_seconds();
   return st;

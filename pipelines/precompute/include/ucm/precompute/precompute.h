@@ -46,6 +46,9 @@ struct PrecomputeOptions {
   uint64_t limit = 0;                ///< stop after this many documents read (0 = all)
   uint32_t shard_index = 0, shard_count = 1;  ///< process documents with ordinal % N == I
   bool resume = false;               ///< skip documents already registered in the namespace
+  bool chunks = false;               ///< store each document as a chunk (store_v1.md §4.4): the
+                                     ///< template's prefix then the document, tokenized apart,
+                                     ///< registered as "chunk:<id>"; the template has no suffix
   bool strict = false;               ///< malformed corpus lines / invalid UTF-8 are fatal
   bool progress = false;             ///< force the progress line (default: only when stderr is a TTY)
   uint64_t batch_tokens = 4096;      ///< padded tokens per prefill batch (B * T_max)

@@ -4,6 +4,7 @@
 #pragma once
 #include <bit>
 #include <cstdint>
+#include <cstring>
 
 namespace ucm::retrieval {
 
@@ -29,6 +30,35 @@ inline uint16_t f32_to_bf16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
+}
+
+/// float -> IEEE binary16, round to nearest even (subnormals, overflow to inf, NaN kept quiet).
+inline uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
+  if (a >= 0x47800000u) {                                               // >= 65536 or inf
+    if (a == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
+    // round to nearest: values >= 65520 overflow to inf
+    return static_cast<uint16_t>(sign | 0x7c00u);
+  }
+  if (a < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
+    if (a < 0x33000000u) return sign;  // < 2^-25 rounds to zero
+    uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+    int exp = static_cast<int>(a >> 23);  // biased
+    int shift = 126 - exp;               // 113 - exp + 13
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = ((a - 0x38000000u) >> 13);
+  uint32_t rem = a & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // may carry into inf: correct
+  return static_cast<uint16_t>(sign | half);
 }
 
 }  // namespace ucm::retrieval

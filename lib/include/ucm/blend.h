@@ -1,0 +1,91 @@
+/* ucm/blend.h: reusing stored documents anywhere in a prompt (CacheBlend), C ABI.
+ *
+ * A RAG prompt is free text and documents. A document precomputed as a *chunk* (store_v1.md §4.4:
+ * the prefix chain of `chunk_prefix ++ document tokens`) can serve any position of a prompt: the
+ * server loads the chunk's blocks with ucm_store_load as usual, moves each stored key from its
+ * stored position to its prompt position with ucm_rope_shift, and then recomputes the few tokens
+ * whose K/V deviate most from what full prefill would give (ucm_blend_select), so that the
+ * documents attend to each other. Source: CacheBlend (Yao et al., EuroSys 2025), §4.2-§4.3.
+ *
+ * A request's steps:
+ *   1. ucm_store_chunk_prefix: the chunk prefix C (P tokens) of the namespace.
+ *   2. per document: tokens D (tokenized on their own), ucm_hash_blocks(seed, C ++ D) and
+ *      ucm_store_lookup: n full blocks are stored; document tokens [0, n * block_size - P) have
+ *      stored K/V, the rest is prefilled.
+ *   3. ucm_store_load into a staging buffer; per layer, ucm_rope_shift(keys of document token i,
+ *      delta = o - P) where o is the document's first position in the prompt.
+ *   4. run the first layers of the prompt in full; at the check layer, ucm_blend_select on the
+ *      stored and the recomputed K/V picks the tokens the later layers recompute.
+ *
+ * Conventions are those of ucm/ucm.h (return codes, ucm_last_error, caller-owned buffers). All
+ * calls run on the caller's thread and are thread-safe (no shared state but the store's).
+ */
+#ifndef UCM_BLEND_H_
+#define UCM_BLEND_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ucm/ucm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* RoPE frequency scalings that keep a rotation a rotation (store_v1.md §4.4). */
+#define UCM_ROPE_SCALING_NONE 0
+#define UCM_ROPE_SCALING_LINEAR 1
+#define UCM_ROPE_SCALING_LLAMA3 2
+
+/* The rotary embedding of a namespace's keys, rotate_half convention (transformers' Llama). */
+typedef struct ucm_rope_params {
+  size_t struct_size;       /* sizeof(ucm_rope_params) */
+  uint32_t head_dim;        /* D, even */
+  double theta;             /* base of the frequencies, e.g. 100000 for SmolLM2 */
+  int scaling;              /* UCM_ROPE_SCALING_* */
+  double factor;            /* linear, llama3 */
+  double low_freq_factor;   /* llama3 */
+  double high_freq_factor;  /* llama3 */
+  uint32_t original_max_position_embeddings; /* llama3 */
+} ucm_rope_params;
+
+/* theta 10000, no scaling, head_dim 0 (to be set). */
+UCM_API ucm_rope_params ucm_rope_default_params(void);
+
+/* Reads the namespace's `rope` attachment into *out (out->struct_size must be set).
+ * Errors: UCM_E_INVALID (NULL, struct_size too small, attachment not valid JSON or missing a
+ * field: the message says which), UCM_E_NOT_FOUND (no namespace, or a namespace without a `rope`
+ * attachment: it cannot serve chunks), UCM_E_NOT_SUPPORTED (a scaling other than none, linear or
+ * llama3, e.g. "yarn" or "dynamic", or a style other than rotate_half: stored keys cannot be
+ * moved exactly, so the namespace is refused rather than served approximately). */
+UCM_API int ucm_store_rope_params(ucm_store_t* store, const uint8_t* ns, ucm_rope_params* out);
+
+/* The namespace's chunk prefix (attachment `chunk_prefix`): *n tokens into tokens[cap].
+ * UCM_E_NOT_FOUND when the namespace holds no chunks; UCM_E_INVALID when cap < *n (nothing
+ * copied, *n set) or the attachment is not a whole number of u32. */
+UCM_API int ucm_store_chunk_prefix(ucm_store_t* store, const uint8_t* ns, uint32_t* tokens, size_t cap, size_t* n);
+
+/* Moves n_tokens post-RoPE keys by delta positions, in place: each key (n_heads rows of head_dim
+ * elements, dtype UCM_DTYPE_BF16 / F16 / F32 of ucm/retrieval.h) is rotated by R(delta)
+ * (store_v1.md §4.4), computed in fp32 with angles in float64, rounded back to dtype.
+ * keys: token t's head h starts at element t * token_stride + h * head_dim (token_stride in
+ * elements, >= n_heads * head_dim). delta may be negative. Errors: UCM_E_INVALID (NULL,
+ * unknown dtype, odd or zero head_dim, stride too small), UCM_E_NOT_SUPPORTED (scaling). */
+UCM_API int ucm_rope_shift(const ucm_rope_params* rope, void* keys, int dtype, size_t n_tokens, uint32_t n_heads,
+                           size_t token_stride, int64_t delta);
+
+/* CacheBlend's token selection (§4.3, "HKVD tokens"): of n_tokens tokens, the
+ * ceil(ratio * n_tokens) whose K/V deviate most between stored and recomputed, at one layer.
+ * stored, fresh: fp32 [n_tokens][row] (e.g. a token's K and V of all KV heads, 2 * H * D).
+ * Deviation = squared L2 distance of the rows; ties go to the lower index. out_idx[cap] receives
+ * the selected token indices in ascending order, *n_out their count. ratio in [0, 1].
+ * deviation (may be NULL): fp32 [n_tokens], the deviations. Errors: UCM_E_INVALID (NULL, ratio
+ * out of range or NaN, cap too small: *n_out is set to the count needed). */
+UCM_API int ucm_blend_select(const float* stored, const float* fresh, size_t n_tokens, size_t row, double ratio,
+                             uint32_t* out_idx, size_t cap, size_t* n_out, float* deviation);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UCM_BLEND_H_ */

@@ -1,0 +1,97 @@
+// lib/src/c_api_blend.cc: the C ABI of ucm/blend.h over lib/src/blend/. No exception crosses
+// this boundary.
+#include "ucm/blend.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "ucm/core/blend/rope.h"
+#include "ucm/core/c_api_internal.h"
+#include "ucm/retrieval.h"
+
+using ucm::capi::fail;
+using ucm::capi::guarded;
+using ucm::capi::ns_of;
+using ucm::capi::ok;
+
+extern "C" {
+
+UCM_API ucm_rope_params ucm_rope_default_params(void) { return ucm::blend::default_rope(); }
+
+UCM_API int ucm_store_rope_params(ucm_store_t* store, const uint8_t* ns, ucm_rope_params* out) {
+  return guarded("ucm_store_rope_params", [&] {
+    if (!store || !ns || !out) return fail(UCM_E_INVALID, "ucm_store_rope_params: store, ns and out must not be NULL");
+    if (out->struct_size < sizeof(ucm_rope_params))
+      return fail(UCM_E_INVALID, "ucm_store_rope_params: out->struct_size " + std::to_string(out->struct_size) +
+                                     " is smaller than " + std::to_string(sizeof(ucm_rope_params)));
+    std::string data;
+    ucm::Status s = store->s->get_attachment(ns_of(ns), "rope", &data);
+    if (s.code() == ucm::Code::kNotFound)
+      return fail(UCM_E_NOT_FOUND, "ucm_store_rope_params: the namespace has no \"rope\" attachment (it holds no "
+                                   "chunks; precompute them with `ucm precompute --chunks`)");
+    if (!s.ok()) return fail(s);
+    s = ucm::blend::parse_rope(data, out);
+    return s.ok() ? ok() : fail(s);
+  });
+}
+
+UCM_API int ucm_store_chunk_prefix(ucm_store_t* store, const uint8_t* ns, uint32_t* tokens, size_t cap, size_t* n) {
+  return guarded("ucm_store_chunk_prefix", [&] {
+    if (!store || !ns || !n) return fail(UCM_E_INVALID, "ucm_store_chunk_prefix: store, ns and n must not be NULL");
+    std::string data;
+    ucm::Status s = store->s->get_attachment(ns_of(ns), "chunk_prefix", &data);
+    if (s.code() == ucm::Code::kNotFound)
+      return fail(UCM_E_NOT_FOUND, "ucm_store_chunk_prefix: the namespace holds no chunks (no \"chunk_prefix\" "
+                                   "attachment; precompute them with `ucm precompute --chunks`)");
+    if (!s.ok()) return fail(s);
+    if (data.size() % 4) return fail(UCM_E_INVALID, "ucm_store_chunk_prefix: the attachment is not a whole number of u32");
+    *n = data.size() / 4;
+    if (*n > cap || (!tokens && *n))
+      return fail(UCM_E_INVALID, "ucm_store_chunk_prefix: " + std::to_string(*n) + " tokens, buffer holds " +
+                                     std::to_string(cap));
+    for (size_t i = 0; i < *n; ++i) {
+      const auto* b = reinterpret_cast<const uint8_t*>(data.data()) + 4 * i;
+      tokens[i] = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
+    }
+    return ok();
+  });
+}
+
+UCM_API int ucm_rope_shift(const ucm_rope_params* rope, void* keys, int dtype, size_t n_tokens, uint32_t n_heads,
+                           size_t token_stride, int64_t delta) {
+  return guarded("ucm_rope_shift", [&] {
+    if (!rope || (!keys && n_tokens)) return fail(UCM_E_INVALID, "ucm_rope_shift: rope and keys must not be NULL");
+    if (rope->struct_size < sizeof(ucm_rope_params))
+      return fail(UCM_E_INVALID, "ucm_rope_shift: rope->struct_size is smaller than sizeof(ucm_rope_params)");
+    ucm::Status s = ucm::blend::check_rope(*rope);
+    if (!s.ok()) return fail(s);
+    if (dtype != UCM_DTYPE_BF16 && dtype != UCM_DTYPE_F16 && dtype != UCM_DTYPE_F32)
+      return fail(UCM_E_INVALID, "ucm_rope_shift: dtype " + std::to_string(dtype) + " is not BF16, F16 or F32");
+    if (n_heads == 0 || token_stride < size_t{n_heads} * rope->head_dim)
+      return fail(UCM_E_INVALID, "ucm_rope_shift: token_stride " + std::to_string(token_stride) + " < n_heads * head_dim");
+    if (n_tokens == 0 || delta == 0) return ok();
+    ucm::blend::shift_keys(ucm::blend::inv_freq(*rope), keys, dtype, n_tokens, n_heads, rope->head_dim, token_stride,
+                           delta);
+    return ok();
+  });
+}
+
+UCM_API int ucm_blend_select(const float* stored, const float* fresh, size_t n_tokens, size_t row, double ratio,
+                             uint32_t* out_idx, size_t cap, size_t* n_out, float* deviation) {
+  return guarded("ucm_blend_select", [&] {
+    if (!n_out || (n_tokens && (!stored || !fresh)))
+      return fail(UCM_E_INVALID, "ucm_blend_select: stored, fresh and n_out must not be NULL");
+    if (!(ratio >= 0.0 && ratio <= 1.0))
+      return fail(UCM_E_INVALID, "ucm_blend_select: ratio must be in [0, 1]");
+    auto idx = ucm::blend::select_tokens(stored, fresh, n_tokens, row, ratio, deviation);
+    *n_out = idx.size();
+    if (idx.size() > cap || (!out_idx && !idx.empty()))
+      return fail(UCM_E_INVALID, "ucm_blend_select: " + std::to_string(idx.size()) + " tokens selected, out_idx holds " +
+                                     std::to_string(cap));
+    if (!idx.empty()) std::memcpy(out_idx, idx.data(), idx.size() * sizeof(uint32_t));
+    return ok();
+  });
+}
+
+}  // extern "C"
