@@ -50,6 +50,22 @@ CLI::App* setup_generate(CLI::App& app) {
       ->check(CLI::ExistingFile);
   sub->add_option("--namespace", a->o.namespace_name, "Namespace by name or 32-hex id (default: the model's fingerprint)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-sequence token");
+  auto* bl = sub->add_flag("--blend", a->o.blend,
+                           "RAG reuse (CacheBlend, docs/blend.md): the prompt is the namespace's chunk prefix, the "
+                           "--docs, then --prompt; stored documents are moved to their positions and a share of "
+                           "their tokens recomputed. Compared with prefix caching and full recompute");
+  sub->add_option("--docs", a->o.docs, "--blend: documents, by corpus id (stored with precompute --chunks) or file")
+      ->delimiter(',')
+      ->needs(bl);
+  sub->add_option("--recompute-ratio", a->o.recompute_ratio,
+                  "--blend: share of the stored document tokens recomputed (CacheBlend §4.3)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0))
+      ->needs(bl);
+  sub->add_option("--check-layer", a->o.check_layer,
+                  "--blend: layers up to this one run over every token; the tokens to recompute are chosen here")
+      ->capture_default_str()
+      ->needs(bl);
   add_common_flags(sub, &a->common);
   sub->callback([a] {
     a->o.stop_at_eos = !a->ignore_eos;
@@ -57,6 +73,17 @@ CLI::App* setup_generate(CLI::App& app) {
     if (a->o.prompt.empty() && a->o.prompt_file.empty()) {
       generate::GenerateReport r;
       finish("generate", a->common, Status::InvalidArgument("pass --prompt TEXT or --prompt-file FILE"), r, false);
+    }
+    if (a->o.blend) {
+      if (!a->o.sparse.empty() || a->o.save || a->o.no_cache) {
+        generate::BlendReport br;
+        finish("generate", a->common, Status::InvalidArgument("--blend does not go with --sparse, --save or --no-cache"),
+               br, false);
+      }
+      generate::BlendReport br;
+      Status st = generate::run_blend(a->o, &br);
+      finish("generate", a->common, st, br, st.ok());
+      return;
     }
     generate::GenerateReport r;
     Status st = generate::run_generate(a->o, &r);

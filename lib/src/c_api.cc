@@ -243,6 +243,24 @@ UCM_API int ucm_store_attachment_get(ucm_store_t* store, const uint8_t* ns, cons
   });
 }
 
+UCM_API int ucm_store_document_get(ucm_store_t* store, const uint8_t* ns, const char* id, char* source, size_t cap,
+                                   uint64_t* blocks, uint64_t* tokens) {
+  return guarded("ucm_store_document_get", [&] {
+    if (!store || !ns || !id) return fail(UCM_E_INVALID, "ucm_store_document_get: store, ns and id must not be NULL");
+    ucm::DocumentEntry e;
+    ucm::Status s = store->s->get_document(ns_of(ns), id, &e);
+    if (!s.ok()) return fail(s);
+    if (blocks) *blocks = e.blocks;
+    if (tokens) *tokens = e.tokens;
+    if (!source) return ok();
+    if (e.source.size() + 1 > cap)
+      return fail(UCM_E_INVALID, "ucm_store_document_get: the source is " + std::to_string(e.source.size()) +
+                                     " bytes, buffer holds " + std::to_string(cap) + " with its NUL");
+    std::memcpy(source, e.source.c_str(), e.source.size() + 1);
+    return ok();
+  });
+}
+
 UCM_API int ucm_hash_blocks(const uint8_t* ns, const uint8_t* parent, const uint32_t* tokens, size_t n_tokens,
                             uint32_t block_size, uint8_t* out_hashes, size_t max_blocks, size_t* n_blocks) {
   return guarded("ucm_hash_blocks", [&] {

@@ -15,6 +15,42 @@ double ms_since(Clock::time_point t0) {
 
 }  // namespace
 
+std::vector<void*> page_ptrs(const KvCache& cache, size_t n_blocks, uint32_t block_size) {
+  const size_t L = cache.k.size();
+  const size_t page = size_t(block_size) * size_t(cache.k[0].size(1) * cache.k[0].size(2)) * cache.k[0].element_size();
+  std::vector<void*> ptrs(n_blocks * L * 2);
+  for (size_t i = 0; i < n_blocks; ++i)
+    for (size_t l = 0; l < L; ++l) {
+      ptrs[(i * L + l) * 2 + 0] = static_cast<char*>(cache.k[l].data_ptr()) + i * page;
+      ptrs[(i * L + l) * 2 + 1] = static_cast<char*>(cache.v[l].data_ptr()) + i * page;
+    }
+  return ptrs;
+}
+
+Agreement compare_decodes(const Decode& ref, const Decode& test, size_t from) {
+  Agreement a;
+  uint64_t agree = 0;
+  double kl = 0;
+  for (size_t i = from; i < test.logits.size() && i < ref.logits.size(); ++i) {
+    agree += test.tokens[i] == ref.tokens[i];
+    auto lp = torch::log_softmax(ref.logits[i].to(torch::kDouble), -1);
+    auto lq = torch::log_softmax(test.logits[i].to(torch::kDouble), -1);
+    kl += (lp.exp() * (lp - lq)).sum().item<double>();
+    ++a.steps;
+  }
+  if (a.steps) {
+    a.top1_agreement = double(agree) / double(a.steps);
+    a.mean_kl = kl / double(a.steps);
+  }
+  return a;
+}
+
+uint64_t greedy_match(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  uint64_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
 torch::Tensor to_tensor(const std::vector<int32_t>& ids, size_t begin, size_t end) {
   auto t = torch::empty({int64_t(end - begin)}, torch::kInt64);
   auto* p = t.data_ptr<int64_t>();
@@ -47,17 +83,8 @@ Status Engine::prefill_cached(const std::vector<int32_t>& ids, int64_t capacity,
   const size_t want = std::min<size_t>(hit, (ids.size() - 1) / bs_);
   if (want > 0) {
     auto tl = Clock::now();
-    const auto& c = m_.config();
-    const int64_t L = c.num_hidden_layers;
-    const size_t page = size_t(bs_) * size_t(c.num_key_value_heads * c.head_dim) * out->cache.k[0].element_size();
-    std::vector<void*> ptrs(want * size_t(L) * 2);
-    for (size_t i = 0; i < want; ++i)
-      for (int64_t l = 0; l < L; ++l) {
-        ptrs[(i * size_t(L) + size_t(l)) * 2 + 0] = static_cast<char*>(out->cache.k[size_t(l)].data_ptr()) + i * page;
-        ptrs[(i * size_t(L) + size_t(l)) * 2 + 1] = static_cast<char*>(out->cache.v[size_t(l)].data_ptr()) + i * page;
-      }
     std::vector<int> st;
-    UCM_RETURN_IF_ERROR(store_->load_paged(out->hashes, want, ptrs, &st));
+    UCM_RETURN_IF_ERROR(store_->load_paged(out->hashes, want, page_ptrs(out->cache, want, bs_), &st));
     size_t used = 0;
     while (used < want && st[used] == UCM_OK) ++used;
     for (int code : st) out->failed_blocks += code != UCM_OK;

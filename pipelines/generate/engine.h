@@ -54,6 +54,7 @@ class Engine {
   Status save(const std::vector<int32_t>& tokens, const KvCache& cache, uint64_t* saved) const;
 
   uint32_t block_size() const { return bs_; }
+  torch::ScalarType dtype() const { return dtype_; }
   const model::LlamaModel& model() const { return m_; }
 
  private:
@@ -62,6 +63,22 @@ class Engine {
   uint32_t bs_;
   torch::ScalarType dtype_;
 };
+
+/// Pointers to the first n_blocks pages of `cache` in ucm_store_load's UCM_DEST_PAGED order:
+/// ptrs[(i * L + l) * 2 + kv] -> rows [i * T, (i + 1) * T) of layer l's K (kv 0) or V (kv 1).
+std::vector<void*> page_ptrs(const KvCache& cache, size_t n_blocks, uint32_t block_size);
+
+/// How a decode compares with a reference decode fed the same tokens (teacher forcing), step
+/// by step: the share of steps whose argmax equals the reference's, and the mean KL(ref || test)
+/// of the next-token distributions (nats). Both decodes must have kept their logits.
+struct Agreement {
+  uint64_t steps = 0;
+  double top1_agreement = 0, mean_kl = 0;
+};
+/// Steps [from, n) are compared.
+Agreement compare_decodes(const Decode& ref, const Decode& test, size_t from = 0);
+/// Length of the common prefix of a and b.
+uint64_t greedy_match(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
 
 /// Token ids as an int64 tensor.
 torch::Tensor to_tensor(const std::vector<int32_t>& ids, size_t begin, size_t end);

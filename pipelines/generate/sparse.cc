@@ -214,19 +214,10 @@ Status run_sparse(const Engine& eng, const StoreClient& store, const GenerateOpt
   tf.cache = clone_cache(base.cache);
   Decode st;
   eng.decode(&tf, uint32_t(dense.tokens.size()), -1, &dense.tokens, mask, true, &st);
-  uint64_t agree = 0;
-  double kl = 0;
-  for (size_t i = 1; i < st.logits.size() && i < dense.logits.size(); ++i) {  // step 0 is the dense prefill's
-    agree += st.tokens[i] == dense.tokens[i];
-    auto lp = torch::log_softmax(dense.logits[i].to(torch::kDouble), -1);
-    auto lq = torch::log_softmax(st.logits[i].to(torch::kDouble), -1);
-    kl += (lp.exp() * (lp - lq)).sum().item<double>();
-    ++out->steps;
-  }
-  if (out->steps) {
-    out->top1_agreement = double(agree) / double(out->steps);
-    out->mean_kl = kl / double(out->steps);
-  }
+  const Agreement ag = compare_decodes(dense, st, 1);  // step 0 is the shared dense prefill's
+  out->steps = ag.steps;
+  out->top1_agreement = ag.top1_agreement;
+  out->mean_kl = ag.mean_kl;
   // Free-running greedy sparse decode.
   ucm_retriever_reset(ret);
   Prefill fr{base};
@@ -234,9 +225,7 @@ Status run_sparse(const Engine& eng, const StoreClient& store, const GenerateOpt
   Decode free_run;
   eng.decode(&fr, uint32_t(dense.tokens.size()), -1, nullptr, mask, false, &free_run);
   out->tokens = free_run.tokens;
-  while (out->greedy_match < out->tokens.size() && out->greedy_match < dense.tokens.size() &&
-         out->tokens[out->greedy_match] == dense.tokens[out->greedy_match])
-    ++out->greedy_match;
+  out->greedy_match = greedy_match(out->tokens, dense.tokens);
   out->mean_selected_fraction = sel_n ? sel_sum / double(sel_n) : 0;
   return Status::OK();
 }

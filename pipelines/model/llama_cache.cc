@@ -34,7 +34,7 @@ torch::Tensor LlamaModel::extend(const torch::Tensor& tokens, KvCache* cache, bo
   if (tokens.dim() != 1 || tokens.scalar_type() != torch::kLong || tokens.size(0) < 1)
     bad("tokens must be int64 [T] with T >= 1");
   const int64_t T = tokens.size(0), S0 = cache->len, S = S0 + T;
-  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t hd = c.head_dim, nkv = c.num_key_value_heads;
   if (int64_t(cache->k.size()) != c.num_hidden_layers || int64_t(cache->v.size()) != c.num_hidden_layers ||
       cache->k[0].size(1) != nkv || cache->k[0].size(2) != hd)
     bad("the cache was not made for this model");
@@ -49,67 +49,89 @@ torch::Tensor LlamaModel::extend(const torch::Tensor& tokens, KvCache* cache, bo
     if (tc.min().item<int64_t>() < 0 || tc.max().item<int64_t>() >= c.vocab_size)
       bad("token ids must be in [0, vocab_size=" + std::to_string(c.vocab_size) + ")");
   }
+  auto pos = torch::arange(S0, S, torch::TensorOptions().dtype(torch::kLong).device(dev_));  // [T]
+  auto x = embed_.index_select(0, tokens.to(dev_));  // [T, H]
+  const Rope rope = rope_at(pos);
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) layer_forward(li, x, pos, rope, cache, S, mask);
+  cache->len = S;
+  auto hs = all_logits ? x : x.narrow(0, T - 1, 1);
+  return torch::mm(ops::rms_norm(hs, norm_, c.rms_norm_eps), lm_head_.t());
+}
+
+LlamaModel::Rope LlamaModel::rope_at(const torch::Tensor& pos) const {
+  auto freqs = torch::outer(pos.to(torch::kFloat), inv_freq_);  // [A, hd/2]
+  return {freqs.cos(), freqs.sin()};
+}
+
+void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor& pos, const Rope& rope,
+                               KvCache* cache, int64_t S, const KeyMaskFn& mask, torch::Tensor* k_out,
+                               torch::Tensor* v_out) const {
+  const auto& c = cfg_;
+  const int64_t T = x.size(0);
+  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t G = nh / nkv, I = c.intermediate_size;
   const double eps = c.rms_norm_eps;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const auto fopt = torch::TensorOptions().dtype(torch::kFloat).device(dev_);
   const auto lopt = torch::TensorOptions().dtype(torch::kLong).device(dev_);
-
-  auto freqs = torch::outer(torch::arange(S0, S, fopt), inv_freq_);  // [T, hd/2]
-  auto cos = freqs.cos(), sin = freqs.sin();
   const int64_t chunk = std::min<int64_t>(T, std::max<int64_t>(16, score_budget_ / (nh * S)));
   const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
-  auto qpos = torch::arange(S0, S, lopt);  // [T]
-  auto kpos = torch::arange(0, S, lopt);   // [S]
+  auto kpos = torch::arange(0, S, lopt);  // [S]
+  const auto posc = pos.cpu();
+  const int64_t* pp = posc.data_ptr<int64_t>();
+  const int64_t S0 = pp[0];
+  const bool contiguous = pp[T - 1] - S0 == T - 1;
   const float ninf = -std::numeric_limits<float>::infinity();
 
-  auto x = embed_.index_select(0, tokens.to(dev_));  // [T, H]
-  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
-    const auto& L = layers_[size_t(li)];
-    auto h = ops::rms_norm(x, L.ln1, eps);
-    auto qkv = L.bqkv.defined() ? torch::addmm(L.bqkv, h, L.wqkv.t()) : torch::mm(h, L.wqkv.t());
-    auto q = ops::apply_rope(qkv.narrow(1, 0, nh * hd).view({1, T, nh, hd}), cos, sin).view({T, nh, hd});
-    auto k = ops::apply_rope(qkv.narrow(1, nh * hd, nkv * hd).view({1, T, nkv, hd}), cos, sin).view({T, nkv, hd});
-    auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({T, nkv, hd});
+  const auto& L = layers_[size_t(li)];
+  auto h = ops::rms_norm(x, L.ln1, eps);
+  auto qkv = L.bqkv.defined() ? torch::addmm(L.bqkv, h, L.wqkv.t()) : torch::mm(h, L.wqkv.t());
+  auto q = ops::apply_rope(qkv.narrow(1, 0, nh * hd).view({1, T, nh, hd}), rope.cos, rope.sin).view({T, nh, hd});
+  auto k = ops::apply_rope(qkv.narrow(1, nh * hd, nkv * hd).view({1, T, nkv, hd}), rope.cos, rope.sin).view({T, nkv, hd});
+  auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({T, nkv, hd});
+  if (k_out) *k_out = k;
+  if (v_out) *v_out = v;
+  if (contiguous) {
     cache->k[size_t(li)].narrow(0, S0, T).copy_(k);
     cache->v[size_t(li)].narrow(0, S0, T).copy_(v);
-    torch::Tensor keep;  // bool [nkv, S] or undefined
-    if (mask) {
-      keep = mask(li, q, S);
-      if (keep.defined() && (keep.dim() != 2 || keep.size(0) != nkv || keep.size(1) != S))
-        bad("the key mask of layer " + std::to_string(li) + " must be bool [num_kv_heads, " + std::to_string(S) + "]");
-      if (keep.defined()) keep = keep.to(dev_, torch::kBool);
-    }
-    // Attention over the cache, read in its dtype: K^T [nkv, hd, S], V [nkv, S, hd] in fp32.
-    auto kt = cache->k[size_t(li)].narrow(0, 0, S).to(torch::kFloat).permute({1, 2, 0}).contiguous();
-    auto vh = cache->v[size_t(li)].narrow(0, 0, S).to(torch::kFloat).permute({1, 0, 2}).contiguous();
-    auto qh = (q * scale).view({T, nkv, G, hd}).permute({1, 2, 0, 3});  // [nkv, G, T, hd]
-    auto attn = torch::empty({T, nkv, G, hd}, fopt);
-    for (int64_t s = 0; s < T; s += chunk) {
-      const int64_t n = std::min(chunk, T - s), e = S0 + s + n;  // keys [0, e) are visible
-      auto qc = qh.narrow(2, s, n).reshape({nkv, G * n, hd});
-      auto sc = torch::matmul(qc, kt.narrow(2, 0, e)).view({nkv, G, n, e});
-      auto qi = qpos.narrow(0, s, n).unsqueeze(1);  // [n, 1]
-      auto kj = kpos.narrow(0, 0, e).unsqueeze(0);  // [1, e]
-      auto hide = kj > qi;                          // [n, e]
-      if (c.sliding_window) hide = hide.logical_or(qi - kj >= *c.sliding_window);
-      sc.masked_fill_(hide, ninf);
-      if (keep.defined()) sc.masked_fill_(keep.narrow(1, 0, e).logical_not().view({nkv, 1, 1, e}), ninf);
-      auto p = sc.view({nkv, G * n, e}).softmax(-1);
-      auto o = torch::matmul(p, vh.narrow(1, 0, e));  // [nkv, G*n, hd]
-      attn.narrow(0, s, n).copy_(o.view({nkv, G, n, hd}).permute({2, 0, 1, 3}));
-    }
-    x.addmm_(attn.view({T, nh * hd}), L.wo.t());
-    for (int64_t r = 0; r < T; r += mlp_rows) {
-      auto xr = x.narrow(0, r, std::min(mlp_rows, T - r));
-      auto gu = torch::mm(ops::rms_norm(xr, L.ln2, eps), L.wgate_up.t());
-      auto act = torch::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));
-      xr.addmm_(act, L.wdown.t());
-    }
+  } else {
+    cache->k[size_t(li)].index_copy_(0, pos, k.to(cache->dtype));
+    cache->v[size_t(li)].index_copy_(0, pos, v.to(cache->dtype));
   }
-  cache->len = S;
-  auto hs = all_logits ? x : x.narrow(0, T - 1, 1);
-  return torch::mm(ops::rms_norm(hs, norm_, eps), lm_head_.t());
+  torch::Tensor keep;  // bool [nkv, S] or undefined
+  if (mask) {
+    keep = mask(li, q, S);
+    if (keep.defined() && (keep.dim() != 2 || keep.size(0) != nkv || keep.size(1) != S))
+      throw ModelError("LlamaModel (" + dir_ + "): the key mask of layer " + std::to_string(li) +
+                       " must be bool [num_kv_heads, " + std::to_string(S) + "]");
+    if (keep.defined()) keep = keep.to(dev_, torch::kBool);
+  }
+  // Attention over the cache, read in its dtype: K^T [nkv, hd, S], V [nkv, S, hd] in fp32.
+  auto kt = cache->k[size_t(li)].narrow(0, 0, S).to(torch::kFloat).permute({1, 2, 0}).contiguous();
+  auto vh = cache->v[size_t(li)].narrow(0, 0, S).to(torch::kFloat).permute({1, 0, 2}).contiguous();
+  auto qh = (q * scale).view({T, nkv, G, hd}).permute({1, 2, 0, 3});  // [nkv, G, T, hd]
+  auto attn = torch::empty({T, nkv, G, hd}, fopt);
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t n = std::min(chunk, T - s), e = pp[s + n - 1] + 1;  // keys [0, e) are visible
+    auto qc = qh.narrow(2, s, n).reshape({nkv, G * n, hd});
+    auto sc = torch::matmul(qc, kt.narrow(2, 0, e)).view({nkv, G, n, e});
+    auto qi = pos.narrow(0, s, n).unsqueeze(1);   // [n, 1]
+    auto kj = kpos.narrow(0, 0, e).unsqueeze(0);  // [1, e]
+    auto hide = kj > qi;                          // [n, e]
+    if (c.sliding_window) hide = hide.logical_or(qi - kj >= *c.sliding_window);
+    sc.masked_fill_(hide, ninf);
+    if (keep.defined()) sc.masked_fill_(keep.narrow(1, 0, e).logical_not().view({nkv, 1, 1, e}), ninf);
+    auto p = sc.view({nkv, G * n, e}).softmax(-1);
+    auto o = torch::matmul(p, vh.narrow(1, 0, e));  // [nkv, G*n, hd]
+    attn.narrow(0, s, n).copy_(o.view({nkv, G, n, hd}).permute({2, 0, 1, 3}));
+  }
+  x.addmm_(attn.view({T, nh * hd}), L.wo.t());
+  for (int64_t r = 0; r < T; r += mlp_rows) {
+    auto xr = x.narrow(0, r, std::min(mlp_rows, T - r));
+    auto gu = torch::mm(ops::rms_norm(xr, L.ln2, eps), L.wgate_up.t());
+    auto act = torch::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));
+    xr.addmm_(act, L.wdown.t());
+  }
 }
 
 }  // namespace ucm::model

@@ -141,6 +141,30 @@ class LlamaModel {
   torch::Tensor extend(const torch::Tensor& tokens, KvCache* cache, bool all_logits = false,
                        const KeyMaskFn& mask = {}) const;
 
+  /// CacheBlend's selective recompute (Yao et al., EuroSys 2025, §4.3), the prefill of a prompt
+  /// whose cache already holds stored K/V for some tokens (documents loaded from chunks and moved
+  /// to their positions, store_v1.md §4.4).
+  struct BlendSpec {
+    /// [T]: 1 where cache rows hold stored K/V for that token (every layer), 0 where the token
+    /// must be computed (free text, a document's tail, blocks that failed to load).
+    std::vector<uint8_t> stored;
+    /// Layers [0, check_layer] are computed for every token (their stored K/V are replaced); at
+    /// check_layer the stored tokens to recompute in the later layers are selected.
+    int64_t check_layer = 1;
+    /// Selection at check_layer: given the stored and the freshly computed K|V rows of the
+    /// stored tokens, fp32 [n][2 * nkv * hd] (fresh rounded to the cache dtype), returns the
+    /// indices (into those n) to recompute. Empty function: recompute none.
+    std::function<std::vector<uint32_t>(const float* stored, const float* fresh, size_t n, size_t row)> select;
+  };
+  /// Runs tokens (int64 [T]) at positions 0..T-1 over *cache (cache->len must be 0; rows with
+  /// spec.stored hold stored K/V): all tokens through layers 0..check_layer, then only the
+  /// computed tokens (not stored, selected, and always the last) through the rest; the other
+  /// tokens keep their stored K/V. Sets cache->len = T. Returns fp32 logits [1, vocab] of the
+  /// last token; *recomputed (optional) gets the stored tokens that were recomputed. With every
+  /// stored token selected (or none stored) the result is extend()'s, bit for bit.
+  torch::Tensor blend(const torch::Tensor& tokens, KvCache* cache, const BlendSpec& spec,
+                      std::vector<int64_t>* recomputed = nullptr) const;
+
   /// Default score-block budget (floats) for chunked attention; see the header comment.
   /// 16 MiB keeps the block under glibc's largest mmap threshold (32 MiB), so it is
   /// recycled by malloc instead of being mapped and page-faulted anew for every chunk.
@@ -152,6 +176,19 @@ class LlamaModel {
   void set_score_budget(int64_t floats) { score_budget_ = std::max<int64_t>(1, floats); }
 
  private:
+  struct Rope {
+    torch::Tensor cos, sin;  // fp32 [A, hd/2]
+  };
+  /// cos/sin of the positions pos (int64 [A]).
+  Rope rope_at(const torch::Tensor& pos) const;
+  /// One decoder layer for the rows x (fp32 [A, H], updated in place) at positions pos (int64
+  /// [A], ascending): writes their K/V into cache rows pos (rounded to its dtype), attends over
+  /// cache keys [0, S) causally (and through mask), adds attention and MLP to x. k_out/v_out
+  /// (optional): the rows' fresh fp32 K/V [A, nkv, hd]. Shared by extend() and blend().
+  void layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor& pos, const Rope& rope, KvCache* cache,
+                     int64_t S, const KeyMaskFn& mask, torch::Tensor* k_out = nullptr,
+                     torch::Tensor* v_out = nullptr) const;
+
   struct Layer {
     torch::Tensor ln1, ln2;    // [H]
     torch::Tensor wqkv;        // [(nh + 2 nkv) * hd, H] (q, k, v rows concatenated)

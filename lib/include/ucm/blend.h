@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ucm/retrieval.h" /* UCM_DTYPE_* */
 #include "ucm/ucm.h"
 
 #ifdef __cplusplus

@@ -144,6 +144,13 @@ UCM_API int ucm_store_namespace_register(ucm_store_t* store, const char* desc_js
 /* A namespace attachment (e.g. "r4_projection") into buf[cap]; *len gets its size. */
 UCM_API int ucm_store_attachment_get(ucm_store_t* store, const uint8_t* ns, const char* name,
                                      void* buf, size_t cap, size_t* len);
+/* The document registry (store_v1.md §5.6): entry `id` of namespace ns (a corpus id, or
+ * "chunk:<corpus id>" for a chunk, §4.4). source[cap] receives its source (the corpus file or
+ * "<file>:<line>" precompute recorded), NUL-terminated; *blocks and *tokens its size (either may
+ * be NULL). Errors: UCM_E_NOT_FOUND (no such entry or namespace), UCM_E_INVALID (NULL store, ns
+ * or id; cap too small for the source and its NUL: nothing copied). */
+UCM_API int ucm_store_document_get(ucm_store_t* store, const uint8_t* ns, const char* id, char* source, size_t cap,
+                                   uint64_t* blocks, uint64_t* tokens);
 
 /* Chained block hashes (store_v1.md §4.1) of the full blocks of tokens[n_tokens]. Pure: it does
  * not look at any store.

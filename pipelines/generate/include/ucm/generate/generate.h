@@ -33,6 +33,12 @@ struct GenerateOptions {
   bool save = false;           ///< dump the new full blocks into the store
   std::string sparse;          ///< "" = dense decode; esa | quest | gsa | psa
   std::string retrieval_config;///< YAML of the retriever (configs/retrieval.yaml)
+  // --blend (CacheBlend, docs/blend.md): the prompt is the namespace's chunk prefix, the
+  // documents (separated by a blank line), then the prompt text (the question, used as given).
+  bool blend = false;
+  std::vector<std::string> docs;  ///< corpus ids (registered as chunk:<id>) or files
+  double recompute_ratio = 0.15;  ///< share of the stored tokens recomputed (CacheBlend §4.3: 15%)
+  uint32_t check_layer = 1;       ///< layers [0, check_layer] computed for all tokens; selection there
 };
 
 /// Sparse decode against dense decode on the same prompt (shared/BRIEF.md, "Quality of
@@ -73,6 +79,35 @@ struct GenerateReport {
   std::string to_json() const;
   std::string to_text() const;
 };
+
+/// `ucm generate --blend`: the prompt served three ways in one run, each to its first token and
+/// then 32 (max_new_tokens) greedy tokens: full recompute (the reference), prefix caching only,
+/// and CacheBlend (stored documents moved to their positions, ratio of their tokens recomputed).
+struct BlendReport {
+  std::string namespace_id;
+  std::vector<std::string> docs;           ///< as given
+  std::vector<std::string> docs_missing;   ///< not stored (prefilled normally)
+  uint64_t prompt_tokens = 0, chunk_prefix_tokens = 0, doc_tokens = 0;
+  double recompute_ratio = 0;
+  uint32_t check_layer = 0;
+  uint64_t stored_tokens = 0;       ///< prompt tokens whose K/V came from the store (all layers)
+  uint64_t recomputed_tokens = 0;   ///< of those, recomputed after the check layer
+  uint64_t chunk_blocks_loaded = 0, chunk_blocks_failed = 0;  ///< failed: recomputed, never used
+  double served_fraction = 0;       ///< (stored - recomputed) / prompt tokens
+  double prefix_served_fraction = 0;///< prefix caching: hit tokens / prompt tokens
+  double ttft_blend_ms = 0, load_ms = 0, ttft_prefix_ms = 0, ttft_recompute_ms = 0;
+  // Against full recompute, teacher-forced over the new tokens (docs/blend.md):
+  uint64_t steps = 0;
+  double top1_agreement = 0, mean_kl = 0;
+  double prefix_top1_agreement = 0, prefix_mean_kl = 0;
+  uint64_t greedy_match = 0;         ///< free-running blend tokens equal to recompute's
+  std::vector<int32_t> tokens, recompute_tokens;
+  std::string text;
+
+  std::string to_json() const;
+  std::string to_text() const;
+};
+Status run_blend(const GenerateOptions& o, BlendReport* report);
 
 /// Runs one prompt. Errors: InvalidArgument (options, model, tokenizer, prompt too long), the
 /// store's codes (opening, loading, saving).

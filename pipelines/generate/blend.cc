@@ -1,0 +1,191 @@
+// pipelines/generate/blend.cc: see blend.h.
+#include "blend.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace ucm::generate {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+Status read_text(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Status::InvalidArgument("cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return Status::OK();
+}
+
+// The text of a registered document from its source: a file, or "<file>:<line>" of a JSONL corpus.
+Status text_of_source(const std::string& source, std::string* text) {
+  if (fs::is_regular_file(source)) return read_text(source, text);
+  const auto colon = source.rfind(':');
+  if (colon == std::string::npos) return Status::InvalidArgument("document source " + source + " cannot be read");
+  const std::string file = source.substr(0, colon);
+  const uint64_t line = std::stoull(source.substr(colon + 1));
+  std::ifstream f(file);
+  std::string l;
+  for (uint64_t i = 1; std::getline(f, l); ++i)
+    if (i == line) {
+      auto j = nlohmann::json::parse(l, nullptr, false);
+      if (j.is_object() && j.contains("text") && j["text"].is_string()) {
+        *text = j["text"].get<std::string>();
+        return Status::OK();
+      }
+      break;
+    }
+  return Status::InvalidArgument("document source " + source + " has no JSONL line with a \"text\"");
+}
+
+std::vector<Hash16> hashes_of(const StoreClient& store, const std::vector<int32_t>& ids, uint32_t bs) {
+  std::vector<Hash16> h;
+  (void)store.hash_blocks(ids, bs, &h);
+  return h;
+}
+
+}  // namespace
+
+Status make_blend_prompt(const tok::Tokenizer& tk, const StoreClient& store, const std::vector<std::string>& names,
+                         const std::string& question, BlendPrompt* out) {
+  *out = BlendPrompt{};
+  size_t n = 0;
+  int rc = ucm_store_chunk_prefix(store.handle(), store.ns().data(), nullptr, 0, &n);
+  if (rc == UCM_E_INVALID) {  // too small a buffer: n is set
+    out->chunk_prefix.resize(n);
+    std::vector<uint32_t> u(n);
+    rc = ucm_store_chunk_prefix(store.handle(), store.ns().data(), u.data(), n, &n);
+    for (size_t i = 0; i < n; ++i) out->chunk_prefix[i] = int32_t(u[i]);
+  }
+  if (rc != UCM_OK) return from_code(rc, "ucm_store_chunk_prefix");
+  out->ids = out->chunk_prefix;
+  const auto sep = tk.encode("\n\n");
+  for (size_t d = 0; d < names.size(); ++d) {
+    std::string text;
+    const std::string& name = names[d];
+    if (fs::is_regular_file(name)) {
+      UCM_RETURN_IF_ERROR(read_text(name, &text));
+    } else {
+      char src[4096];
+      rc = ucm_store_document_get(store.handle(), store.ns().data(), ("chunk:" + name).c_str(), src, sizeof src,
+                                  nullptr, nullptr);
+      if (rc == UCM_E_NOT_FOUND)
+        return Status::InvalidArgument("unknown document '" + name + "': not a file, and not registered as chunk:" +
+                                       name + " in the namespace (precompute it with `ucm precompute --chunks`)");
+      if (rc != UCM_OK) return from_code(rc, "ucm_store_document_get " + name);
+      UCM_RETURN_IF_ERROR(text_of_source(src, &text));
+    }
+    BlendDoc doc;
+    doc.name = name;
+    try {
+      doc.tokens = tk.encode(text);
+    } catch (const std::exception& e) {
+      return Status::InvalidArgument("document " + name + ": " + e.what());
+    }
+    if (d > 0) out->ids.insert(out->ids.end(), sep.begin(), sep.end());
+    doc.offset = out->ids.size();
+    out->ids.insert(out->ids.end(), doc.tokens.begin(), doc.tokens.end());
+    out->docs.push_back(std::move(doc));
+  }
+  try {
+    const auto q = tk.encode(question);
+    out->ids.insert(out->ids.end(), q.begin(), q.end());
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("prompt: ") + e.what());
+  }
+  return Status::OK();
+}
+
+Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope_params& rope, const BlendPrompt& p,
+                     double ratio, uint32_t check_layer, int64_t capacity, Prefill* out, BlendPrefillStats* stats) {
+  *out = Prefill{};
+  *stats = BlendPrefillStats{};
+  const auto& m = eng.model();
+  const auto& c = m.config();
+  const uint32_t T = eng.block_size();
+  const int64_t L = c.num_hidden_layers, H = c.num_key_value_heads, D = c.head_dim;
+  const size_t P = p.chunk_prefix.size(), N = p.ids.size();
+  out->cache = m.make_cache(capacity, eng.dtype());
+  std::vector<uint8_t> stored(N, 0);
+  const int udtype = out->cache.dtype == torch::kBFloat16 ? UCM_DTYPE_BF16
+                     : out->cache.dtype == torch::kHalf   ? UCM_DTYPE_F16
+                                                          : UCM_DTYPE_F32;
+  auto t0 = Clock::now();
+  for (const auto& doc : p.docs) {
+    std::vector<int32_t> seq = p.chunk_prefix;
+    seq.insert(seq.end(), doc.tokens.begin(), doc.tokens.end());
+    const auto hashes = hashes_of(store, seq, T);
+    size_t hit = 0;
+    UCM_RETURN_IF_ERROR(store.prefix_blocks(hashes, &hit));
+    if (hit * T <= P) {
+      spdlog::info("document {}: no chunk stored: prefilled", doc.name);
+      stats->docs_missing.push_back(doc.name);
+      continue;
+    }
+    auto tl = Clock::now();
+    KvCache stage = m.make_cache(int64_t(hit * T), out->cache.dtype);
+    std::vector<int> st;
+    UCM_RETURN_IF_ERROR(store.load_paged(hashes, hit, page_ptrs(stage, hit, T), &st));
+    const int64_t delta = int64_t(doc.offset) - int64_t(P);
+    const size_t rows = hit * T - P;  // document tokens with stored K/V
+    for (int64_t l = 0; l < L; ++l) {
+      auto k = stage.k[size_t(l)].narrow(0, int64_t(P), int64_t(rows));
+      UCM_RETURN_IF_ERROR(from_code(ucm_rope_shift(&rope, k.data_ptr(), udtype, rows, uint32_t(H), size_t(H * D), delta),
+                                    "ucm_rope_shift"));
+      out->cache.k[size_t(l)].narrow(0, int64_t(doc.offset), int64_t(rows)).copy_(k);
+      out->cache.v[size_t(l)].narrow(0, int64_t(doc.offset), int64_t(rows))
+          .copy_(stage.v[size_t(l)].narrow(0, int64_t(P), int64_t(rows)));
+      // The prompt starts with the chunk prefix: the first document's chunk holds its K/V too.
+      if (doc.offset == P && P > 0) {
+        out->cache.k[size_t(l)].narrow(0, 0, int64_t(P)).copy_(stage.k[size_t(l)].narrow(0, 0, int64_t(P)));
+        out->cache.v[size_t(l)].narrow(0, 0, int64_t(P)).copy_(stage.v[size_t(l)].narrow(0, 0, int64_t(P)));
+      }
+    }
+    for (size_t b = 0; b < hit; ++b) {
+      const bool ok = st[b] == UCM_OK;
+      stats->blocks_loaded += ok;
+      stats->blocks_failed += !ok;
+      if (!ok)
+        spdlog::warn("document {}: chunk block {} failed to load ({}): its tokens are recomputed", doc.name, b,
+                     ucm_code_name(st[b]));
+      for (size_t r = b * T; r < (b + 1) * T; ++r) {
+        if (r >= P) stored[doc.offset + r - P] = ok;
+        else if (doc.offset == P) stored[r] = ok;
+      }
+    }
+    stats->load_ms += ms_since(tl);
+  }
+  for (uint8_t s : stored) stats->stored_tokens += s;
+  model::LlamaModel::BlendSpec spec;
+  spec.stored = stored;
+  spec.check_layer = check_layer;
+  spec.select = [ratio](const float* a, const float* b, size_t n, size_t row) {
+    std::vector<uint32_t> idx(n);
+    size_t k = 0;
+    if (ucm_blend_select(a, b, n, row, ratio, idx.data(), n, &k, nullptr) != UCM_OK)
+      throw model::ModelError(std::string("ucm_blend_select: ") + ucm_last_error());
+    idx.resize(k);
+    return idx;
+  };
+  std::vector<int64_t> recomputed;
+  try {
+    out->logits = m.blend(to_tensor(p.ids, 0, N), &out->cache, spec, &recomputed)[0];
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(e.what());
+  }
+  (void)out->logits.argmax().item<int64_t>();
+  out->ttft_ms = ms_since(t0);
+  out->load_ms = stats->load_ms;
+  stats->recomputed_tokens = recomputed.size();
+  return Status::OK();
+}
+
+}  // namespace ucm::generate

@@ -1,0 +1,47 @@
+// pipelines/generate/blend.h: the CacheBlend prefill of the reference engine (docs/blend.md),
+// through libucm's C ABI only (ucm/ucm.h, ucm/blend.h).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "engine.h"
+#include "store_client.h"
+#include "ucm/blend.h"
+#include "ucm/tok/tokenizer.h"
+
+namespace ucm::generate {
+
+/// One document of a blend prompt.
+struct BlendDoc {
+  std::string name;             ///< as given (corpus id or file)
+  std::vector<int32_t> tokens;  ///< the document tokenized on its own (store_v1.md §4.4)
+  size_t offset = 0;            ///< its first position in the prompt
+};
+
+/// chunk prefix ++ doc 1 ++ "\n\n" ++ doc 2 ... ++ doc n ++ question (each part tokenized apart).
+struct BlendPrompt {
+  std::vector<int32_t> chunk_prefix;
+  std::vector<BlendDoc> docs;
+  std::vector<int32_t> ids;
+};
+
+/// Resolves each name (a file, or a corpus id registered as chunk:<id> whose source is read) and
+/// builds the prompt. InvalidArgument for a name that is neither; NotFound when the namespace
+/// holds no chunks.
+Status make_blend_prompt(const tok::Tokenizer& tk, const StoreClient& store, const std::vector<std::string>& names,
+                         const std::string& question, BlendPrompt* out);
+
+struct BlendPrefillStats {
+  std::vector<std::string> docs_missing;
+  uint64_t stored_tokens = 0, recomputed_tokens = 0, blocks_loaded = 0, blocks_failed = 0;
+  double load_ms = 0;
+};
+
+/// The blend prefill: every document's stored chunk blocks loaded (a block that fails is left
+/// to be computed), its keys moved by ucm_rope_shift to the document's position, then
+/// LlamaModel::blend with ucm_blend_select choosing `ratio` of the stored tokens at check_layer.
+/// rope: the namespace's (ucm_store_rope_params). out->ttft_ms runs from hashing to first token.
+Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope_params& rope, const BlendPrompt& p,
+                     double ratio, uint32_t check_layer, int64_t capacity, Prefill* out, BlendPrefillStats* stats);
+
+}  // namespace ucm::generate

@@ -1,0 +1,186 @@
+// pipelines/generate/blend_run.cc: run_blend and BlendReport (see ucm/generate/generate.h).
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "blend.h"
+#include "internal.h"
+#include "ucm/generate/generate.h"
+
+namespace ucm::generate {
+
+using namespace detail;
+
+Status run_blend(const GenerateOptions& o, BlendReport* r) {
+  *r = BlendReport{};
+  r->docs = o.docs;
+  r->recompute_ratio = o.recompute_ratio;
+  r->check_layer = o.check_layer;
+  if (o.store.empty()) return Status::InvalidArgument("--blend needs --store (the documents' chunks come from it)");
+  if (o.docs.empty()) return Status::InvalidArgument("--blend needs --docs ID,ID,... (corpus ids or files)");
+  if (!(o.recompute_ratio >= 0 && o.recompute_ratio <= 1))
+    return Status::InvalidArgument("--recompute-ratio must be in [0, 1]");
+  Inputs in;
+  UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
+  const auto& mc = in.model->config();
+  if (o.check_layer >= mc.num_hidden_layers)
+    return Status::InvalidArgument("--check-layer " + std::to_string(o.check_layer) + ": the model has " +
+                                   std::to_string(mc.num_hidden_layers) + " layers");
+  std::string desc_json;
+  precompute::PrecomputeOptions po;
+  UCM_RETURN_IF_ERROR(fingerprint(*in.model, o.precompute_config, &desc_json, &po));
+  StoreClient store;
+  UCM_RETURN_IF_ERROR(store.open(o.store, false));
+  UCM_RETURN_IF_ERROR(store.resolve_namespace(o.namespace_name, desc_json, false));
+  static const char* hex = "0123456789abcdef";
+  for (uint8_t b : store.ns()) r->namespace_id += {hex[b >> 4], hex[b & 15]};
+  if (!store.found())
+    return Status::NotFound("the store holds no namespace for this model and fingerprint: no chunks to blend");
+  // The namespace's RoPE must be one the library moves exactly, and this model's.
+  ucm_rope_params rope = ucm_rope_default_params();
+  UCM_RETURN_IF_ERROR(from_code(ucm_store_rope_params(store.handle(), store.ns().data(), &rope), "the namespace's RoPE"));
+  if (int64_t(rope.head_dim) != mc.head_dim || std::abs(rope.theta - mc.rope_theta) > 1e-9 * mc.rope_theta)
+    return Status::InvalidArgument("the namespace's RoPE (theta " + std::to_string(rope.theta) + ", head_dim " +
+                                   std::to_string(rope.head_dim) + ") is not this model's (theta " +
+                                   std::to_string(mc.rope_theta) + ", head_dim " + std::to_string(mc.head_dim) +
+                                   "): its chunks were made by another model");
+  std::string question = o.prompt;
+  if (!o.prompt_file.empty()) {
+    std::ifstream f(o.prompt_file, std::ios::binary);
+    if (!f) return Status::InvalidArgument("cannot read prompt file " + o.prompt_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    question = ss.str();
+  }
+  BlendPrompt bp;
+  UCM_RETURN_IF_ERROR(make_blend_prompt(*in.tokenizer, store, o.docs, question, &bp));
+  r->prompt_tokens = bp.ids.size();
+  r->chunk_prefix_tokens = bp.chunk_prefix.size();
+  for (const auto& d : bp.docs) r->doc_tokens += d.tokens.size();
+  const int64_t capacity = int64_t(bp.ids.size()) + o.max_new_tokens;
+  if (capacity > mc.max_position_embeddings)
+    return Status::InvalidArgument("prompt of " + std::to_string(bp.ids.size()) + " tokens plus " +
+                                   std::to_string(o.max_new_tokens) + " new tokens exceeds the model's " +
+                                   std::to_string(mc.max_position_embeddings) + " positions");
+  Engine eng(*in.model, &store, po.block_size, torch_dtype_of(po.dtype));
+  const uint32_t n_new = o.max_new_tokens;
+
+  // Full recompute: the reference.
+  Prefill full;
+  UCM_RETURN_IF_ERROR(eng.prefill_recompute(bp.ids, capacity, &full));
+  r->ttft_recompute_ms = full.ttft_ms;
+  Decode ref;
+  eng.decode(&full, n_new, -1, nullptr, {}, true, &ref);
+  r->recompute_tokens = ref.tokens;
+
+  // Prefix caching only.
+  Prefill pre;
+  UCM_RETURN_IF_ERROR(eng.prefill_cached(bp.ids, capacity, &pre));
+  r->ttft_prefix_ms = pre.ttft_ms;
+  r->prefix_served_fraction = double(pre.used_blocks * po.block_size) / double(bp.ids.size());
+  Decode pre_tf;
+  eng.decode(&pre, uint32_t(ref.tokens.size()), -1, &ref.tokens, {}, true, &pre_tf);
+  const Agreement pa = compare_decodes(ref, pre_tf);
+  r->prefix_top1_agreement = pa.top1_agreement;
+  r->prefix_mean_kl = pa.mean_kl;
+
+  // CacheBlend.
+  Prefill bl;
+  BlendPrefillStats bs;
+  UCM_RETURN_IF_ERROR(prefill_blend(eng, store, rope, bp, o.recompute_ratio, o.check_layer, capacity, &bl, &bs));
+  r->ttft_blend_ms = bl.ttft_ms;
+  r->load_ms = bs.load_ms;
+  r->docs_missing = bs.docs_missing;
+  r->stored_tokens = bs.stored_tokens;
+  r->recomputed_tokens = bs.recomputed_tokens;
+  r->chunk_blocks_loaded = bs.blocks_loaded;
+  r->chunk_blocks_failed = bs.blocks_failed;
+  r->served_fraction = double(bs.stored_tokens - bs.recomputed_tokens) / double(bp.ids.size());
+  // Teacher-forced against the reference, then free-running (from a copy of the blend cache).
+  Prefill fr = bl;
+  fr.cache.k.clear();
+  fr.cache.v.clear();
+  for (const auto& t : bl.cache.k) fr.cache.k.push_back(t.clone());
+  for (const auto& t : bl.cache.v) fr.cache.v.push_back(t.clone());
+  Decode tf;
+  eng.decode(&bl, uint32_t(ref.tokens.size()), -1, &ref.tokens, {}, true, &tf);
+  const Agreement ba = compare_decodes(ref, tf);
+  r->steps = ba.steps;
+  r->top1_agreement = ba.top1_agreement;
+  r->mean_kl = ba.mean_kl;
+  Decode free_run;
+  eng.decode(&fr, n_new, -1, nullptr, {}, false, &free_run);
+  r->tokens = free_run.tokens;
+  r->greedy_match = greedy_match(r->tokens, ref.tokens);
+  r->text = in.tokenizer->decode(r->tokens, true);
+  return Status::OK();
+}
+
+std::string BlendReport::to_json() const {
+  nlohmann::ordered_json j = {{"namespace_id", namespace_id},
+                              {"docs", docs},
+                              {"docs_missing", docs_missing},
+                              {"prompt_tokens", prompt_tokens},
+                              {"chunk_prefix_tokens", chunk_prefix_tokens},
+                              {"doc_tokens", doc_tokens},
+                              {"recompute_ratio", recompute_ratio},
+                              {"check_layer", check_layer},
+                              {"stored_tokens", stored_tokens},
+                              {"recomputed_tokens", recomputed_tokens},
+                              {"chunk_blocks_loaded", chunk_blocks_loaded},
+                              {"chunk_blocks_failed", chunk_blocks_failed},
+                              {"served_fraction", served_fraction},
+                              {"prefix_served_fraction", prefix_served_fraction},
+                              {"ttft_blend_ms", ttft_blend_ms},
+                              {"load_ms", load_ms},
+                              {"ttft_prefix_ms", ttft_prefix_ms},
+                              {"ttft_recompute_ms", ttft_recompute_ms},
+                              {"steps", steps},
+                              {"top1_agreement", top1_agreement},
+                              {"mean_kl", mean_kl},
+                              {"prefix_top1_agreement", prefix_top1_agreement},
+                              {"prefix_mean_kl", prefix_mean_kl},
+                              {"greedy_match", greedy_match},
+                              {"tokens", tokens},
+                              {"recompute_tokens", recompute_tokens},
+                              {"text", text}};
+  return j.dump(2);
+}
+
+std::string BlendReport::to_text() const {
+  std::ostringstream s;
+  char buf[512];
+  s << text << "\n---\n";
+  std::snprintf(buf, sizeof buf,
+                "prompt %llu tokens: chunk prefix %llu, %zu documents (%llu tokens, %zu not stored), question\n",
+                (unsigned long long)prompt_tokens, (unsigned long long)chunk_prefix_tokens, docs.size(),
+                (unsigned long long)doc_tokens, docs_missing.size());
+  s << buf;
+  std::snprintf(buf, sizeof buf,
+                "served from the store: blend %.1f%% (%llu stored, %llu recomputed at %.0f%%, check layer %u), "
+                "prefix caching %.1f%%\n",
+                100 * served_fraction, (unsigned long long)stored_tokens, (unsigned long long)recomputed_tokens,
+                100 * recompute_ratio, check_layer, 100 * prefix_served_fraction);
+  s << buf;
+  if (chunk_blocks_failed) s << chunk_blocks_failed << " chunk blocks failed to load: their tokens were recomputed\n";
+  std::snprintf(buf, sizeof buf,
+                "TTFT blend %.1f ms (load %.1f ms), prefix caching %.1f ms, full recompute %.1f ms: %.2fx vs prefix, "
+                "%.2fx vs recompute\n",
+                ttft_blend_ms, load_ms, ttft_prefix_ms, ttft_recompute_ms,
+                ttft_blend_ms > 0 ? ttft_prefix_ms / ttft_blend_ms : 0,
+                ttft_blend_ms > 0 ? ttft_recompute_ms / ttft_blend_ms : 0);
+  s << buf;
+  std::snprintf(buf, sizeof buf,
+                "vs full recompute over %llu steps: blend top-1 agreement %.3f, mean KL %.4f, greedy match %llu; "
+                "prefix caching %.3f, %.4f\n",
+                (unsigned long long)steps, top1_agreement, mean_kl, (unsigned long long)greedy_match,
+                prefix_top1_agreement, prefix_mean_kl);
+  s << buf;
+  return s.str();
+}
+
+}  // namespace ucm::generate

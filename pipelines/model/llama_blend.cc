@@ -1,0 +1,83 @@
+// pipelines/model/llama_blend.cc: LlamaModel::blend, CacheBlend's selective recompute (Yao et al.,
+// EuroSys 2025, §4.3) over the layers of llama_cache.cc.
+#include <string>
+
+#include "llama_model.h"
+#include "llama_ops.h"
+
+namespace ucm::model {
+
+torch::Tensor LlamaModel::blend(const torch::Tensor& tokens, KvCache* cache, const BlendSpec& spec,
+                                std::vector<int64_t>* recomputed) const {
+  const auto& c = cfg_;
+  auto bad = [&](const std::string& what) { throw ModelError("LlamaModel::blend (" + dir_ + "): " + what); };
+  if (!cache) bad("no cache");
+  if (tokens.dim() != 1 || tokens.scalar_type() != torch::kLong || tokens.size(0) < 1)
+    bad("tokens must be int64 [T] with T >= 1");
+  const int64_t T = tokens.size(0), nkv = c.num_key_value_heads, hd = c.head_dim;
+  if (cache->len != 0) bad("the cache must be empty (len 0): blend is the prefill of the whole prompt");
+  if (int64_t(cache->k.size()) != c.num_hidden_layers || cache->k[0].size(1) != nkv || cache->k[0].size(2) != hd)
+    bad("the cache was not made for this model");
+  if (T > cache->capacity()) bad("the cache holds " + std::to_string(cache->capacity()) + " tokens; " + std::to_string(T) + " needed");
+  if (T > c.max_position_embeddings) bad("the prompt exceeds max_position_embeddings");
+  if (int64_t(spec.stored.size()) != T) bad("spec.stored must have one entry per token");
+  if (spec.check_layer < 0 || spec.check_layer >= c.num_hidden_layers) bad("check_layer out of range");
+  c10::InferenceMode guard;
+  {
+    auto tc = tokens.cpu();
+    if (tc.min().item<int64_t>() < 0 || tc.max().item<int64_t>() >= c.vocab_size)
+      bad("token ids must be in [0, vocab_size=" + std::to_string(c.vocab_size) + ")");
+  }
+  const auto lopt = torch::TensorOptions().dtype(torch::kLong).device(dev_);
+  auto pos = torch::arange(0, T, lopt);
+  auto x = embed_.index_select(0, tokens.to(dev_));  // [T, H]
+  Rope rope = rope_at(pos);
+  std::vector<int64_t> stored_idx;
+  for (int64_t i = 0; i < T; ++i)
+    if (spec.stored[size_t(i)]) stored_idx.push_back(i);
+  if (recomputed) recomputed->clear();
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    if (li != spec.check_layer || stored_idx.empty()) {
+      layer_forward(li, x, pos, rope, cache, T, {});
+      continue;
+    }
+    // The check layer: compare the stored K|V of the stored tokens with their fresh ones before
+    // the fresh ones overwrite them, then go on with the computed tokens only.
+    auto sidx = torch::tensor(stored_idx, lopt);
+    auto old_k = cache->k[size_t(li)].index_select(0, sidx).to(torch::kFloat);
+    auto old_v = cache->v[size_t(li)].index_select(0, sidx).to(torch::kFloat);
+    auto old = torch::cat({old_k.reshape({-1, nkv * hd}), old_v.reshape({-1, nkv * hd})}, 1).contiguous();
+    torch::Tensor k, v;
+    layer_forward(li, x, pos, rope, cache, T, {}, &k, &v);
+    auto fk = k.index_select(0, sidx).to(cache->dtype).to(torch::kFloat);
+    auto fv = v.index_select(0, sidx).to(cache->dtype).to(torch::kFloat);
+    auto fresh = torch::cat({fk.reshape({-1, nkv * hd}), fv.reshape({-1, nkv * hd})}, 1).contiguous().cpu();
+    auto oldc = old.cpu();
+    std::vector<uint32_t> sel;
+    if (spec.select)
+      sel = spec.select(oldc.data_ptr<float>(), fresh.data_ptr<float>(), stored_idx.size(), size_t(2 * nkv * hd));
+    std::vector<uint8_t> keep(size_t(T), 0);
+    for (int64_t i = 0; i < T; ++i) keep[size_t(i)] = !spec.stored[size_t(i)];
+    for (uint32_t j : sel) {
+      if (j >= stored_idx.size()) bad("select returned an index out of range");
+      keep[size_t(stored_idx[j])] = 1;
+      if (recomputed) recomputed->push_back(stored_idx[j]);
+    }
+    keep[size_t(T - 1)] = 1;  // its logits are the answer
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < T; ++i)
+      if (keep[size_t(i)]) rows.push_back(i);
+    // Layers [0, check_layer] wrote fresh K/V for every token. Later layers: stored K/V for the
+    // tokens left out, fresh for the rows kept.
+    if (int64_t(rows.size()) < T) {
+      auto r = torch::tensor(rows, lopt);
+      x = x.index_select(0, r);
+      pos = pos.index_select(0, r);
+      rope = rope_at(pos);
+    }
+  }
+  cache->len = T;
+  return torch::mm(ops::rms_norm(x.narrow(0, x.size(0) - 1, 1), norm_, c.rms_norm_eps), lm_head_.t());
+}
+
+}  // namespace ucm::model
