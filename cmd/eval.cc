@@ -1,6 +1,8 @@
 // cmd/eval.cc: `ucm eval retrieval` parses arguments and calls ucm::generate::eval_retrieval.
 #include "eval.h"
 
+#include <unistd.h>
+
 #include <memory>
 #include <sstream>
 #include <string>
@@ -74,6 +76,50 @@ CLI::App* setup_eval(CLI::App& app) {
     if (st.ok() && !a->documents.empty()) (void)split_list(a->documents, &a->o.documents, to_s);
     if (st.ok()) st = generate::eval_retrieval(a->o, &r);
     finish("eval retrieval", a->common, st, r, st.ok());
+  });
+
+  // ucm eval blend
+  struct BlendArgs {
+    generate::EvalBlendOptions o;
+    std::string documents, sizes = "2,4,8", ratios = "0,0.05,0.15,0.3";
+    CommonFlags common;
+  };
+  auto b = std::make_shared<BlendArgs>();
+  b->o.model_dir = "models/SmolLM2-135M-Instruct";
+  CLI::App* bl = eval->add_subcommand(
+      "blend",
+      "RAG reuse (CacheBlend): prompts of 2, 4 and 8 stored documents plus a question served by full recompute, "
+      "prefix caching and blending at each recompute ratio, in one run; TTFT, share of the prompt served from "
+      "the store, and top-1 agreement and KL against full recompute (docs/blend.md)");
+  bl->add_option("--store", b->o.store, "A store whose documents were precomputed with --chunks")->required();
+  bl->add_option("--model", b->o.model_dir, "Model directory")->capture_default_str();
+  bl->add_option("--config", b->o.precompute_config, "The precompute YAML the store was built with (fingerprint)")
+      ->check(CLI::ExistingFile);
+  bl->add_option("--documents", b->documents, "Document files, comma-separated, in order (each stored as a chunk)")
+      ->required();
+  bl->add_option("--sizes", b->sizes, "Documents per prompt")->capture_default_str();
+  bl->add_option("--prompts", b->o.prompts, "Prompts per size (consecutive windows of the documents)")
+      ->capture_default_str();
+  bl->add_option("--ratios", b->ratios, "Recompute ratios")->capture_default_str();
+  bl->add_option("--check-layer", b->o.check_layer, "Layers up to this one run over every token")->capture_default_str();
+  bl->add_option("--new-tokens", b->o.new_tokens, "Teacher-forced steps compared")->capture_default_str();
+  bl->add_option("--question", b->o.question, "The text after the documents (used as given)");
+  bl->add_option("--csv", b->o.csv, "Write every row and the means here");
+  bl->add_option("--png", b->o.png, "Draw quality and TTFT against the recompute ratio here (gnuplot)");
+  add_common_flags(bl, &b->common);
+  bl->callback([b] {
+    generate::EvalBlendResult r;
+    Status st;
+    auto to_d = [](const std::string& x) { return std::stod(x); };
+    auto to_u = [](const std::string& x) { return uint32_t(std::stoul(x)); };
+    auto to_s = [](const std::string& x) { return x; };
+    b->o.progress = b->common.progress || ::isatty(2);
+    if (!split_list(b->sizes, &b->o.sizes, to_u)) st = Status::InvalidArgument("--sizes: expected numbers like 2,4,8");
+    if (st.ok() && !split_list(b->ratios, &b->o.ratios, to_d))
+      st = Status::InvalidArgument("--ratios: expected numbers like 0,0.15");
+    if (st.ok() && !split_list(b->documents, &b->o.documents, to_s)) st = Status::InvalidArgument("--documents: empty");
+    if (st.ok()) st = generate::eval_blend(b->o, &r);
+    finish("eval blend", b->common, st, r, st.ok());
   });
   return eval;
 }

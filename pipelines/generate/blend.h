@@ -44,4 +44,29 @@ struct BlendPrefillStats {
 Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope_params& rope, const BlendPrompt& p,
                      double ratio, uint32_t check_layer, int64_t capacity, Prefill* out, BlendPrefillStats* stats);
 
+/// Full recompute (the reference decode of n_new tokens, logits kept) and prefix caching
+/// (teacher-forced against it) of one blend prompt.
+struct BlendBaselines {
+  Decode ref;
+  double ttft_recompute_ms = 0, ttft_prefix_ms = 0, prefix_served_fraction = 0;
+  Agreement prefix;
+};
+Status measure_baselines(const Engine& eng, const BlendPrompt& p, int64_t capacity, uint32_t n_new,
+                         BlendBaselines* out);
+
+/// The blend prefill of p at `ratio`, then teacher-forced (against ref) and free-running decodes.
+struct BlendOutcome {
+  BlendPrefillStats stats;
+  double ttft_ms = 0, served_fraction = 0;
+  Agreement vs_ref;
+  uint64_t greedy_match = 0;
+  std::vector<int32_t> tokens;
+};
+Status measure_blend(const Engine& eng, const StoreClient& store, const ucm_rope_params& rope, const BlendPrompt& p,
+                     const Decode& ref, double ratio, uint32_t check_layer, int64_t capacity, BlendOutcome* out);
+
+/// The namespace's RoPE (ucm_store_rope_params), checked against the model: NotSupported for a
+/// scaling the library cannot move exactly, InvalidArgument when it is another model's.
+Status blend_rope(const StoreClient& store, const model::LlamaModel& m, ucm_rope_params* rope);
+
 }  // namespace ucm::generate

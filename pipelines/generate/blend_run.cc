@@ -15,6 +15,58 @@ namespace ucm::generate {
 
 using namespace detail;
 
+Status blend_rope(const StoreClient& store, const model::LlamaModel& m, ucm_rope_params* rope) {
+  const auto& mc = m.config();
+  *rope = ucm_rope_default_params();
+  UCM_RETURN_IF_ERROR(from_code(ucm_store_rope_params(store.handle(), store.ns().data(), rope), "the namespace's RoPE"));
+  if (int64_t(rope->head_dim) != mc.head_dim || std::abs(rope->theta - mc.rope_theta) > 1e-9 * mc.rope_theta)
+    return Status::InvalidArgument("the namespace's RoPE (theta " + std::to_string(rope->theta) + ", head_dim " +
+                                   std::to_string(rope->head_dim) + ") is not this model's (theta " +
+                                   std::to_string(mc.rope_theta) + ", head_dim " + std::to_string(mc.head_dim) +
+                                   "): its chunks were made by another model");
+  return Status::OK();
+}
+
+Status measure_baselines(const Engine& eng, const BlendPrompt& p, int64_t capacity, uint32_t n_new,
+                         BlendBaselines* out) {
+  *out = BlendBaselines{};
+  Prefill full;
+  UCM_RETURN_IF_ERROR(eng.prefill_recompute(p.ids, capacity, &full));
+  out->ttft_recompute_ms = full.ttft_ms;
+  eng.decode(&full, n_new, -1, nullptr, {}, true, &out->ref);
+  Prefill pre;
+  UCM_RETURN_IF_ERROR(eng.prefill_cached(p.ids, capacity, &pre));
+  out->ttft_prefix_ms = pre.ttft_ms;
+  out->prefix_served_fraction = double(pre.used_blocks * eng.block_size()) / double(p.ids.size());
+  Decode tf;
+  eng.decode(&pre, uint32_t(out->ref.tokens.size()), -1, &out->ref.tokens, {}, true, &tf);
+  out->prefix = compare_decodes(out->ref, tf);
+  return Status::OK();
+}
+
+Status measure_blend(const Engine& eng, const StoreClient& store, const ucm_rope_params& rope, const BlendPrompt& p,
+                     const Decode& ref, double ratio, uint32_t check_layer, int64_t capacity, BlendOutcome* out) {
+  *out = BlendOutcome{};
+  Prefill bl;
+  UCM_RETURN_IF_ERROR(prefill_blend(eng, store, rope, p, ratio, check_layer, capacity, &bl, &out->stats));
+  out->ttft_ms = bl.ttft_ms;
+  out->served_fraction = double(out->stats.stored_tokens - out->stats.recomputed_tokens) / double(p.ids.size());
+  // Teacher-forced against the reference, then free-running from a copy of the blend cache.
+  Prefill fr = bl;
+  fr.cache.k.clear();
+  fr.cache.v.clear();
+  for (const auto& t : bl.cache.k) fr.cache.k.push_back(t.clone());
+  for (const auto& t : bl.cache.v) fr.cache.v.push_back(t.clone());
+  Decode tf;
+  eng.decode(&bl, uint32_t(ref.tokens.size()), -1, &ref.tokens, {}, true, &tf);
+  out->vs_ref = compare_decodes(ref, tf);
+  Decode free_run;
+  eng.decode(&fr, uint32_t(ref.tokens.size()), -1, nullptr, {}, false, &free_run);
+  out->tokens = free_run.tokens;
+  out->greedy_match = greedy_match(out->tokens, ref.tokens);
+  return Status::OK();
+}
+
 Status run_blend(const GenerateOptions& o, BlendReport* r) {
   *r = BlendReport{};
   r->docs = o.docs;
@@ -40,14 +92,8 @@ Status run_blend(const GenerateOptions& o, BlendReport* r) {
   for (uint8_t b : store.ns()) r->namespace_id += {hex[b >> 4], hex[b & 15]};
   if (!store.found())
     return Status::NotFound("the store holds no namespace for this model and fingerprint: no chunks to blend");
-  // The namespace's RoPE must be one the library moves exactly, and this model's.
-  ucm_rope_params rope = ucm_rope_default_params();
-  UCM_RETURN_IF_ERROR(from_code(ucm_store_rope_params(store.handle(), store.ns().data(), &rope), "the namespace's RoPE"));
-  if (int64_t(rope.head_dim) != mc.head_dim || std::abs(rope.theta - mc.rope_theta) > 1e-9 * mc.rope_theta)
-    return Status::InvalidArgument("the namespace's RoPE (theta " + std::to_string(rope.theta) + ", head_dim " +
-                                   std::to_string(rope.head_dim) + ") is not this model's (theta " +
-                                   std::to_string(mc.rope_theta) + ", head_dim " + std::to_string(mc.head_dim) +
-                                   "): its chunks were made by another model");
+  ucm_rope_params rope;
+  UCM_RETURN_IF_ERROR(blend_rope(store, *in.model, &rope));
   std::string question = o.prompt;
   if (!o.prompt_file.empty()) {
     std::ifstream f(o.prompt_file, std::ios::binary);
@@ -67,55 +113,29 @@ Status run_blend(const GenerateOptions& o, BlendReport* r) {
                                    std::to_string(o.max_new_tokens) + " new tokens exceeds the model's " +
                                    std::to_string(mc.max_position_embeddings) + " positions");
   Engine eng(*in.model, &store, po.block_size, torch_dtype_of(po.dtype));
-  const uint32_t n_new = o.max_new_tokens;
-
-  // Full recompute: the reference.
-  Prefill full;
-  UCM_RETURN_IF_ERROR(eng.prefill_recompute(bp.ids, capacity, &full));
-  r->ttft_recompute_ms = full.ttft_ms;
-  Decode ref;
-  eng.decode(&full, n_new, -1, nullptr, {}, true, &ref);
-  r->recompute_tokens = ref.tokens;
-
-  // Prefix caching only.
-  Prefill pre;
-  UCM_RETURN_IF_ERROR(eng.prefill_cached(bp.ids, capacity, &pre));
-  r->ttft_prefix_ms = pre.ttft_ms;
-  r->prefix_served_fraction = double(pre.used_blocks * po.block_size) / double(bp.ids.size());
-  Decode pre_tf;
-  eng.decode(&pre, uint32_t(ref.tokens.size()), -1, &ref.tokens, {}, true, &pre_tf);
-  const Agreement pa = compare_decodes(ref, pre_tf);
-  r->prefix_top1_agreement = pa.top1_agreement;
-  r->prefix_mean_kl = pa.mean_kl;
-
-  // CacheBlend.
-  Prefill bl;
-  BlendPrefillStats bs;
-  UCM_RETURN_IF_ERROR(prefill_blend(eng, store, rope, bp, o.recompute_ratio, o.check_layer, capacity, &bl, &bs));
-  r->ttft_blend_ms = bl.ttft_ms;
-  r->load_ms = bs.load_ms;
-  r->docs_missing = bs.docs_missing;
-  r->stored_tokens = bs.stored_tokens;
-  r->recomputed_tokens = bs.recomputed_tokens;
-  r->chunk_blocks_loaded = bs.blocks_loaded;
-  r->chunk_blocks_failed = bs.blocks_failed;
-  r->served_fraction = double(bs.stored_tokens - bs.recomputed_tokens) / double(bp.ids.size());
-  // Teacher-forced against the reference, then free-running (from a copy of the blend cache).
-  Prefill fr = bl;
-  fr.cache.k.clear();
-  fr.cache.v.clear();
-  for (const auto& t : bl.cache.k) fr.cache.k.push_back(t.clone());
-  for (const auto& t : bl.cache.v) fr.cache.v.push_back(t.clone());
-  Decode tf;
-  eng.decode(&bl, uint32_t(ref.tokens.size()), -1, &ref.tokens, {}, true, &tf);
-  const Agreement ba = compare_decodes(ref, tf);
-  r->steps = ba.steps;
-  r->top1_agreement = ba.top1_agreement;
-  r->mean_kl = ba.mean_kl;
-  Decode free_run;
-  eng.decode(&fr, n_new, -1, nullptr, {}, false, &free_run);
-  r->tokens = free_run.tokens;
-  r->greedy_match = greedy_match(r->tokens, ref.tokens);
+  BlendBaselines base;
+  UCM_RETURN_IF_ERROR(measure_baselines(eng, bp, capacity, o.max_new_tokens, &base));
+  r->ttft_recompute_ms = base.ttft_recompute_ms;
+  r->recompute_tokens = base.ref.tokens;
+  r->ttft_prefix_ms = base.ttft_prefix_ms;
+  r->prefix_served_fraction = base.prefix_served_fraction;
+  r->prefix_top1_agreement = base.prefix.top1_agreement;
+  r->prefix_mean_kl = base.prefix.mean_kl;
+  BlendOutcome b;
+  UCM_RETURN_IF_ERROR(measure_blend(eng, store, rope, bp, base.ref, o.recompute_ratio, o.check_layer, capacity, &b));
+  r->ttft_blend_ms = b.ttft_ms;
+  r->load_ms = b.stats.load_ms;
+  r->docs_missing = b.stats.docs_missing;
+  r->stored_tokens = b.stats.stored_tokens;
+  r->recomputed_tokens = b.stats.recomputed_tokens;
+  r->chunk_blocks_loaded = b.stats.blocks_loaded;
+  r->chunk_blocks_failed = b.stats.blocks_failed;
+  r->served_fraction = b.served_fraction;
+  r->steps = b.vs_ref.steps;
+  r->top1_agreement = b.vs_ref.top1_agreement;
+  r->mean_kl = b.vs_ref.mean_kl;
+  r->tokens = b.tokens;
+  r->greedy_match = b.greedy_match;
   r->text = in.tokenizer->decode(r->tokens, true);
   return Status::OK();
 }

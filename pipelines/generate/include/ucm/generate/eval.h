@@ -65,4 +65,39 @@ struct EvalRetrievalResult {
 
 Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out);
 
+/// `ucm eval blend` (docs/blend.md): RAG prompts of k stored documents (chunks) plus a question,
+/// served by full recompute, by prefix caching and by CacheBlend at each recompute ratio, all in
+/// the same run; quality is measured against full recompute over new_tokens teacher-forced steps.
+struct EvalBlendOptions {
+  std::string model_dir, tokenizer_file, store, precompute_config;
+  std::vector<std::string> documents;       ///< document files, in order (stored with precompute --chunks)
+  std::vector<uint32_t> sizes = {2, 4, 8};  ///< documents per prompt
+  uint32_t prompts = 2;                     ///< prompts per size (consecutive windows of the documents)
+  std::vector<double> ratios = {0.0, 0.05, 0.15, 0.30};
+  uint32_t check_layer = 1;
+  uint32_t new_tokens = 32;
+  std::string question =
+      "\n\nWhich of the documents above is the most useful to a new Python programmer, and why?<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  std::string csv, png;  ///< outputs ("" = none); the PNG is drawn with gnuplot
+  bool progress = false;
+};
+
+struct EvalBlendResult {
+  struct Row {                 ///< one (prompt, method)
+    uint32_t size = 0, prompt = 0;
+    std::string method;        ///< "recompute" | "prefix" | "blend"
+    double ratio = 0;          ///< blend: recompute ratio
+    uint64_t prompt_tokens = 0;
+    double ttft_ms = 0, served_fraction = 0, top1_agreement = 0, mean_kl = 0;
+    uint64_t greedy_match = 0, chunk_blocks_failed = 0;
+  };
+  std::vector<Row> rows;       ///< per prompt
+  std::vector<Row> means;      ///< per (size, method, ratio): means over the prompts (prompt = count)
+  std::string to_json() const;
+  std::string to_text() const;
+};
+
+Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out);
+
 }  // namespace ucm::generate

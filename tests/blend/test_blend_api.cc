@@ -1,0 +1,177 @@
+// test_blend_api: ucm/blend.h through libucm.so only (the C ABI a server links): RoPE
+// re-rotation against rotations written out independently here, its composition law, the
+// rounding of 16-bit keys, CacheBlend's token selection, and every documented error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ucm/blend.h"
+
+namespace {
+
+ucm_rope_params rope(uint32_t D, double theta = 100000.0) {
+  ucm_rope_params p = ucm_rope_default_params();
+  p.head_dim = D;
+  p.theta = theta;
+  return p;
+}
+
+std::vector<float> random_keys(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, 3.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+float bf16_round(float f) {  // round to nearest even, as a bf16 cache stores it
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(BlendApi, ShiftIsTheRotationOfEachChannelPair) {
+  // Written out from store_v1.md §4.4 with frequencies theta^(-2d/D): pair (d, d + D/2) turns by
+  // delta * w_d. Keys [n][H][D] with a padded token stride.
+  const uint32_t D = 64, H = 3;
+  const size_t n = 5, stride = H * D + 7;
+  auto k = random_keys(n * stride, 1);
+  const auto orig = k;
+  const ucm_rope_params p = rope(D);
+  for (int64_t delta : {int64_t{1}, int64_t{-37}, int64_t{4093}}) {
+    k = orig;
+    ASSERT_EQ(ucm_rope_shift(&p, k.data(), UCM_DTYPE_F32, n, H, stride, delta), UCM_OK) << ucm_last_error();
+    for (size_t t = 0; t < n; ++t)
+      for (uint32_t h = 0; h < H; ++h)
+        for (uint32_t d = 0; d < D / 2; ++d) {
+          const double w = 1.0 / std::pow(100000.0, double(2 * d) / D), a = double(delta) * w;
+          const float* x = &orig[t * stride + h * D];
+          const double e1 = x[d] * std::cos(a) - x[d + D / 2] * std::sin(a);
+          const double e2 = x[d + D / 2] * std::cos(a) + x[d] * std::sin(a);
+          EXPECT_NEAR(k[t * stride + h * D + d], e1, 2e-5 * (1 + std::abs(a))) << t << " " << h << " " << d;
+          EXPECT_NEAR(k[t * stride + h * D + d + D / 2], e2, 2e-5 * (1 + std::abs(a)));
+        }
+    // The padding between tokens is not touched.
+    for (size_t t = 0; t < n; ++t)
+      for (size_t j = H * D; j < stride; ++j) EXPECT_EQ(k[t * stride + j], orig[t * stride + j]);
+  }
+}
+
+TEST(BlendApi, ShiftsComposeAndInvert) {
+  const uint32_t D = 128, H = 2;
+  const size_t n = 7;
+  const auto orig = random_keys(n * H * D, 2);
+  for (int scaling : {UCM_ROPE_SCALING_NONE, UCM_ROPE_SCALING_LINEAR, UCM_ROPE_SCALING_LLAMA3}) {
+    ucm_rope_params p = rope(D, 500000.0);
+    p.scaling = scaling;
+    p.factor = 8.0;
+    auto a = orig, b = orig;
+    ASSERT_EQ(ucm_rope_shift(&p, a.data(), UCM_DTYPE_F32, n, H, H * D, 300), UCM_OK);
+    ASSERT_EQ(ucm_rope_shift(&p, a.data(), UCM_DTYPE_F32, n, H, H * D, 1200), UCM_OK);
+    ASSERT_EQ(ucm_rope_shift(&p, b.data(), UCM_DTYPE_F32, n, H, H * D, 1500), UCM_OK);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << "scaling " << scaling;
+    ASSERT_EQ(ucm_rope_shift(&p, a.data(), UCM_DTYPE_F32, n, H, H * D, -1500), UCM_OK);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], orig[i], 1e-4);
+    // A rotation keeps each pair's length.
+    for (size_t t = 0; t < n * H; ++t)
+      for (uint32_t d = 0; d < D / 2; ++d) {
+        const float* x = &orig[t * D];
+        const float* y = &b[t * D];
+        EXPECT_NEAR(std::hypot(x[d], x[d + D / 2]), std::hypot(y[d], y[d + D / 2]), 1e-4);
+      }
+  }
+}
+
+TEST(BlendApi, Bf16KeysAreRotatedInFp32AndRoundedOnce) {
+  const uint32_t D = 64, H = 3;
+  const size_t n = 4;
+  auto f = random_keys(n * H * D, 3);
+  for (auto& x : f) x = bf16_round(x);
+  std::vector<uint16_t> h(f.size());
+  for (size_t i = 0; i < f.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &f[i], 4);
+    h[i] = uint16_t(u >> 16);
+  }
+  const ucm_rope_params p = rope(D);
+  ASSERT_EQ(ucm_rope_shift(&p, f.data(), UCM_DTYPE_F32, n, H, H * D, 977), UCM_OK);
+  ASSERT_EQ(ucm_rope_shift(&p, h.data(), UCM_DTYPE_BF16, n, H, H * D, 977), UCM_OK);
+  for (size_t i = 0; i < f.size(); ++i) {
+    const uint32_t u = uint32_t(h[i]) << 16;
+    float got;
+    std::memcpy(&got, &u, 4);
+    EXPECT_EQ(got, bf16_round(f[i])) << i;
+  }
+}
+
+TEST(BlendApi, ShiftErrors) {
+  std::vector<float> k(64 * 2, 1.f);
+  ucm_rope_params p = rope(64);
+  EXPECT_EQ(ucm_rope_shift(nullptr, k.data(), UCM_DTYPE_F32, 1, 2, 128, 1), UCM_E_INVALID);
+  EXPECT_EQ(ucm_rope_shift(&p, nullptr, UCM_DTYPE_F32, 1, 2, 128, 1), UCM_E_INVALID);
+  EXPECT_EQ(ucm_rope_shift(&p, k.data(), 99, 1, 2, 128, 1), UCM_E_INVALID);
+  EXPECT_EQ(ucm_rope_shift(&p, k.data(), UCM_DTYPE_F32, 1, 2, 127, 1), UCM_E_INVALID);  // stride < H * D
+  EXPECT_NE(std::string(ucm_last_error()).find("token_stride"), std::string::npos);
+  p.head_dim = 63;
+  EXPECT_EQ(ucm_rope_shift(&p, k.data(), UCM_DTYPE_F32, 1, 2, 128, 1), UCM_E_INVALID);
+  p = rope(64);
+  p.scaling = 7;  // e.g. yarn: not a pure rotation
+  EXPECT_EQ(ucm_rope_shift(&p, k.data(), UCM_DTYPE_F32, 1, 2, 128, 1), UCM_E_NOT_SUPPORTED);
+  p = rope(64);
+  p.struct_size = 8;
+  EXPECT_EQ(ucm_rope_shift(&p, k.data(), UCM_DTYPE_F32, 1, 2, 128, 1), UCM_E_INVALID);
+  // delta 0 and no tokens change nothing.
+  p = rope(64);
+  EXPECT_EQ(ucm_rope_shift(&p, k.data(), UCM_DTYPE_F32, 1, 2, 128, 0), UCM_OK);
+  for (float x : k) EXPECT_EQ(x, 1.f);
+}
+
+TEST(BlendApi, SelectTakesTheLargestDeviationsTiesToTheLowerIndex) {
+  // 6 tokens, rows of 2: deviations 0, 9, 1, 9, 4, 25.
+  const std::vector<float> stored = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const std::vector<float> fresh = {0, 0, 3, 0, 1, 0, 0, 3, 2, 0, 3, 4};
+  std::vector<uint32_t> idx(6);
+  std::vector<float> dev(6);
+  size_t n = 0;
+  ASSERT_EQ(ucm_blend_select(stored.data(), fresh.data(), 6, 2, 0.5, idx.data(), idx.size(), &n, dev.data()), UCM_OK);
+  ASSERT_EQ(n, 3u);  // ceil(0.5 * 6)
+  EXPECT_EQ(idx[0], 1u);
+  EXPECT_EQ(idx[1], 3u);
+  EXPECT_EQ(idx[2], 5u);
+  EXPECT_EQ(dev, (std::vector<float>{0, 9, 1, 9, 4, 25}));
+  ASSERT_EQ(ucm_blend_select(stored.data(), fresh.data(), 6, 2, 0.3, idx.data(), idx.size(), &n, nullptr), UCM_OK);
+  ASSERT_EQ(n, 2u);  // ceil(1.8): 25, then the first of the two 9s
+  EXPECT_EQ(idx[0], 1u);
+  EXPECT_EQ(idx[1], 5u);
+  ASSERT_EQ(ucm_blend_select(stored.data(), fresh.data(), 6, 2, 0.0, idx.data(), idx.size(), &n, nullptr), UCM_OK);
+  EXPECT_EQ(n, 0u);
+  ASSERT_EQ(ucm_blend_select(stored.data(), fresh.data(), 6, 2, 1.0, idx.data(), idx.size(), &n, nullptr), UCM_OK);
+  EXPECT_EQ(n, 6u);
+  // A NaN row deviates most.
+  std::vector<float> nan_fresh = fresh;
+  nan_fresh[0] = NAN;
+  ASSERT_EQ(ucm_blend_select(stored.data(), nan_fresh.data(), 6, 2, 1.0 / 6, idx.data(), idx.size(), &n, nullptr),
+            UCM_OK);
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(idx[0], 0u);
+}
+
+TEST(BlendApi, SelectErrors) {
+  const std::vector<float> a(8, 0.f), b(8, 1.f);
+  std::vector<uint32_t> idx(4);
+  size_t n = 0;
+  EXPECT_EQ(ucm_blend_select(a.data(), b.data(), 4, 2, 1.5, idx.data(), 4, &n, nullptr), UCM_E_INVALID);
+  EXPECT_EQ(ucm_blend_select(a.data(), b.data(), 4, 2, NAN, idx.data(), 4, &n, nullptr), UCM_E_INVALID);
+  EXPECT_EQ(ucm_blend_select(nullptr, b.data(), 4, 2, 0.5, idx.data(), 4, &n, nullptr), UCM_E_INVALID);
+  EXPECT_EQ(ucm_blend_select(a.data(), b.data(), 4, 2, 0.5, idx.data(), 4, nullptr, nullptr), UCM_E_INVALID);
+  EXPECT_EQ(ucm_blend_select(a.data(), b.data(), 4, 2, 1.0, idx.data(), 3, &n, nullptr), UCM_E_INVALID);
+  EXPECT_EQ(n, 4u);  // the count needed
+}
+
+}  // namespace
