@@ -1,0 +1,245 @@
+// test_blend: RAG reuse (CacheBlend) on the real model (SmolLM2-135M-Instruct) and real documents
+// of the default corpus, stored as chunks by `ucm precompute --chunks`.
+//
+//   * Re-rotation is exact: keys the model computes at positions p, moved by ucm_rope_shift to
+//     p + delta, equal the keys it computes at p + delta (layer 0, whose pre-RoPE keys depend on the
+//     token alone), to fp32 rounding with an fp32 cache and to one bf16 step with a bf16 cache.
+//   * A single document at position 0 through the blend path answers like the prefix cache.
+//   * Recompute ratio 100% is full recompute exactly (KL 0, same tokens).
+//   * Blending several documents serves most of the prompt from the store and tracks full
+//     recompute better as the ratio grows.
+//   * Bad input: an unknown document id, a namespace whose RoPE is not the model's or cannot be
+//     moved (yarn), and a corrupted chunk block, which is recomputed, never served.
+// Model dir: $UCM_MODEL_DIR or <repo>/models/SmolLM2-135M-Instruct.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli_run.h"
+#include "llama_model.h"
+#include "ucm/blend.h"
+#include "ucm/hash.h"
+#include "ucm/store.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ucm::test::run_shell;
+using ucm::test::shell_quote;
+
+namespace {
+
+const char* kDocsDir = "/usr/share/doc/python3.11/html/_sources/library";
+const std::vector<std::string> kDocs = {"codeop.rst.txt", "copy.rst.txt", "linecache.rst.txt", "netrc.rst.txt"};
+const char* kQuestion =
+    "\n\nWhich of these modules reads a line of a source file by its number?<|im_end|>\n<|im_start|>assistant\n";
+
+std::string model_dir() {
+  if (const char* e = std::getenv("UCM_MODEL_DIR")) return e;
+  return std::string(UCM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct";
+}
+bool have_model() { return fs::exists(fs::path(model_dir()) / "model.safetensors"); }
+
+TEST(BlendRope, ShiftedKeysEqualTheKeysComputedThere) {
+  if (!have_model()) GTEST_SKIP() << "model not fetched";
+  auto m = ucm::model::LlamaModel::load(model_dir());
+  const auto& c = m->config();
+  ucm_rope_params p = ucm_rope_default_params();
+  p.head_dim = uint32_t(c.head_dim);
+  p.theta = c.rope_theta;
+  const int64_t n = 40, H = c.num_key_value_heads, D = c.head_dim;
+  auto tokens = torch::arange(1000, 1000 + n, torch::kLong) * 7 % c.vocab_size;
+  auto filler = torch::arange(0, 1000, torch::kLong) * 13 % c.vocab_size;
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    for (int64_t delta : {int64_t{1}, int64_t{333}, int64_t{1000}}) {
+      auto a = m->make_cache(n, dtype);  // tokens at 0..n-1
+      m->extend(tokens, &a);
+      auto b = m->make_cache(delta + n, dtype);  // the same tokens at delta..delta+n-1
+      m->extend(torch::cat({filler.narrow(0, 0, delta), tokens}), &b);
+      auto moved = a.k[0].clone().contiguous();
+      const int ud = dtype == torch::kFloat ? UCM_DTYPE_F32 : UCM_DTYPE_BF16;
+      ASSERT_EQ(ucm_rope_shift(&p, moved.data_ptr(), ud, size_t(n), uint32_t(H), size_t(H * D), delta), UCM_OK);
+      auto want = b.k[0].narrow(0, delta, n).to(torch::kFloat);
+      auto got = moved.to(torch::kFloat);
+      const double err = (got - want).abs().max().item<double>();
+      const double scale = want.abs().max().item<double>();
+      // fp32: angles differ only in how delta * w and p * w round (fp32 in the model). bf16: the
+      // stored key and the moved one are each rounded once, so one bf16 step (2^-7 relative).
+      const double bound = dtype == torch::kFloat ? 2e-4 * scale : scale / 128.0;
+      EXPECT_LT(err, bound) << "delta " << delta << (dtype == torch::kFloat ? " fp32" : " bf16");
+      // Moving back gives the original positions.
+      auto back = b.k[0].narrow(0, delta, n).clone().contiguous();
+      ASSERT_EQ(ucm_rope_shift(&p, back.data_ptr(), ud, size_t(n), uint32_t(H), size_t(H * D), -delta), UCM_OK);
+      EXPECT_LT((back.to(torch::kFloat) - a.k[0].to(torch::kFloat)).abs().max().item<double>(), bound);
+      std::printf("[ rope ] delta %lld %s: max |moved - computed| %.3g (max |k| %.3g)\n", (long long)delta,
+                  dtype == torch::kFloat ? "fp32" : "bf16", err, scale);
+    }
+  }
+}
+
+class Blend : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!have_model()) GTEST_SKIP() << "model not fetched";
+    root_ = fs::temp_directory_path() / ("ucm-test-blend-" + std::to_string(::getpid()));
+    fs::create_directories(root_ / "corpus");
+    for (const auto& d : kDocs) fs::copy_file(fs::path(kDocsDir) / d, root_ / "corpus" / d);
+    auto r = run_shell(std::string(UCM_BIN) + " precompute --chunks --json --model " + shell_quote(model_dir()) +
+                       " --corpus " + shell_quote((root_ / "corpus").string()) + " --store " +
+                       shell_quote((root_ / "store").string()) + " --template " +
+                       shell_quote(std::string(UCM_SOURCE_DIR) + "/configs/template_chat.txt"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    ASSERT_EQ(json::parse(r.out)["documents"].get<int>(), int(kDocs.size())) << r.out;
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  void SetUp() override {
+    if (!have_model()) GTEST_SKIP() << "model not fetched";
+  }
+  static ucm::test::CliRun blend_run(const fs::path& store, const std::string& docs, const std::string& extra) {
+    return run_shell(std::string(UCM_BIN) + " generate --blend --json --max-new-tokens 32 --model " +
+                     shell_quote(model_dir()) + " --store " + shell_quote(store.string()) + " --docs " +
+                     shell_quote(docs) + " --prompt " + shell_quote(kQuestion) + " " + extra);
+  }
+  static json blend(const fs::path& store, const std::string& docs, const std::string& extra = "") {
+    auto r = blend_run(store, docs, extra);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.code == 0 ? json::parse(r.out) : json::object();
+  }
+  static fs::path root_;
+};
+fs::path Blend::root_;
+
+TEST_F(Blend, SingleDocumentAtPositionZeroAnswersLikeThePrefixCache) {
+  const json j = blend(root_ / "store", "copy.rst.txt", "--recompute-ratio 0");
+  ASSERT_TRUE(j.contains("tokens")) << j.dump();
+  // The document follows the chunk prefix as it did in precompute: nothing moves (delta 0).
+  EXPECT_EQ(j["docs_missing"].size(), 0u);
+  EXPECT_GT(j["stored_tokens"].get<uint64_t>(), 700u);
+  EXPECT_EQ(j["recomputed_tokens"].get<uint64_t>(), 0u);
+  EXPECT_DOUBLE_EQ(j["prefix_top1_agreement"].get<double>(), 1.0);
+  // Layers 0..check_layer are recomputed (rounding-level differences from the stored ones); the
+  // answer is the prefix cache's, which is full recompute's.
+  EXPECT_EQ(j["greedy_match"].get<uint64_t>(), 32u) << j.dump();
+  EXPECT_DOUBLE_EQ(j["top1_agreement"].get<double>(), 1.0);
+  EXPECT_LT(j["mean_kl"].get<double>(), 1e-3);
+}
+
+TEST_F(Blend, FullRecomputeRatioIsFullRecomputeExactly) {
+  const json j = blend(root_ / "store", "netrc.rst.txt,codeop.rst.txt,linecache.rst.txt", "--recompute-ratio 1");
+  ASSERT_TRUE(j.contains("tokens")) << j.dump();
+  EXPECT_EQ(j["recomputed_tokens"], j["stored_tokens"]);
+  EXPECT_EQ(j["mean_kl"].get<double>(), 0.0);  // bit-identical logits
+  EXPECT_DOUBLE_EQ(j["top1_agreement"].get<double>(), 1.0);
+  EXPECT_EQ(j["greedy_match"].get<uint64_t>(), 32u);
+  EXPECT_EQ(j["tokens"], j["recompute_tokens"]);
+}
+
+TEST_F(Blend, DocumentsServedFromTheStoreAndRatioBuysQuality) {
+  const std::string docs = "linecache.rst.txt,codeop.rst.txt,netrc.rst.txt,copy.rst.txt";
+  const json r0 = blend(root_ / "store", docs, "--recompute-ratio 0");
+  const json r30 = blend(root_ / "store", docs, "--recompute-ratio 0.3");
+  ASSERT_TRUE(r0.contains("tokens") && r30.contains("tokens"));
+  // Every full block of every chunk is used: all but the documents' tails and the separators.
+  const uint64_t n = r0["prompt_tokens"].get<uint64_t>();
+  EXPECT_GT(r0["stored_tokens"].get<uint64_t>(), n * 9 / 10);
+  EXPECT_GT(r0["served_fraction"].get<double>(), 0.9);
+  // Prefix caching serves the first document only.
+  EXPECT_LT(r0["prefix_served_fraction"].get<double>(), 0.35);
+  EXPECT_NEAR(double(r30["recomputed_tokens"].get<uint64_t>()), 0.3 * r30["stored_tokens"].get<double>(), 1.0);
+  EXPECT_LT(r30["mean_kl"].get<double>(), r0["mean_kl"].get<double>());
+  EXPECT_GT(r0["mean_kl"].get<double>(), 0.0);  // documents that never saw each other: not exact
+  std::printf("[ blend ] 4 docs, %llu tokens: ratio 0: top-1 %.3f KL %.4f; ratio 0.3: top-1 %.3f KL %.4f\n",
+              (unsigned long long)n, r0["top1_agreement"].get<double>(), r0["mean_kl"].get<double>(),
+              r30["top1_agreement"].get<double>(), r30["mean_kl"].get<double>());
+}
+
+TEST_F(Blend, UnknownDocumentIsAnError) {
+  auto r = blend_run(root_ / "store", "copy.rst.txt,no-such-doc.rst.txt", "");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("unknown document 'no-such-doc.rst.txt'"), std::string::npos) << r.err;
+}
+
+// Rewrites the namespace's rope attachment of a copy of the store.
+fs::path with_rope(const fs::path& root, const std::string& name, const std::string& rope_json) {
+  const fs::path copy = root / name;
+  fs::copy(root / "store", copy, fs::copy_options::recursive);
+  std::unique_ptr<ucm::Store> s;
+  ucm::OpenOptions oo;
+  oo.mode = ucm::OpenOptions::Mode::kReadWrite;
+  EXPECT_TRUE(ucm::Store::Open(copy.string(), oo, &s).ok());
+  const auto ns = s->namespaces().at(0).id();
+  EXPECT_TRUE(s->put_attachment(ns, "rope", rope_json.data(), rope_json.size()).ok());
+  return copy;
+}
+
+TEST_F(Blend, RopeThatCannotBeMovedOrIsAnotherModelsIsRefused) {
+  const fs::path yarn = with_rope(root_, "store-yarn",
+                                  R"({"style":"rotate_half","theta":100000.0,"head_dim":64,)"
+                                  R"("scaling":{"type":"yarn","factor":4.0}})");
+  auto r = blend_run(yarn, "copy.rst.txt", "");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("NOT_SUPPORTED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("yarn"), std::string::npos) << r.err;
+  const fs::path other = with_rope(root_, "store-theta",
+                                   R"({"style":"rotate_half","theta":10000.0,"head_dim":64,"scaling":{"type":"none"}})");
+  r = blend_run(other, "copy.rst.txt", "");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("is not this model's"), std::string::npos) << r.err;
+}
+
+TEST_F(Blend, CorruptChunkBlockIsRecomputedNeverServed) {
+  const fs::path copy = root_ / "store-corrupt";
+  fs::copy(root_ / "store", copy, fs::copy_options::recursive);
+  {
+    // Block 10 of chunk:netrc.rst.txt: walk its chain back from the registry's last block.
+    std::unique_ptr<ucm::Store> s;
+    ucm::OpenOptions oo;
+    ASSERT_TRUE(ucm::Store::Open(copy.string(), oo, &s).ok());
+    const auto ns = s->namespaces().at(0).id();
+    ucm::DocumentEntry e;
+    ASSERT_TRUE(s->get_document(ns, "chunk:netrc.rst.txt", &e).ok());
+    std::vector<ucm::BlockHash> chain;
+    ucm::BlockHash h = e.last_block;
+    for (uint32_t i = 0; i < e.blocks; ++i) {
+      chain.push_back(h);
+      ucm::BlockInfo bi;
+      ASSERT_TRUE(s->get_block(ns, h, &bi).ok());
+      h = bi.parent;
+    }
+    std::reverse(chain.begin(), chain.end());
+    ucm::BlockInfo bi;
+    ASSERT_TRUE(s->get_block(ns, chain[10], &bi).ok());
+    char name[32];
+    std::snprintf(name, sizeof name, "%08u.ucmd", bi.kv_file);
+    fs::path data;
+    for (auto& p : fs::recursive_directory_iterator(copy))
+      if (p.path().filename() == name) data = p.path();
+    ASSERT_FALSE(data.empty());
+    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(std::streamoff(bi.kv_offset + 4096 + 777));
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x21;
+    f.seekp(std::streamoff(bi.kv_offset + 4096 + 777));
+    f.write(&c, 1);
+  }
+  const std::string docs = "copy.rst.txt,netrc.rst.txt";
+  const json clean = blend(root_ / "store", docs, "--recompute-ratio 1");
+  const json bad = blend(copy, docs, "--recompute-ratio 1");
+  ASSERT_TRUE(clean.contains("tokens") && bad.contains("tokens"));
+  EXPECT_EQ(clean["chunk_blocks_failed"].get<uint64_t>(), 0u);
+  EXPECT_EQ(bad["chunk_blocks_failed"].get<uint64_t>(), 1u);
+  EXPECT_EQ(bad["stored_tokens"].get<uint64_t>() + 16, clean["stored_tokens"].get<uint64_t>());
+  // The corrupted block's tokens were computed: with everything else recomputed too the answer
+  // is still full recompute's, bit for bit.
+  EXPECT_EQ(bad["mean_kl"].get<double>(), 0.0);
+  EXPECT_EQ(bad["tokens"], bad["recompute_tokens"]);
+}
+
+}  // namespace
