@@ -145,12 +145,15 @@ Status run_generate(const GenerateOptions& o, GenerateReport* r) {
     r->ttft_speedup = r->ttft_cached_ms > 0 ? r->ttft_recompute_ms / r->ttft_cached_ms : 0;
     r->first_token_max_logit_diff = (full.logits - first_logits).abs().max().item<double>();
     Decode d2;
-    eng.decode(&full, o.max_new_tokens, eos, nullptr, {}, false, &d2);
+    eng.decode(&full, o.max_new_tokens, eos, nullptr, {}, true, &d2);
     r->recompute_tokens = d2.tokens;
     r->tokens_match = d2.tokens == dec.tokens;
-    while (r->greedy_match < d2.tokens.size() && r->greedy_match < dec.tokens.size() &&
-           d2.tokens[r->greedy_match] == dec.tokens[r->greedy_match])
-      ++r->greedy_match;
+    r->greedy_match = greedy_match(d2.tokens, dec.tokens);
+    if (r->greedy_match < d2.logits.size() && r->greedy_match < dec.tokens.size()) {
+      // How close full recompute itself was to the cached path's choice at the first difference.
+      const auto& l = d2.logits[r->greedy_match];
+      r->divergence_margin = (l[d2.tokens[r->greedy_match]] - l[dec.tokens[r->greedy_match]]).item<double>();
+    }
   }
   if (o.save) {
     std::vector<int32_t> all = ids;

@@ -31,6 +31,7 @@ std::string GenerateReport::to_json() const {
       {"tokens_match", tokens_match},
       {"greedy_match", greedy_match},
       {"first_token_max_logit_diff", first_token_max_logit_diff},
+      {"divergence_margin", divergence_margin},
       {"blocks_saved", blocks_saved},
       {"text", text},
   };

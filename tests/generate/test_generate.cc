@@ -1,10 +1,10 @@
 // test_generate: `ucm generate` (the reference engine, the store through the C ABI only) on the
 // real model (SmolLM2-135M-Instruct) and real documents of the default corpus (python3.11-doc).
 //
-//   * Five documents are precomputed with `ucm precompute`; each, with a question appended, is
+//   * Seven documents are precomputed with `ucm precompute`; each, with a question appended, is
 //     answered from the cache and by full recompute in the same run: the 32 greedy tokens are the
-//     same, the prefix hit covers every full block of the document but the last one, and the
-//     first token's logits agree (the largest difference is printed).
+//     same for at least five (any other diverges only at a near-tie), the prefix hit covers every
+//     full block of the document but the last one, and the first token's logits agree.
 //   * A prompt that ends mid-block: the full blocks before it hit; the tokens still agree.
 //   * A corrupted block in the prefix: it is reported, not used; it and what follows are
 //     recomputed, and the tokens still equal full recompute.
@@ -38,8 +38,8 @@ namespace {
 
 const char* kDocsDir = "/usr/share/doc/python3.11/html/_sources/library";
 // Real documents of 2.5-6 KB (about 600-1500 tokens with the template), in corpus order.
-const std::vector<std::string> kDocs = {"codeop.rst.txt", "copy.rst.txt", "linecache.rst.txt", "netrc.rst.txt",
-                                        "pwd.rst.txt"};
+const std::vector<std::string> kDocs = {"codeop.rst.txt", "copy.rst.txt",  "linecache.rst.txt", "netrc.rst.txt",
+                                        "pwd.rst.txt",    "grp.rst.txt",   "fnmatch.rst.txt"};
 const char* kQuestion = "\n\nIn two sentences, what is this module for?<|im_end|>\n<|im_start|>assistant\n";
 
 std::string model_dir() {
@@ -94,26 +94,38 @@ class Generate : public ::testing::Test {
 fs::path Generate::root_;
 
 TEST_F(Generate, CachedPrefixGivesTheRecomputedTokens) {
+  // The cached path reads K/V that precompute rounded to bf16 in its own batches, full recompute
+  // rounds its own: last-bit differences, which a near-tie between two next tokens can turn into a
+  // different greedy choice (it depends on the CPU's BLAS kernels: on one machine copy.rst.txt
+  // flips at step 9 with a margin of a few hundredths of a logit). So: at least 5 of the 7
+  // documents give the same 32 tokens, and any that does not diverges only at a near-tie of full
+  // recompute's own distribution, after at least 8 equal tokens. A wrong block, position or head
+  // moves the logits by whole units and fails both.
   double worst = 0;
+  size_t exact = 0;
   for (const auto& d : kDocs) {
     const json j = generate(read_file(fs::path(kDocsDir) / d) + kQuestion, root_ / "store");
     ASSERT_TRUE(j.contains("tokens")) << d;
     const uint64_t doc_blocks = j["prompt_blocks"].get<uint64_t>();
     // Every full block of the templated document is stored; the document's last full block may
     // tokenize differently once the question follows it, so at least all blocks but that one hit.
-    const std::string templ_doc = read_file(tmpl()) + read_file(fs::path(kDocsDir) / d);
     EXPECT_GE(j["prefix_hit_tokens"].get<uint64_t>(), 16 * (doc_blocks > 8 ? doc_blocks - 8 : 0)) << d << j.dump();
     EXPECT_GT(j["prefix_hit_tokens"].get<uint64_t>(), 0u) << d;
     EXPECT_EQ(j["blocks_failed"].get<uint64_t>(), 0u) << d;
     EXPECT_EQ(j["tokens"].size(), 32u) << d;
-    EXPECT_TRUE(j["tokens_match"].get<bool>()) << d << ": cached " << j["tokens"].dump() << " vs recompute "
-                                               << j["recompute_tokens"].dump();
-    EXPECT_EQ(j["greedy_match"].get<uint64_t>(), 32u) << d;
-    const double diff = j["first_token_max_logit_diff"].get<double>();
+    if (j["tokens_match"].get<bool>()) {
+      ++exact;
+      EXPECT_EQ(j["greedy_match"].get<uint64_t>(), 32u) << d;
+    } else {
+      EXPECT_GE(j["greedy_match"].get<uint64_t>(), 8u) << d;
+      EXPECT_LT(j["divergence_margin"].get<double>(), 0.25) << d << ": not a near-tie";
+      std::printf("[ generate ] %s: diverges at step %llu, a near-tie of full recompute (margin %.3g)\n", d.c_str(),
+                  (unsigned long long)j["greedy_match"].get<uint64_t>(), j["divergence_margin"].get<double>());
+    }
     // Not zero: the cached path prefills only the suffix, so its fp32 sums run in another order,
     // and a last-bit difference can flip a bf16 rounding of a new K/V that later layers amplify
-    // (the same happens between two full recomputes of different lengths). A wrong block, position
-    // or head would move the logits by whole units.
+    // (the same happens between two full recomputes of different lengths).
+    const double diff = j["first_token_max_logit_diff"].get<double>();
     EXPECT_LT(diff, 0.25) << d;
     worst = std::max(worst, diff);
     std::printf("[ generate ] %s: %llu prompt tokens, %llu hit, TTFT %.1f ms cached vs %.1f ms recompute, "
@@ -122,7 +134,9 @@ TEST_F(Generate, CachedPrefixGivesTheRecomputedTokens) {
                 (unsigned long long)j["prefix_hit_tokens"].get<uint64_t>(), j["ttft_cached_ms"].get<double>(),
                 j["ttft_recompute_ms"].get<double>(), diff);
   }
-  std::printf("[ generate ] largest first-token logit difference over %zu documents: %.3g\n", kDocs.size(), worst);
+  EXPECT_GE(exact, 5u) << "documents whose 32 cached tokens equal full recompute's";
+  std::printf("[ generate ] %zu of %zu documents give the same 32 tokens; largest first-token logit difference %.3g\n",
+              exact, kDocs.size(), worst);
 }
 
 TEST_F(Generate, PromptEndingMidBlockHitsItsFullBlocks) {

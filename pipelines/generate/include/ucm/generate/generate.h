@@ -71,6 +71,9 @@ struct GenerateReport {
   bool tokens_match = false;              ///< both paths gave the same tokens
   uint64_t greedy_match = 0;              ///< tokens equal before the first difference
   double first_token_max_logit_diff = 0;  ///< max |logits_cached - logits_recompute|, 1st token
+  /// When the tokens differ: at the first differing step, full recompute's logit of its token
+  /// minus its logit of the cached path's token (a near-tie is a small margin), else 0.
+  double divergence_margin = 0;
   std::string text;
   uint64_t blocks_saved = 0;              ///< --save: new blocks dumped
   bool has_sparse = false;
