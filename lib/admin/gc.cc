@@ -11,6 +11,7 @@
 
 #include "gc_run.h"
 #include "ucm/core/document.h"
+#include "ucm/core/fptable_file.h"
 
 namespace ucm::admin {
 namespace gcrun {
@@ -19,11 +20,17 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 // See gc_run.h.
-Status trim_journal(Index& idx, uint64_t keep, bool dry, uint64_t* n) {
+Status trim_journal(const std::string& store, Index& idx, uint64_t keep, bool dry, uint64_t* n) {
   *n = 0;
   const uint64_t last = idx.journal_seq();
   if (last <= keep) return Status::OK();
-  const uint64_t cut = last - keep;  // first sequence kept
+  uint64_t cut = last - keep;  // first sequence kept
+  std::string identity;
+  uint64_t table_seq = 0;
+  if (idx.identity(&identity).ok() && fptable_file_seq(store, identity, &table_seq).ok() && table_seq < cut &&
+      last - table_seq <= 10 * std::max<uint64_t>(keep, 1))
+    cut = table_seq + 1;  // the table replays from there
+  if (cut <= 1) return Status::OK();
   const std::string end = fmt::journal_key(cut);
   Status st = idx.scan(Index::Family::kJournal, "", [&](std::string_view k, std::string_view) {
     if (k >= std::string_view(end)) return false;
@@ -97,7 +104,7 @@ Status GcRun::run() {
   delete_unreferenced_files();
   housekeeping();
   // 13. Journal entries more than journal_keep changes old (after this run's own removals).
-  st = trim_journal(*idx_, opts.journal_keep, false, &rep->journal_trimmed);
+  st = trim_journal(path, *idx_, opts.journal_keep, false, &rep->journal_trimmed);
   if (!st.ok()) return st;
   return final_counters();
 }
@@ -364,7 +371,7 @@ Status GcRun::finish_dry_run() {
   close_logs();
   st = drop_incomplete_documents(idx, nss, blocks, by_key, true, rep);
   if (!st.ok()) return st;
-  return trim_journal(idx, opts.journal_keep, true, &rep->journal_trimmed);
+  return trim_journal(path, idx, opts.journal_keep, true, &rep->journal_trimmed);
 }
 
 Status GcRun::commit_removals() {

@@ -115,8 +115,11 @@ class GcRun {
 /// Journal trimming (store_v1.md §5.5): entries with sequence < journal_seq - keep go, in one
 /// synced DeleteRange. *n = how many there are (counted by a scan of just those keys). With
 /// `dry`, only counts. A reader whose last applied sequence is older finds the gap on its next
-/// catch-up and rescans the blocks family instead of replaying.
-Status trim_journal(Index& idx, uint64_t keep, bool dry, uint64_t* n);
+/// catch-up and rescans the blocks family instead of replaying. Entries the persisted
+/// fingerprint table (STORE/fptable of this index) has not seen are kept as well, so that opens
+/// replay them instead of rescanning (formats/store/fptable.md §3), unless the table is more than
+/// 10 x keep entries behind.
+Status trim_journal(const std::string& store, Index& idx, uint64_t keep, bool dry, uint64_t* n);
 
 /// The document registry holds only complete documents (store_v1.md §5.6): an entry whose chain,
 /// walked from its last block back through the parents to its first block, meets a block that

@@ -75,6 +75,9 @@ class Index {
   /// Journal entries with sequence > after_seq, in order.
   Status for_each_journal(uint64_t after_seq,
                           const std::function<bool(uint64_t seq, const fmt::JournalEntry&)>& fn) const;
+  /// The RocksDB database identity (a new one for every newly created index): ties derived
+  /// files such as STORE/fptable to this index (formats/store/fptable.md §2).
+  Status identity(std::string* id) const;
   /// Last journal sequence written (meta journal_seq; 0 if none).
   uint64_t journal_seq() const;
   Status get_doc(const NamespaceId& ns, const std::string& id, std::string* json) const;
