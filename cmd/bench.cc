@@ -6,6 +6,7 @@
 
 #include "ucm/bench/retrieval_bench.h"
 #include "ucm/bench/store_bench.h"
+#include "bench_index.h"
 #include "common.h"
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
 #include "bench_precompute.h"
@@ -20,6 +21,7 @@ CLI::App* setup_bench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Measure ucm on this machine (docs/benchmarks.md)");
   bench->require_subcommand(1);
   setup_bench_store(*bench);
+  setup_bench_index(*bench);
   setup_bench_retrieval(*bench);
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
   setup_bench_precompute(*bench);

@@ -24,6 +24,7 @@
 #include <random>
 #include <thread>
 
+#include "ucm/bench/bench_util.h"
 #include "ucm/bench/raw_io.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
@@ -37,16 +38,6 @@ constexpr double kDumpTarget = 0.8;
 constexpr double kLoadTarget = 0.8;
 constexpr double kLookupTarget = 1e6;
 constexpr uint32_t kChainLen = 64;  // blocks per hash chain of the dump/load data
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double thread_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
@@ -116,29 +107,6 @@ NamespaceDesc lookup_namespace() {
   d.head_dim = 1;
   d.name = "bench-lookup";
   return d;
-}
-
-/// Real chained hashes (ucm::hash_blocks) of random token sequences: chains of `chain_len`
-/// blocks, `n` blocks in all. parents[i] is the previous block's hash or root_hash(ns).
-void make_chains(const NamespaceId& ns, uint64_t n, uint32_t chain_len, uint32_t block_size,
-                 std::mt19937_64& rng, std::vector<BlockHash>* hashes,
-                 std::vector<BlockHash>* parents) {
-  hashes->clear();
-  parents->clear();
-  hashes->reserve(n);
-  parents->reserve(n);
-  const BlockHash root = root_hash(ns);
-  std::vector<uint32_t> tokens;
-  while (hashes->size() < n) {
-    uint64_t len = std::min<uint64_t>(chain_len, n - hashes->size());
-    tokens.resize(len * block_size);
-    for (auto& t : tokens) t = static_cast<uint32_t>(rng() % 49152);
-    size_t first = hashes->size();
-    hash_blocks(root, tokens.data(), tokens.size(), block_size, hashes);
-    for (size_t i = first; i < hashes->size(); ++i) {
-      parents->push_back(i == first ? root : (*hashes)[i - 1]);
-    }
-  }
 }
 
 /// Dumps blocks [0, n) in tasks of `batch`, `inflight` tasks outstanding. payload(i) gives the
@@ -251,25 +219,6 @@ double resident_fraction(const std::string& store) {
 }
 
 /// Pins the calling thread to the last CPU it may run on; returns that CPU (-1 on failure).
-int pin_to_one_cpu() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (pthread_getaffinity_np(pthread_self(), sizeof set, &set) != 0) return -1;
-  int cpu = -1;
-  for (int c = CPU_SETSIZE - 1; c >= 0; --c) {
-    if (CPU_ISSET(c, &set)) {
-      cpu = c;
-      break;
-    }
-  }
-  if (cpu < 0) return -1;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0) return -1;
-  return cpu;
-}
-
 /// Removes the temporary store on every exit path unless disarmed.
 struct RemoveGuard {
   std::string path;
