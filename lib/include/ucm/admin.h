@@ -143,6 +143,9 @@ struct GcOptions {
   /// are deleted. A read-only handle more than this many block changes behind rescans the
   /// block index (O(blocks)) instead of replaying. Tests use small values.
   uint64_t journal_keep = 1000000;
+  /// Memory for gc's per-block state (a scratch database in STORE/tmp: write buffers and block
+  /// cache); the rest of it is on disk, so gc's memory does not grow with the store (docs/cli.md).
+  uint64_t memory_budget = 64ull << 20;
   ProgressFn progress;
 };
 struct GcReport {
