@@ -184,12 +184,7 @@ Status fptable_open(const std::string& store, Index& ix, bool may_save, FpTable*
     s = fptable_scan(ix, t, seq);
     if (!s.ok()) return s;
   }
-  const bool save = may_save && (!info->loaded || info->replayed >= kFpTableSaveEntries);
-  if (save) {
-    Status w = fptable_save(store, t->slots(), t->capacity(), t->size(), *seq, identity);
-    info->saved = w.ok();
-    if (!w.ok()) log().info("store {}: fingerprint table not saved ({})", store, w.message());
-  }
+  info->should_save = may_save && (!info->loaded || info->replayed >= kFpTableSaveEntries);
   info->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!info->loaded) {
     const bool quiet = why.code() == Code::kNotFound && t->size() == 0;  // a new store
@@ -198,7 +193,7 @@ Status fptable_open(const std::string& store, Index& ix, bool may_save, FpTable*
                                                        : spdlog::level::warn;
     log().log(level, "store {}: fingerprint table {} {}; rebuilt from the index ({} blocks, {:.2f} s){}", store,
               fmt::fptable_path(store), why.message(), t->size(), info->seconds,
-              info->saved ? " and saved" : "");
+              info->should_save ? "; it is saved in the background" : "");
   }
   return Status::OK();
 }

@@ -215,7 +215,8 @@ Status StoreImpl::init(bool create) {
     std::unique_lock<std::shared_mutex> g(table_mu_);
     table_ = std::move(t);
     applied_seq_ = seq;
-    saved_seq_ = info.loaded && !info.saved ? seq - info.replayed : seq;
+    saved_seq_ = info.loaded ? seq - info.replayed : 0;  // the file's sequence (none: 0)
+    save_pending_ = info.should_save;
     saved_at_ = Clock::now();
     metrics_.fptable_loaded.store(info.loaded ? 1 : 0);
     metrics_.fptable_replayed.store(info.replayed);
@@ -250,7 +251,7 @@ StoreImpl::~StoreImpl() {
     commit_q_cv_.notify_all();
     commit_thread_.join();
   }
-  if (!read_only() && index_) save_table(true);
+  if (index_ && (!read_only() || save_pending_)) save_table(true);
   access_.close();
   reader_.reset();
   roller_.reset();
@@ -264,6 +265,13 @@ void StoreImpl::background() {
   const uint32_t ival = read_only() && opts_.refresh_interval_ms ? opts_.refresh_interval_ms : 1000;
   std::unique_lock<std::mutex> l(bg_mu_);
   while (!stop_) {
+    if (save_pending_) {
+      // The table the open rebuilt (or replayed far): written off the open's path.
+      l.unlock();
+      save_table(true);
+      l.lock();
+      continue;
+    }
     bg_cv_.wait_for(l, std::chrono::milliseconds(ival));
     if (stop_) break;
     l.unlock();

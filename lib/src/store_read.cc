@@ -19,9 +19,11 @@ Status StoreImpl::rebuild_table() {
 }
 
 void StoreImpl::save_table(bool force) {
-  // Writer only: its table changes in commits (table_mu_ held with applied_seq_), so a copy
-  // taken under table_mu_ is exactly the set as of applied_seq_.
+  // The table changes (commits, replays, rebuilds) with table_mu_ held, together with
+  // applied_seq_, so a copy taken under table_mu_ is exactly the set as of applied_seq_.
+  // Readers save only what their open asked for (save_pending_).
   std::lock_guard<std::mutex> sg(save_mu_);
+  save_pending_ = false;
   if (index_identity_.empty()) return;
   std::vector<uint64_t> copy;
   uint64_t seq = 0, count = 0;

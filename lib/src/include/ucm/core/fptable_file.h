@@ -34,13 +34,13 @@ struct FpTableOpenInfo {
   bool loaded = false;      ///< the file was used (then replayed)
   std::string reason;       ///< when rebuilt: why the file was rejected
   uint64_t replayed = 0;    ///< journal entries replayed into the loaded table
-  bool saved = false;       ///< a new file was written
+  bool should_save = false; ///< the caller should write the file anew (rebuilt, or replayed >= kFpTableSaveEntries)
   double seconds = 0;       ///< time taken, all of it
 };
 /// fptable.md §4: load the file and replay the journal after it, or rebuild by a scan (with a
-/// message on the "ucm" logger) and, when `may_save`, write the file anew (failures to write
-/// are logged, not returned). A secondary index is caught up once more when the file is ahead
-/// of it. *seq = the journal sequence `t` reflects.
+/// message on the "ucm" logger); info->should_save when `may_save` and the file should be
+/// written anew (off the open's path: the caller saves a copy later). A secondary index is
+/// caught up once more when the file is ahead of it. *seq = the journal sequence `t` reflects.
 Status fptable_open(const std::string& store, Index& ix, bool may_save, FpTable* t, uint64_t* seq,
                     FpTableOpenInfo* info);
 /// The writer's bookkeeping (fptable.md §3): save when this many journal entries are behind...

@@ -184,6 +184,7 @@ class StoreImpl : public Store {
   std::mutex save_mu_;                     // one save_table at a time
   uint64_t saved_seq_ = 0;                 // journal sequence of the last STORE/fptable written or loaded
   Clock::time_point saved_at_{};
+  std::atomic<bool> save_pending_{false};  // the open asks for a save (background thread, or close)
 
   // Namespace descriptors by id.
   std::mutex ns_mu_;
