@@ -118,7 +118,9 @@ Status GcRun::run() {
 Status GcRun::open() {
   *rep = GcReport();
   rep->dry_run = opts.dry_run;
-  Status st = WriterIndex::Open(path, &w);
+  // The index's memtables get a quarter of the budget: the removals' deletes and journal
+  // entries are flushed rather than held (RocksDB's defaults allow 64 MiB per family, twice).
+  Status st = WriterIndex::Open(path, &w, std::max<uint64_t>(opts.memory_budget / 4, 4ull << 20));
   if (!st.ok()) return st;
   idx_ = w->idx.get();
   now = fmt::now_ms();

@@ -122,8 +122,10 @@ std::string le64(uint64_t v) {
 
 const char* index_family_name(Index::Family f) { return kFamilyNames[int(f)]; }
 
-Status Index::OpenPrimary(const std::string& dir, bool create, std::unique_ptr<Index>* out) {
+Status Index::OpenPrimary(const std::string& dir, bool create, std::unique_ptr<Index>* out,
+                          uint64_t write_buffer_budget) {
   rocksdb::DBOptions opts(base_options());
+  if (write_buffer_budget) opts.db_write_buffer_size = size_t(write_buffer_budget);
   opts.create_if_missing = create;
   opts.create_missing_column_families = create;
   std::unique_ptr<Index> ix(new Index);
