@@ -311,10 +311,12 @@ std::string StoreBenchReport::to_json() const {
              {"vs_buffered", r(raw_rand_read_buffered)}, {"vs_best", raw_best_gbps() > 0 ? f.gbps() / raw_best_gbps() : 0.0}};
   };
   modes.push_back({{"mode", "direct_io on, io_threads " + std::to_string(io_threads)}, {"load", fig(load)}, {"ratios", ratios(load)}});
-  modes.push_back({{"mode", "direct_io on, io_threads " + std::to_string(deep_queue_depth)}, {"load", fig(load_deep)},
-                   {"ratios", ratios(load_deep)}});
-  modes.push_back({{"mode", "direct_io off, io_threads " + std::to_string(buffered_threads)}, {"load", fig(load_buffered)},
-                   {"ratios", ratios(load_buffered)}});
+  if (load_deep.count)
+    modes.push_back({{"mode", "direct_io on, io_threads " + std::to_string(deep_queue_depth)}, {"load", fig(load_deep)},
+                     {"ratios", ratios(load_deep)}});
+  if (load_buffered.count)
+    modes.push_back({{"mode", "direct_io off, io_threads " + std::to_string(buffered_threads)},
+                     {"load", fig(load_buffered)}, {"ratios", ratios(load_buffered)}});
   j["load_modes"] = modes;
   j["load_best"] = {{"mode", load_best_mode()}, {"gbps", load_best_gbps()},
                     {"ratio_vs_raw_best", raw_best_gbps() > 0 ? load_best_gbps() / raw_best_gbps() : 0.0}};
