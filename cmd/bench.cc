@@ -6,6 +6,7 @@
 
 #include "ucm/bench/retrieval_bench.h"
 #include "ucm/bench/store_bench.h"
+#include "bench_index.h"
 #include "common.h"
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
 #include "bench_precompute.h"
@@ -20,6 +21,7 @@ CLI::App* setup_bench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Measure ucm on this machine (docs/benchmarks.md)");
   bench->require_subcommand(1);
   setup_bench_store(*bench);
+  setup_bench_index(*bench);
   setup_bench_retrieval(*bench);
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
   setup_bench_precompute(*bench);
@@ -56,6 +58,16 @@ void setup_bench_store(CLI::App& bench) {
   c->add_option("--queue-depth", a->o.queue_depth, "Raw passes: I/Os in flight")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  c->add_option("--deep-queue-depth", a->o.deep_queue_depth,
+                "Also: raw O_DIRECT random reads at this queue depth, and a load with this many I/O threads "
+                "(0 skips both)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  c->add_option("--buffered-threads", a->o.buffered_threads,
+                "Also: raw buffered random reads from this many threads on a dropped page cache, and a "
+                "buffered load (direct_io off) with this many I/O threads (0 skips both)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
   c->add_option("--io-threads", a->o.io_threads,
                 "Store I/O threads (OpenOptions::io_threads); 0 = the queue depth")
       ->capture_default_str();

@@ -25,6 +25,9 @@ CLI::App* setup_gc(CLI::App& app) {
   sub->add_option("--grace", opt->grace,
                   "Unlink retired data files this long after compaction retired them (default "
                   "60s; 0 for tests)");
+  sub->add_option("--memory-budget", opt->memory_budget,
+                  "Memory for gc's per-block state (default 64MiB, at least 16MiB): beyond it the state "
+                  "is on disk in STORE/tmp, so gc's memory does not grow with the store");
   sub->add_option("--config", opt->config, "YAML store settings; its gc: section gives defaults")
       ->check(CLI::ExistingFile);
   add_common_flags(sub, &opt->common);
@@ -62,6 +65,13 @@ void run_gc(const GcCmdOptions& opt) {
     Status st = admin::parse_duration(opt.grace, &v);
     if (!st.ok()) fail(Status::InvalidArgument("--grace: " + st.message()));
     o.grace_ms = v;
+  }
+  if (!opt.memory_budget.empty()) {
+    uint64_t v;
+    Status st = admin::parse_bytes(opt.memory_budget, &v);
+    if (!st.ok()) fail(Status::InvalidArgument("--memory-budget: " + st.message()));
+    if (v < (16ull << 20)) fail(Status::InvalidArgument("--memory-budget: at least 16MiB"));
+    o.memory_budget = v;
   }
   o.ns = opt.ns;
   o.dry_run = opt.dry_run;

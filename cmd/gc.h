@@ -12,6 +12,7 @@ namespace ucm::cli {
 struct GcCmdOptions {
   std::string store;
   std::string max_bytes, max_age, grace;  ///< parsed with admin::parse_bytes / parse_duration
+  std::string memory_budget;               ///< parsed with admin::parse_bytes
   std::string ns;
   std::string config;
   bool dry_run = false;

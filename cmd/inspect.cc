@@ -14,6 +14,10 @@ CLI::App* setup_inspect(CLI::App& app) {
   sub->add_flag("--verify", opt->verify,
                 "Read every block (KV and representations) and check checksums and header "
                 "fields; exit 3 when any is corrupt");
+  sub->add_option("--threads", opt->threads,
+                  "--verify: reader threads (blocks read in chunks sorted by file and offset)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   sub->add_option("--block", opt->block, "Show one block's index record (32 hex digits)");
   sub->add_option("--namespace", opt->ns, "Restrict to one namespace (name or 32-hex id)");
   sub->add_flag("--docs", opt->docs, "List the document registry");
@@ -28,11 +32,12 @@ void run_inspect(const InspectCmdOptions& opt) {
   o.block_hex = opt.block;
   o.ns = opt.ns;
   o.docs = opt.docs;
+  o.threads = opt.threads;
   o.progress = make_progress("inspect", opt.common);
   admin::InspectReport rep;
   Status st = admin::inspect(opt.store, o, &rep);
   // A verify that found corrupt blocks still prints the full report (listing them).
-  finish("inspect", opt.common, st, rep, st.ok() || (rep.verified_run && !rep.corrupt.empty()));
+  finish("inspect", opt.common, st, rep, st.ok() || (rep.verified_run && rep.corrupt_total > 0));
 }
 
 }  // namespace ucm::cli

@@ -14,6 +14,7 @@ struct InspectCmdOptions {
   std::string block;
   std::string ns;
   bool docs = false;
+  uint32_t threads = 8;
   CommonFlags common;
 };
 CLI::App* setup_inspect(CLI::App& app);

@@ -63,7 +63,8 @@ struct WriterIndex {
   fmt::Superblock sb;
   std::unique_ptr<fmt::WriterLock> lock;
   std::unique_ptr<Index> idx;
-  static Status Open(const std::string& store, std::unique_ptr<WriterIndex>* out);
+  /// write_buffer_budget: see Index::OpenPrimary (gc bounds the index's memtables with it).
+  static Status Open(const std::string& store, std::unique_ptr<WriterIndex>* out, uint64_t write_buffer_budget = 0);
 };
 
 /// Reads and verifies the NS_ATTACHMENT record `name` of `ns` at (file, offset).

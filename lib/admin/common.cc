@@ -81,7 +81,7 @@ Status ReaderView::Open(const std::string& store, std::unique_ptr<ReaderView>* o
   return Status::OK();
 }
 
-Status WriterIndex::Open(const std::string& store, std::unique_ptr<WriterIndex>* out) {
+Status WriterIndex::Open(const std::string& store, std::unique_ptr<WriterIndex>* out, uint64_t write_buffer_budget) {
   auto w = std::make_unique<WriterIndex>();
   Status st = fmt::read_superblock(store, &w->sb);
   if (!st.ok()) return st;
@@ -89,7 +89,7 @@ Status WriterIndex::Open(const std::string& store, std::unique_ptr<WriterIndex>*
   if (!st.ok()) return st;
   st = fmt::WriterLock::Acquire(store, &w->lock);
   if (!st.ok()) return st;
-  st = open_writer_index(store, &w->idx);
+  st = open_writer_index(store, &w->idx, write_buffer_budget);
   if (!st.ok()) return st;
   *out = std::move(w);
   return Status::OK();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <cstring>
 #include <set>
 
 #include "gc_run.h"
@@ -90,6 +91,15 @@ Status GcRun::compact_files() {
     std::vector<std::pair<NamespaceId, BlockHash>> corrupt_found;
     fmt::AlignedBuffer rbuf;
     const size_t retired_without_copy = to_retire.size();
+    std::map<std::string, fmt::BlockRecord> moved;  // relocated blocks not yet in 'M'
+    auto spill = [&]() -> Status {
+      for (const auto& [k, r] : moved) {
+        Status s = scratch->put("M" + k, fmt::encode_block_record(r));
+        if (!s.ok()) return s;
+      }
+      moved.clear();
+      return scratch->settle();
+    };
     auto writer = [&](uint64_t need) -> Status {
       std::shared_ptr<ActiveFile> af;
       Status s = roller.get(need, &af);
@@ -113,20 +123,30 @@ Status GcRun::compact_files() {
       while (sc->next(&rec, nullptr, false)) {
         if (rec.state != fmt::ScannedRecord::State::kValid) continue;
         const fmt::RecordHeader& h = rec.header;
-        Blk* blk = nullptr;
+        fmt::BlockRecord blk_rec;  // the block's current record (relocations of this run included)
+        bool blk = false;
         NsInfo* nsi = nullptr;
         std::string att_name;
         bool live = false;
         switch (h.type) {
           case fmt::RecordType::kBlockKV:
           case fmt::RecordType::kBlockRepr: {
-            auto it = by_key.find(bkey(h.ns, h.key));
-            if (it == by_key.end() || blocks[it->second].removed()) break;
-            blk = &blocks[it->second];
+            // Removals are committed: a removed block is not in the index any more.
+            const std::string k = bkey(h.ns, h.key);
+            std::string m;
+            auto rel = moved.find(k);
+            if (rel != moved.end()) {
+              blk_rec = rel->second;
+            } else if (scratch->get("M" + k, &m).ok()) {
+              if (!fmt::decode_block_record(m, &blk_rec).ok()) break;
+            } else if (!idx.get_block(h.ns, h.key, &blk_rec).ok()) {
+              break;
+            }
+            blk = true;
             if (h.type == fmt::RecordType::kBlockKV)
-              live = blk->r.kv_file == fid && blk->r.kv_offset == rec.offset;
+              live = blk_rec.kv_file == fid && blk_rec.kv_offset == rec.offset;
             else
-              live = blk->r.has_repr() && blk->r.repr_file == fid && blk->r.repr_offset == rec.offset;
+              live = blk_rec.has_repr() && blk_rec.repr_file == fid && blk_rec.repr_offset == rec.offset;
             break;
           }
           case fmt::RecordType::kNamespace: {
@@ -160,7 +180,7 @@ Status GcRun::compact_files() {
         ex.payload_checksum = h.payload_checksum;
         Status r = fmt::read_record(fd, rec.offset, ex, &rbuf, where);
         if (!r.ok()) {
-          if (blk) corrupt_found.push_back({blk->ns, blk->h});
+          if (blk) corrupt_found.push_back({h.ns, h.key});
           continue;
         }
         const uint8_t* payload = rbuf.data() + fmt::kPage;
@@ -182,13 +202,18 @@ Status GcRun::compact_files() {
         new_live[nid] += fmt::record_size(h.payload_length);
         if (blk) {
           if (h.type == fmt::RecordType::kBlockKV) {
-            blk->r.kv_file = nid;
-            blk->r.kv_offset = noff;
+            blk_rec.kv_file = nid;
+            blk_rec.kv_offset = noff;
           } else {
-            blk->r.repr_file = nid;
-            blk->r.repr_offset = noff;
+            blk_rec.repr_file = nid;
+            blk_rec.repr_offset = noff;
           }
-          blk->relocated = true;
+          // Relocations in memory up to a share of the budget, then written out to 'M'.
+          moved[bkey(h.ns, h.key)] = blk_rec;
+          if (moved.size() * 256 >= opts.memory_budget / 4) {
+            st = spill();
+            if (!st.ok()) break;
+          }
         } else if (nsi && h.type == fmt::RecordType::kNamespace) {
           nsi->value.record_file = nid;
           nsi->value.record_offset = noff;
@@ -217,18 +242,37 @@ Status GcRun::compact_files() {
     // The new files' directory entries must be durable before the index points at them.
     st = fmt::fsync_dir(fmt::data_dir(path));
     if (!st.ok()) return st;
+    st = spill();
+    if (!st.ok()) return st;
     Batcher bt(idx);
-    for (auto& b : blocks) {
-      if (!b.relocated) continue;
-      bt.b().update_block(b.ns, b.h, b.r);
-      st = bt.op();
-      if (!st.ok()) return st;
+    std::set<std::string> corrupt_keys;
+    for (auto& [ns, h] : corrupt_found) corrupt_keys.insert(bkey(ns, h));
+    {
+      auto c = scratch->cursor();
+      for (c->seek("M"); c->valid() && c->key().size() == 33 && c->key()[0] == 'M'; c->next()) {
+        if (corrupt_keys.count(std::string(c->key().substr(1)))) continue;
+        fmt::BlockRecord r;
+        st = fmt::decode_block_record(c->value(), &r);
+        if (!st.ok()) return st;
+        NamespaceId ns;
+        BlockHash h;
+        std::memcpy(ns.data(), c->key().data() + 1, 16);
+        std::memcpy(h.data(), c->key().data() + 17, 16);
+        bt.b().update_block(ns, h, r);
+        st = bt.op();
+        if (!st.ok()) return st;
+      }
+      if (!c->status().ok()) return c->status();
     }
-    for (auto& [ns, h] : corrupt_found) {
-      auto& b = blocks[by_key[bkey(ns, h)]];
+    for (const auto& k : corrupt_keys) {
+      NamespaceId ns;
+      BlockHash h;
+      std::memcpy(ns.data(), k.data(), 16);
+      std::memcpy(h.data(), k.data() + 16, 16);
+      fmt::BlockRecord r;
+      if (!idx.get_block(ns, h, &r).ok()) continue;
       bt.b().delete_block(ns, h);
-      if (ns_by_id.count(ns)) bt.b().add_ns_counters(ns, -1, -static_cast<int64_t>(b.r.bytes()));
-      b.why = Why::kCorrupt;
+      if (ns_by_id.count(ns)) bt.b().add_ns_counters(ns, -1, -static_cast<int64_t>(r.bytes()));
       ++rep->corrupt_removed;
       st = bt.op();
       if (!st.ok()) return st;
@@ -319,12 +363,7 @@ void GcRun::delete_unreferenced_files() {
               return true;
             }).ok())
       return;
-    std::set<uint32_t> referenced;
-    for (const auto& b : blocks)
-      if (!b.removed()) {
-        referenced.insert(b.r.kv_file);
-        if (b.r.has_repr()) referenced.insert(b.r.repr_file);
-      }
+    std::set<uint32_t> referenced = referenced_files;  // by the blocks kept (before compaction)
     for (const auto& n : nss) {
       if (n.value.has_record) referenced.insert(n.value.record_file);
       for (const auto& [k, v] : n.value.attachments) referenced.insert(v.file);

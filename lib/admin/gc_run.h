@@ -9,29 +9,19 @@
 // by a dump killed before its index commit), where no index entry has ever pointed.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "admin_internal.h"
+#include "gc_scratch.h"
 
 namespace ucm::admin::gcrun {
 
 enum class Why : uint8_t { kNone, kCorrupt, kOrphan, kUnreferenced, kEvicted, kDescendant };
-
-struct Blk {
-  NamespaceId ns{};
-  BlockHash h{};
-  fmt::BlockRecord r;
-  uint64_t access = 0;
-  int64_t depth = -1;
-  bool access_changed = false;
-  bool relocated = false;
-  Why why = Why::kNone;
-  bool removed() const { return why != Why::kNone; }
-};
 
 struct LogFile {
   std::string path;
@@ -62,6 +52,17 @@ class Batcher {
   size_t n_ = 0;
 };
 
+// Per-block state lives in the scratch database (gc_scratch.h), keyed by a one-byte kind:
+//   'A' ns h access(be64)     an access-log record (phase 1); several per block, the newest wins
+//   'R' ns h                  on a registered document's chain (phase 2, --unreferenced)
+//   'C' ns parent h           the block under its parent: its access, bytes, flags (phase 3)
+//   'V' ns h                  a block the walk from its namespace's root reached, or a corrupt
+//                             one: why it goes (or kNone), its access (phases 3-4, 6)
+//   'L' recency(be64) ~depth(be32) ns h   eviction order of the blocks --max-bytes may take
+//                             (oldest subtree recency first, deepest first; phase 5)
+//   'M' ns h                  a block record relocated by compaction (phase 9b)
+// Memory: the scratch database's budget, the walk's stack (one frame per level of the deepest
+// chain, at most 64 children read ahead per frame), the per-file and per-namespace maps.
 class GcRun {
  public:
   GcRun(const std::string& path, const GcOptions& opts, GcReport* rep)
@@ -70,26 +71,30 @@ class GcRun {
   Status run();
 
  private:
-  // ---- phases (gc.cc)
-  Status open();                 // writer lock, namespaces, --namespace filter
-  void merge_access_logs();      // 1. access logs -> recency; logs of dead owners noted
-  Status load_blocks();          // 2. every block, its children, its recency
-  void find_corrupt();           // 3. missing / short data, or checksums with --verify
-  void find_orphans();           // 4. unreachable from the namespace's chain root
-  Status evict_unreferenced();   // 5. --unreferenced
-  void evict_by_age();           // 6. --max-age
-  void evict_by_size();          // 7. --max-bytes (LRU by subtree recency, tails first)
+  // ---- phases (gc.cc, gc_walk.cc)
+  Status open();                 // writer lock, namespaces, --namespace filter, the scratch database
+  Status merge_access_logs();    // 1. access logs -> 'A'; logs of dead owners noted
+  Status mark_referenced();      // 2. --unreferenced: document chains -> 'R'
+  Status scan_blocks();          // 3. every block -> 'C' (access merged, corrupt checked)
+  Status walk();                 // 4. from each namespace root: depth, orphans (not reached),
+                                 //    unreferenced, --max-age, subtree recency -> 'V', 'L'
+  Status evict_by_size();        // 5. --max-bytes: 'L' in order until the bytes fit
   Status finish_dry_run();       //    --dry-run: report and stop
-  Status commit_removals();      // 8. index removals, access times, dead logs, the registry
+  Status commit_removals();      // 6. index removals, access times, dead logs, the registry
+  /// 'V' and the index in key order: calls fn for every block with why it goes (orphans: the
+  /// ones without 'V') and its merged access time.
+  Status for_each_decision(const std::function<Status(const NamespaceId&, const BlockHash&, const fmt::BlockRecord&,
+                                                      Why, uint64_t access, bool access_changed)>& fn);
+  /// Is the block present after this run's decisions (for the document registry's walk)?
+  bool present_after(const NamespaceId& ns, const BlockHash& h, BlockHash* parent, bool dry);
   // ---- data files (gc_files.cc)
-  Status measure_files();        // 9a. unindexed tails, sizes on disk, what to retire / compact
-  Status compact_files();        // 9b. copy live records, retire the old files
-  Status unlink_retired();       // 10. retired files past the grace period
-  void delete_unreferenced_files();  // 11. files no index entry knows
-  void housekeeping();           // 12. stale reader dirs, tmp/ leftovers
+  Status measure_files();        // 7a. unindexed tails, sizes on disk, what to retire / compact
+  Status compact_files();        // 7b. copy live records, retire the old files
+  Status unlink_retired();       // 8. retired files past the grace period
+  void delete_unreferenced_files();  // 9. files no index entry knows
+  void housekeeping();           // 10. stale reader dirs, tmp/ leftovers
   Status final_counters();       //     blocks_after, bytes_after
 
-  uint64_t evict_subtree(size_t i, Why why);  // block i and its present descendants; bytes freed
   bool in_filter(const NamespaceId& ns) const { return !filter || filter->id == ns; }
   void close_logs();
 
@@ -103,11 +108,10 @@ class GcRun {
   std::vector<NsInfo> nss;
   std::map<NamespaceId, NsInfo*> ns_by_id;
   const NsInfo* filter = nullptr;
-  std::unordered_map<std::string, uint64_t> acc;  // block key -> newest logged access
   std::vector<LogFile> logs;
-  std::vector<Blk> blocks;
-  std::unordered_map<std::string, size_t> by_key;
-  std::unordered_map<std::string, std::vector<size_t>> children;  // ns||parent -> blocks
+  std::unique_ptr<Scratch> scratch;
+  uint64_t live_bytes_in_filter = 0;      // after phase 4: bytes of the blocks kept so far
+  std::set<uint32_t> referenced_files;    // data files a kept block points at
   std::map<uint32_t, fmt::FileRecord> files;
   std::vector<uint32_t> to_compact, to_retire;
 };
@@ -115,15 +119,19 @@ class GcRun {
 /// Journal trimming (store_v1.md §5.5): entries with sequence < journal_seq - keep go, in one
 /// synced DeleteRange. *n = how many there are (counted by a scan of just those keys). With
 /// `dry`, only counts. A reader whose last applied sequence is older finds the gap on its next
-/// catch-up and rescans the blocks family instead of replaying.
-Status trim_journal(Index& idx, uint64_t keep, bool dry, uint64_t* n);
+/// catch-up and rescans the blocks family instead of replaying. Entries the persisted
+/// fingerprint table (STORE/fptable of this index) has not seen are kept as well, so that opens
+/// replay them instead of rescanning (formats/store/fptable.md §3), unless the table is more than
+/// 10 x keep entries behind.
+Status trim_journal(const std::string& store, Index& idx, uint64_t keep, bool dry, uint64_t* n);
 
 /// The document registry holds only complete documents (store_v1.md §5.6): an entry whose chain,
 /// walked from its last block back through the parents to its first block, meets a block that
-/// is absent or removed by this run is deleted (dry run: only counted). Every document of every
-/// namespace is checked, so entries left stale by an older ucm are repaired too.
-Status drop_incomplete_documents(Index& idx, const std::vector<NsInfo>& nss, const std::vector<Blk>& blocks,
-                                 const std::unordered_map<std::string, size_t>& by_key, bool dry,
-                                 GcReport* rep);
+/// is absent (by `present`: false, else the block's parent) is deleted (dry run: only counted).
+/// Every document of every namespace is checked, so entries left stale by an older ucm are
+/// repaired too.
+Status drop_incomplete_documents(Index& idx, const std::vector<NsInfo>& nss,
+                                 const std::function<bool(const NamespaceId&, const BlockHash&, BlockHash*)>& present,
+                                 bool dry, GcReport* rep);
 
 }  // namespace ucm::admin::gcrun

@@ -1,4 +1,5 @@
 // JSON and text rendering of the admin reports (ucm/admin.h).
+#include <iomanip>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -136,6 +137,10 @@ std::string InspectReport::to_json() const {
   j["namespaces"] = std::move(nss);
   if (verified_run) {
     j["verified"] = verified;
+    j["verified_bytes"] = verified_bytes;
+    j["verify_s"] = verify_seconds;
+    j["verify_gbps"] = verify_seconds > 0 ? double(verified_bytes) / verify_seconds / 1e9 : 0.0;
+    j["corrupt_total"] = corrupt_total;
     ojson c = ojson::array();
     for (const auto& b : corrupt)
       c.push_back(ojson{{"namespace", b.ns_hex}, {"block", b.block_hex}, {"reason", b.reason}});
@@ -181,7 +186,12 @@ std::string InspectReport::to_text() const {
       o << "    block hashes seeded with namespace " << n.hash_seed_namespace << "\n";
   }
   if (verified_run) {
-    o << "verify           " << verified << " blocks ok, " << corrupt.size() << " corrupt\n";
+    char rate[64];
+    std::snprintf(rate, sizeof rate, "%.2f", verify_seconds > 0 ? double(verified_bytes) / verify_seconds / 1e9 : 0.0);
+    o << "verify           " << verified << " blocks ok, " << corrupt_total << " corrupt; "
+      << format_bytes(verified_bytes) << " read in " << std::fixed << std::setprecision(1) << verify_seconds
+      << std::defaultfloat << std::setprecision(6) << " s (" << rate << " GB/s)\n";
+    if (corrupt_total > corrupt.size()) o << "  (the first " << corrupt.size() << " are listed)\n";
     for (const auto& c : corrupt)
       o << "  CORRUPT " << c.ns_hex << ":" << c.block_hex << ": " << c.reason << "\n";
   }

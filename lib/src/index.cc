@@ -2,6 +2,7 @@
 #include "ucm/core/index.h"
 
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
 #include <rocksdb/table.h>
@@ -121,8 +122,10 @@ std::string le64(uint64_t v) {
 
 const char* index_family_name(Index::Family f) { return kFamilyNames[int(f)]; }
 
-Status Index::OpenPrimary(const std::string& dir, bool create, std::unique_ptr<Index>* out) {
+Status Index::OpenPrimary(const std::string& dir, bool create, std::unique_ptr<Index>* out,
+                          uint64_t write_buffer_budget) {
   rocksdb::DBOptions opts(base_options());
+  if (write_buffer_budget) opts.db_write_buffer_size = size_t(write_buffer_budget);
   opts.create_if_missing = create;
   opts.create_missing_column_families = create;
   std::unique_ptr<Index> ix(new Index);
@@ -285,6 +288,17 @@ Status Index::for_each_journal(uint64_t after, const std::function<bool(uint64_t
     return fn(fmt::parse_journal_key(k), e);
   });
   return st.ok() ? inner : st;
+}
+
+Status Index::identity(std::string* id) const {
+  // The IDENTITY file itself: DB::GetDbIdentity answers empty on a secondary instance.
+  std::string text;
+  rocksdb::Status rs = rocksdb::ReadFileToString(rocksdb::Env::Default(), dir_ + "/IDENTITY", &text);
+  if (!rs.ok()) rs = db_->GetDbIdentity(text);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
+  if (rs.ok() && text.empty()) return Status::Corruption("index " + dir_ + " has an empty identity");
+  *id = text;
+  return from_rocks(rs, "read the identity of index " + dir_);
 }
 
 uint64_t Index::journal_seq() const {

@@ -90,10 +90,10 @@ Status require_index(const std::string& store) {
                             " --rebuild-index` to rebuild it from the data files");
 }
 
-Status open_writer_index(const std::string& store, std::unique_ptr<Index>* out) {
+Status open_writer_index(const std::string& store, std::unique_ptr<Index>* out, uint64_t write_buffer_budget) {
   Status st = require_index(store);
   if (!st.ok()) return st;
-  st = Index::OpenPrimary(fmt::index_dir(store), false, out);
+  st = Index::OpenPrimary(fmt::index_dir(store), false, out, write_buffer_budget);
   if (!st.ok())
     return Status(st.code(), "cannot open the index of " + store + ": " + st.message() +
                                  " (if index/ is damaged, run `ucm build " + store + " --rebuild-index`)");

@@ -56,6 +56,12 @@ std::string Metrics::render(uint64_t index_blocks) const {
   }
   o += "# HELP ucm_index_blocks Blocks in this handle's lookup table.\n# TYPE ucm_index_blocks gauge\n";
   o += "ucm_index_blocks " + std::to_string(index_blocks) + "\n";
+  o += "# HELP ucm_fptable_loaded 1 if this handle's open used the persisted fingerprint table, 0 if it rebuilt it.\n"
+       "# TYPE ucm_fptable_loaded gauge\n";
+  o += "ucm_fptable_loaded " + std::to_string(fptable_loaded.load()) + "\n";
+  o += "# HELP ucm_fptable_replayed Journal entries replayed into the persisted table at open.\n"
+       "# TYPE ucm_fptable_replayed gauge\n";
+  o += "ucm_fptable_replayed " + std::to_string(fptable_replayed.load()) + "\n";
   lookup.render(&o, "ucm_lookup_seconds", "Latency of a lookup call.");
   load_task.render(&o, "ucm_load_task_seconds", "Latency of a load task, submission to completion.");
   dump_task.render(&o, "ucm_dump_task_seconds", "Latency of a dump task, submission to durable commit.");

@@ -204,8 +204,23 @@ Status StoreImpl::init(bool create) {
   if (index_->get_meta_u64(kMetaFormatVersion, &fv).ok() && fv > fmt::kFormatVersion)
     return Status::Version("store format version " + std::to_string(fv) + " is newer than this ucm supports (max " +
                            std::to_string(fmt::kFormatVersion) + "); upgrade ucm");
-  s = rebuild_table();
-  if (!s.ok()) return s;
+  if (!index_->identity(&index_identity_).ok()) index_identity_.clear();  // then no table is saved
+  {
+    // The persisted table (fptable.md §4), replayed to the index's state, or a rebuild.
+    FpTable t;
+    uint64_t seq = 0;
+    FpTableOpenInfo info;
+    s = fptable_open(path_, *index_, true, &t, &seq, &info);
+    if (!s.ok()) return s;
+    std::unique_lock<std::shared_mutex> g(table_mu_);
+    table_ = std::move(t);
+    applied_seq_ = seq;
+    saved_seq_ = info.loaded ? seq - info.replayed : 0;  // the file's sequence (none: 0)
+    save_pending_ = info.should_save;
+    saved_at_ = Clock::now();
+    metrics_.fptable_loaded.store(info.loaded ? 1 : 0);
+    metrics_.fptable_replayed.store(info.replayed);
+  }
   s = access_.open(path_, process_unique_name());
   if (!s.ok()) {
     if (!read_only()) return s;
@@ -236,6 +251,7 @@ StoreImpl::~StoreImpl() {
     commit_q_cv_.notify_all();
     commit_thread_.join();
   }
+  if (index_ && (!read_only() || save_pending_)) save_table(true);
   access_.close();
   reader_.reset();
   roller_.reset();
@@ -249,10 +265,18 @@ void StoreImpl::background() {
   const uint32_t ival = read_only() && opts_.refresh_interval_ms ? opts_.refresh_interval_ms : 1000;
   std::unique_lock<std::mutex> l(bg_mu_);
   while (!stop_) {
+    if (save_pending_) {
+      // The table the open rebuilt (or replayed far): written off the open's path.
+      l.unlock();
+      save_table(true);
+      l.lock();
+      continue;
+    }
     bg_cv_.wait_for(l, std::chrono::milliseconds(ival));
     if (stop_) break;
     l.unlock();
     if (read_only() && opts_.refresh_interval_ms) (void)refresh();
+    if (!read_only()) save_table(false);
     access_.flush();
     l.lock();
   }

@@ -1,33 +1,47 @@
 // lib/src/store_read.cc: the lookup table and its catch-up, lookup, load, load_repr, metrics (see store_impl.h).
 #include "ucm/core/ns_value.h"
 #include "ucm/core/store_impl.h"
+#include "ucm/core/log.h"
 
 namespace ucm::detail {
 
 Status StoreImpl::rebuild_table() {
-  // Caller holds refresh_mu_ or is init(). The index view does not move meanwhile: a secondary
-  // changes only in try_catch_up (under refresh_mu_), and only this process writes a primary.
-  uint64_t seq = index_->journal_seq();
-  uint64_t count = 0;
-  std::string v;
-  Status s = index_->scan(Index::Family::kNamespaces, "", [&](std::string_view k, std::string_view val) {
-    NsIndexValue nv;
-    if (ns_value_from_json(val, &nv).ok()) count += nv.blocks;  // sizes the table; a bad value is found elsewhere
-    return true;
-  });
-  if (!s.ok()) return s;
-  FpTable t(count);
-  s = index_->scan(Index::Family::kBlocks, "", [&](std::string_view k, std::string_view) {
-    NamespaceId ns;
-    BlockHash h;
-    if (fmt::parse_block_key(k, &ns, &h)) t.insert(fmt::block_fingerprint(ns, h));
-    return true;
-  });
+  // Caller holds refresh_mu_. The index view does not move meanwhile: a secondary changes only
+  // in try_catch_up (under refresh_mu_), and only this process writes a primary.
+  FpTable t;
+  uint64_t seq = 0;
+  Status s = fptable_scan(*index_, &t, &seq);
   if (!s.ok()) return s;
   std::unique_lock<std::shared_mutex> g(table_mu_);
   table_ = std::move(t);
   applied_seq_ = seq;
   return Status::OK();
+}
+
+void StoreImpl::save_table(bool force) {
+  // The table changes (commits, replays, rebuilds) with table_mu_ held, together with
+  // applied_seq_, so a copy taken under table_mu_ is exactly the set as of applied_seq_.
+  // Readers save only what their open asked for (save_pending_).
+  std::lock_guard<std::mutex> sg(save_mu_);
+  save_pending_ = false;
+  if (index_identity_.empty()) return;
+  std::vector<uint64_t> copy;
+  uint64_t seq = 0, count = 0;
+  {
+    std::shared_lock<std::shared_mutex> g(table_mu_);
+    seq = applied_seq_;
+    if (seq == saved_seq_) return;
+    const bool due = force || seq - saved_seq_ >= kFpTableSaveEntries ||
+                     Clock::now() - saved_at_ >= std::chrono::milliseconds(kFpTableSaveMs);
+    if (!due) return;
+    copy.assign(table_.slots(), table_.slots() + table_.capacity());
+    count = table_.size();
+  }
+  Status s = fptable_save(path_, copy.data(), copy.size(), count, seq, index_identity_);
+  saved_at_ = Clock::now();  // a failure is retried a period later, not every second
+  if (s.ok()) saved_seq_ = seq;
+  else log().warn("store {}: could not save the fingerprint table ({}); the next open rebuilds or replays it", path_,
+                  s.message());
 }
 
 Status StoreImpl::replay_journal() {

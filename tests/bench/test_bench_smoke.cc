@@ -69,7 +69,17 @@ TEST_F(BenchSmoke, TinyRunReportsSaneFiguresAndRemovesTheTempStore) {
   EXPECT_TRUE(finite_pos(r.load_ratio()));
   // Each record is a 4096-byte header page + the payload rounded up to pages (store_v1.md §3.2).
   EXPECT_GE(r.dump_disk_bytes, 40u * (4096u + 368640u));
-  EXPECT_EQ(r.load_verified_samples, 5u);  // one per task of 8 blocks
+  EXPECT_EQ(r.load_verified_samples, 15u);  // one per task of 8 blocks, in each of the three load modes
+  // The other raw read modes and the loads in their modes.
+  EXPECT_EQ(r.raw_rand_read_deep.bytes, 40u * 368640u);
+  EXPECT_EQ(r.raw_rand_read_buffered.bytes, 40u * 368640u);
+  EXPECT_TRUE(finite_pos(r.raw_rand_read_deep.gbps()));
+  EXPECT_TRUE(finite_pos(r.raw_rand_read_buffered.gbps()));
+  EXPECT_EQ(r.load_deep.count, 40u);
+  EXPECT_EQ(r.load_buffered.count, 40u);
+  EXPECT_TRUE(finite_pos(r.load_buffered.gbps()));
+  EXPECT_GE(r.raw_best_gbps(), r.raw_rand_read_buffered.gbps());
+  EXPECT_GE(r.load_best_gbps(), r.load.gbps());
   EXPECT_GE(r.resident_before_load, 0.0);
   EXPECT_LE(r.resident_before_load, 1.0);
   EXPECT_FALSE(r.cache_policy.empty());
@@ -81,10 +91,12 @@ TEST_F(BenchSmoke, TinyRunReportsSaneFiguresAndRemovesTheTempStore) {
   EXPECT_TRUE(finite_pos(r.lookups_per_s()));
   EXPECT_GE(r.lookup.seconds, 0.2);
 
-  ASSERT_EQ(r.targets.size(), 3u);
+  ASSERT_EQ(r.targets.size(), 4u);
   EXPECT_EQ(r.targets[0].name, "dump");
   EXPECT_EQ(r.targets[1].name, "load");
-  EXPECT_EQ(r.targets[2].name, "lookup");
+  EXPECT_EQ(r.targets[2].name, "load_best");
+  EXPECT_DOUBLE_EQ(r.targets[2].value, r.load_best_gbps() / r.raw_best_gbps());
+  EXPECT_EQ(r.targets[3].name, "lookup");
   EXPECT_DOUBLE_EQ(r.targets[0].value, r.dump_ratio());
   EXPECT_EQ(r.targets[0].pass, r.dump_ratio() >= 0.8);
 
@@ -94,7 +106,10 @@ TEST_F(BenchSmoke, TinyRunReportsSaneFiguresAndRemovesTheTempStore) {
   EXPECT_GT(j["raw"]["seq_write"]["gbps"].get<double>(), 0);
   EXPECT_GT(j["raw"]["rand_read"]["gbps"].get<double>(), 0);
   EXPECT_GT(j["lookup"]["lookups_per_s"].get<double>(), 0);
-  EXPECT_EQ(j["targets"].size(), 3u);
+  EXPECT_EQ(j["targets"].size(), 4u);
+  EXPECT_EQ(j["load_modes"].size(), 3u);
+  EXPECT_GT(j["raw"]["rand_read_buffered"]["gbps"].get<double>(), 0);
+  EXPECT_GT(j["load_best"]["gbps"].get<double>(), 0);
   EXPECT_EQ(j["pass"].get<bool>(), r.all_pass());
   std::string text = r.to_text();
   EXPECT_NE(text.find("dump (durable)"), std::string::npos);

@@ -88,6 +88,9 @@ struct InspectOptions {
   std::string block_hex;      ///< show one block's record (32 hex digits)
   std::string ns;             ///< restrict to one namespace (name or id)
   bool docs = false;          ///< list the document registry
+  /// --verify: reader threads. Blocks are read in chunks of 65,536, each sorted by file and
+  /// offset, so the disk sees near-sequential reads, `threads` at a time.
+  uint32_t threads = 8;
   ProgressFn progress;
 };
 struct NamespaceStats {
@@ -111,11 +114,15 @@ struct InspectReport {
   /// there are none). JSON adds ISO-8601 UTC strings; text shows them as ages ("3 d ago").
   uint64_t oldest_created_ms = 0, newest_created_ms = 0;
   uint64_t oldest_access_ms = 0, newest_access_ms = 0;
-  /// last_access_ms percentiles (p10, p50, p90) over the blocks inspected; 0 when none.
+  /// last_access_ms percentiles (p10, p50, p90) over the blocks inspected; 0 when none. Exact
+  /// up to 1,048,576 blocks; beyond, from a uniform sample of that many (memory stays bounded).
   uint64_t access_p10_ms = 0, access_p50_ms = 0, access_p90_ms = 0;
   std::vector<NamespaceStats> namespaces;
   bool verified_run = false;
   uint64_t verified = 0;                   ///< blocks whose checksums matched
+  uint64_t verified_bytes = 0;             ///< payload + repr bytes read and checked
+  double verify_seconds = 0;               ///< wall time of the verify pass
+  uint64_t corrupt_total = 0;              ///< corrupt blocks found (the list keeps the first 1000)
   std::vector<CorruptBlock> corrupt;
   std::string block_json;                  ///< --block: the record as JSON object text
   bool docs_run = false;
@@ -143,6 +150,9 @@ struct GcOptions {
   /// are deleted. A read-only handle more than this many block changes behind rescans the
   /// block index (O(blocks)) instead of replaying. Tests use small values.
   uint64_t journal_keep = 1000000;
+  /// Memory for gc's per-block state (a scratch database in STORE/tmp: write buffers and block
+  /// cache); the rest of it is on disk, so gc's memory does not grow with the store (docs/cli.md).
+  uint64_t memory_budget = 64ull << 20;
   ProgressFn progress;
 };
 struct GcReport {

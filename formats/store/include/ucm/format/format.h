@@ -3,6 +3,7 @@
 #pragma once
 #include "ucm/format/common.h"
 #include "ucm/format/data_file.h"
+#include "ucm/format/fptable_file.h"
 #include "ucm/format/index_values.h"
 #include "ucm/format/io.h"
 #include "ucm/format/layout.h"

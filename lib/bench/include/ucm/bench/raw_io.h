@@ -41,4 +41,10 @@ Status raw_rand_read(const std::string& path, uint64_t block_bytes, uint64_t rea
                      uint32_t queue_depth, uint64_t seed, const RawIoEngine& engine,
                      RawIoResult* out, std::string* engine_used);
 
+/// The same reads through the page cache: the file's cached pages are dropped first
+/// (posix_fadvise DONTNEED), then `threads` threads pread blocks of block_bytes at random
+/// block-aligned offsets (each thread takes the next offset of one shared plan).
+Status raw_rand_read_buffered(const std::string& path, uint64_t block_bytes, uint64_t reads, uint32_t threads,
+                              uint64_t seed, RawIoResult* out);
+
 }  // namespace ucm::bench

@@ -38,6 +38,11 @@ struct StoreBenchOptions {
   uint32_t queue_depth = 16;
   /// Store I/O threads of both handles (OpenOptions::io_threads); default = queue_depth.
   uint32_t io_threads = 0;
+  /// The other raw random-read modes measured in the same run, and the load modes that match
+  /// them: O_DIRECT at this deeper queue depth (load: direct_io, io_threads = it), and buffered
+  /// reads from this many threads on a dropped page cache (load: direct_io off, io_threads = it).
+  uint32_t deep_queue_depth = 64;
+  uint32_t buffered_threads = 128;
   /// Blocks per dump / load task, and tasks kept in flight.
   uint32_t batch = 64;
   uint32_t inflight = 4;
@@ -75,7 +80,15 @@ struct StoreBenchReport {
   uint32_t queue_depth = 0, io_threads = 0, batch = 0, inflight = 0;
   std::string raw_engine;        ///< "io_uring" or "threads"
   Figure raw_seq_write, raw_rand_read;
+  Figure raw_rand_read_deep, raw_rand_read_buffered;  ///< O_DIRECT at deep_queue_depth; buffered threads
+  uint32_t deep_queue_depth = 0, buffered_threads = 0;
   Figure dump, load;
+  Figure load_deep, load_buffered;  ///< loads in the modes of the two raw passes above
+  /// The best raw random-read rate and the best load rate of the run, with their modes' names.
+  double raw_best_gbps() const;
+  double load_best_gbps() const;
+  std::string raw_best_mode() const;
+  std::string load_best_mode() const;
   uint64_t dump_disk_bytes = 0;  ///< bytes of the data files the dump added (records + headers)
   /// Page-cache policy, e.g. "posix_fadvise(DONTNEED) on the data files after the dump; loads
   /// with O_DIRECT (direct_io=on)".

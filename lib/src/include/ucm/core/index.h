@@ -39,7 +39,11 @@ class Index {
 
   /// Opens the primary (read-write) instance of STORE/index (`dir`). With `create`, creates the
   /// database and its column families if missing. The caller must hold the WriterLock.
-  static Status OpenPrimary(const std::string& dir, bool create, std::unique_ptr<Index>* out);
+  /// `write_buffer_budget` (bytes, 0 = RocksDB's per-family defaults) caps the memtables of all
+  /// families together (DBOptions::db_write_buffer_size): gc's removals then flush instead of
+  /// growing memory with the number of blocks removed.
+  static Status OpenPrimary(const std::string& dir, bool create, std::unique_ptr<Index>* out,
+                            uint64_t write_buffer_budget = 0);
   /// Opens a secondary (read-only, catching up) instance; `secondary_dir` is a private scratch
   /// dir (STORE/readers/<host>-<pid>-<nonce>), created if missing. The caller removes it.
   static Status OpenSecondary(const std::string& dir, const std::string& secondary_dir,
@@ -75,6 +79,9 @@ class Index {
   /// Journal entries with sequence > after_seq, in order.
   Status for_each_journal(uint64_t after_seq,
                           const std::function<bool(uint64_t seq, const fmt::JournalEntry&)>& fn) const;
+  /// The RocksDB database identity (a new one for every newly created index): ties derived
+  /// files such as STORE/fptable to this index (formats/store/fptable.md §2).
+  Status identity(std::string* id) const;
   /// Last journal sequence written (meta journal_seq; 0 if none).
   uint64_t journal_seq() const;
   Status get_doc(const NamespaceId& ns, const std::string& id, std::string* json) const;

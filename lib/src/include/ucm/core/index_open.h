@@ -16,8 +16,9 @@ namespace ucm {
 Status require_index(const std::string& store);
 
 /// Opens STORE/index as the primary (the caller holds the writer lock). The index must exist
-/// (require_index); nothing is created when it does not.
-Status open_writer_index(const std::string& store, std::unique_ptr<Index>* out);
+/// (require_index); nothing is created when it does not. `write_buffer_budget`: see
+/// Index::OpenPrimary.
+Status open_writer_index(const std::string& store, std::unique_ptr<Index>* out, uint64_t write_buffer_budget = 0);
 
 /// A read-only view of STORE/index: a RocksDB secondary instance whose private scratch
 /// directory is removed on destruction.

@@ -30,6 +30,8 @@ struct Metrics {
   std::atomic<uint64_t> blocks_loaded{0}, bytes_loaded{0};
   std::atomic<uint64_t> blocks_dumped{0}, bytes_dumped{0}, dump_skipped{0};
   std::atomic<uint64_t> refreshes{0};
+  std::atomic<uint64_t> fptable_loaded{0};    // 1: the open used STORE/fptable; 0: it rebuilt the table
+  std::atomic<uint64_t> fptable_replayed{0};  // journal entries replayed into it at open
   std::array<std::atomic<uint64_t>, 11> errors{};  // by ucm::Code
   LatencyHistogram load_task, dump_task, lookup;
 

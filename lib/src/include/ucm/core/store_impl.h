@@ -33,6 +33,7 @@
 #include "ucm/core/data_file_reader.h"
 #include "ucm/core/file_roller.h"
 #include "ucm/core/fptable.h"
+#include "ucm/core/fptable_file.h"
 #include "ucm/core/index.h"
 #include "ucm/core/index_open.h"
 #include "ucm/core/metrics.h"
@@ -130,6 +131,9 @@ class StoreImpl : public Store {
   Status ns_desc(const NamespaceId& ns, NamespaceDesc* d);
   Status rebuild_table();
   Status replay_journal();
+  /// Writer: writes STORE/fptable from a copy of the table (fptable.md §3) when `force` or
+  /// when it is behind by kFpTableSaveEntries journal entries, or by any for kFpTableSaveMs.
+  void save_table(bool force);
   void background();
 
   // Record I/O.
@@ -176,6 +180,11 @@ class StoreImpl : public Store {
   FpTable table_;
   std::mutex refresh_mu_;
   uint64_t applied_seq_ = 0;
+  std::string index_identity_;             // the index's identity (fptable.md §2)
+  std::mutex save_mu_;                     // one save_table at a time
+  uint64_t saved_seq_ = 0;                 // journal sequence of the last STORE/fptable written or loaded
+  Clock::time_point saved_at_{};
+  std::atomic<bool> save_pending_{false};  // the open asks for a save (background thread, or close)
 
   // Namespace descriptors by id.
   std::mutex ns_mu_;

@@ -1,0 +1,22 @@
+// ucm/bench/bench_util.h: helpers shared by the store and index benchmarks.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "ucm/types.h"
+
+namespace ucm::bench {
+
+/// Monotonic clock, seconds.
+double now_s();
+/// CPU time of the calling thread, seconds.
+double thread_cpu_s();
+/// Pins the calling thread to the last CPU of its affinity set; returns it (-1: not pinned).
+int pin_to_one_cpu();
+/// Real chained hashes (ucm::hash_blocks) of random token sequences: chains of `chain_len`
+/// blocks, `n` blocks in all. parents[i] is the previous block's hash or root_hash(ns).
+void make_chains(const NamespaceId& ns, uint64_t n, uint32_t chain_len, uint32_t block_size, std::mt19937_64& rng,
+                 std::vector<BlockHash>* hashes, std::vector<BlockHash>* parents);
+
+}  // namespace ucm::bench

@@ -1,0 +1,486 @@
+// lib/bench/index_bench.cc: `ucm bench index` (see ucm/bench/index_bench.h, docs/benchmarks.md).
+#include "ucm/bench/index_bench.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "ucm/bench/bench_util.h"
+#include "ucm/core/index.h"
+#include "ucm/format/format.h"
+#include "ucm/hash.h"
+#include "ucm/store.h"
+
+extern char** environ;
+
+namespace ucm::bench {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr double kOpenTarget = 1.0;
+constexpr double kLookupTarget = 20e6;
+constexpr uint64_t kGcRssTarget = 256ull << 20;
+
+NamespaceDesc model_namespace(uint64_t block_bytes) {
+  NamespaceDesc d;
+  d.model_id = "ucm-bench-index";
+  d.weights_digest = "00000000000000000000000000000000";
+  d.dtype = DType::kBF16;
+  d.block_size = 16;
+  if (block_bytes == 368640) {
+    d.num_layers = 30;
+    d.num_kv_heads = 3;
+    d.head_dim = 64;
+  } else {
+    d.num_layers = 1;
+    d.num_kv_heads = 1;
+    d.head_dim = static_cast<uint32_t>(block_bytes / 64);
+  }
+  d.name = "bench-index";
+  return d;
+}
+
+uint64_t dir_bytes(const std::string& d) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (auto& e : fs::recursive_directory_iterator(d, ec))
+    if (e.is_regular_file(ec)) n += e.file_size(ec);
+  return n;
+}
+
+void drop_cache(const std::string& path) {
+  std::error_code ec;
+  auto one = [](const std::string& f) {
+    int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  };
+  for (auto& e : fs::directory_iterator(fmt::index_dir(path), ec)) one(e.path().string());
+  one(fmt::fptable_path(path));
+}
+
+uint64_t metric(Store* s, const std::string& name) {
+  const std::string t = s->metrics_text();
+  const size_t at = t.find("\n" + name + " ");
+  return at == std::string::npos ? 0 : std::stoull(t.substr(at + name.size() + 2));
+}
+
+/// Runs `exe args...` with stdout captured; wall time and peak RSS from wait4.
+Status run_child(const std::string& exe, const std::vector<std::string>& args, const std::string& out_file,
+                 ChildRun* r) {
+  std::vector<std::string> all{exe};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const double t0 = now_s();
+  const int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return Status::FromErrno(rc, "spawn " + exe);
+  int st = 0;
+  struct rusage ru {};
+  // Peak anonymous memory (the command's own, without the pages of its shared libraries) by
+  // sampling /proc/PID/status every 5 ms; the total peak comes from wait4.
+  const std::string status_path = "/proc/" + std::to_string(pid) + "/status";
+  for (;;) {
+    const pid_t w = ::wait4(pid, &st, WNOHANG, &ru);
+    if (w < 0) return Status::FromErrno(errno, "wait for " + exe);
+    if (w == pid) break;
+    std::ifstream f(status_path);
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("RssAnon:", 0) == 0)
+        r->peak_anon_bytes = std::max<uint64_t>(r->peak_anon_bytes, std::stoull(line.substr(8)) * 1024);
+      else if (line.rfind("VmHWM:", 0) == 0)
+        r->peak_rss_bytes = std::max<uint64_t>(r->peak_rss_bytes, std::stoull(line.substr(6)) * 1024);
+    ::usleep(5000);
+  }
+  r->seconds = now_s() - t0;
+  // Not ru_maxrss: posix_spawn's child shares this process's memory until its exec, and Linux
+  // carries that high-water mark over the exec. VmHWM is of the child's own address space.
+  r->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  std::ifstream f(out_file);
+  r->json.assign(std::istreambuf_iterator<char>(f), {});
+  if (r->exit_code != 0)
+    return Status::Internal(exe + " " + (args.empty() ? "" : args[0]) + " exited with " +
+                            std::to_string(r->exit_code));
+  return Status::OK();
+}
+
+/// Writes blocks [first, first + n) of `hs` into the index, records laid out back to back in
+/// sparse data files from `*file` on; access times per chain spread over 30 days, a parent never
+/// older than its child.
+Status write_blocks(Index& ix, const NamespaceId& ns, const NamespaceDesc& d, const std::vector<BlockHash>& hs,
+                    const std::vector<BlockHash>& ps, uint64_t first, uint64_t n, uint32_t chain_len,
+                    std::mt19937_64& rng, const std::string& store, uint32_t* file, uint64_t* file_off,
+                    const std::function<void(uint64_t)>& tick) {
+  const uint64_t rec = fmt::record_size(d.payload_bytes());
+  const uint64_t now = fmt::now_ms(), month = 30ull * 86400 * 1000;
+  Index::Batch b;
+  uint64_t in_batch = 0, chain_t = 0;
+  std::map<uint32_t, fmt::FileRecord> files;
+  auto seal = [&](uint32_t id, uint64_t size) -> Status {
+    // A sparse data file: its header page, then size - 4096 bytes of holes.
+    const std::string p = fmt::data_file_path(store, id);
+    const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return Status::FromErrno(errno, "create " + p);
+    uint8_t head[fmt::kPage];
+    fmt::FileHeader h;
+    h.file_id = id;
+    h.created_ms = now;
+    fmt::encode_file_header(h, head);
+    Status s = fmt::pwrite_full(fd, head, sizeof head, 0, p);
+    if (s.ok() && ::ftruncate(fd, off_t(size)) != 0) s = Status::FromErrno(errno, "truncate " + p);
+    ::close(fd);
+    if (!s.ok()) return s;
+    fmt::FileRecord fr;
+    fr.size = size;
+    fr.live_bytes = size - fmt::kPage;
+    fr.state = fmt::FileState::kSealed;
+    b.put_file(id, fr);
+    return Status::OK();
+  };
+  for (uint64_t i = first; i < first + n; ++i) {
+    if ((i - first) % chain_len == 0) chain_t = now - rng() % month;
+    if (*file_off + rec > fmt::kFileRollBytes) {
+      Status s = seal(*file, *file_off);
+      if (!s.ok()) return s;
+      ++*file;
+      *file_off = fmt::kPage;
+    }
+    fmt::BlockRecord r;
+    r.token_count = d.block_size;
+    r.parent = ps[i];
+    r.kv_file = *file;
+    r.kv_offset = *file_off;
+    r.kv_length = d.payload_bytes();
+    r.kv_checksum = rng();
+    r.created_ms = chain_t;
+    r.last_access_ms = chain_t - (i - first) % chain_len;
+    *file_off += rec;
+    b.put_block(ns, hs[i], r);
+    if (++in_batch == 20000) {
+      Status s = ix.write(b, false);
+      if (!s.ok()) return s;
+      b.clear();
+      in_batch = 0;
+      if (tick) tick(i + 1 - first);
+    }
+  }
+  Status s = seal(*file, *file_off);  // the last file, sealed as it is (the next call starts a new one)
+  if (!s.ok()) return s;
+  ++*file;
+  *file_off = fmt::kPage;
+  b.add_ns_counters(ns, int64_t(n), int64_t(n * d.payload_bytes()));
+  b.put_meta_u32(kMetaNextFileId, *file);
+  return ix.write(b, true);
+}
+
+struct RemoveGuard {
+  std::string path;
+  bool armed = false;
+  ~RemoveGuard() {
+    if (armed) {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  }
+};
+
+}  // namespace
+
+bool IndexBenchReport::all_pass() const {
+  return std::all_of(targets.begin(), targets.end(), [](const Target& t) { return t.pass; });
+}
+
+Status run_index_bench(const IndexBenchOptions& o, IndexBenchReport* r) {
+  auto progress = [&](const std::string& m) {
+    if (o.progress) o.progress(m);
+  };
+  if (o.blocks < 2 || o.chain_len == 0) return Status::InvalidArgument("--blocks must be at least 2");
+  if (o.block_bytes == 0) return Status::InvalidArgument("--block-bytes must be positive");
+  *r = IndexBenchReport{};
+  r->blocks = o.blocks;
+  r->block_bytes = o.block_bytes;
+  std::string base = o.dir;
+  if (base.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    base = (t && *t) ? t : ".";
+  }
+  const std::string path =
+      o.keep && !o.dir.empty() ? o.dir : (fs::path(base) / ("ucm-bench-index-" + std::to_string(::getpid()))).string();
+  RemoveGuard guard{path, !o.keep};
+  std::error_code ec;
+  if (!o.keep && fs::exists(path, ec)) return Status::InvalidArgument(path + " already exists");
+  r->store_path = fs::absolute(path, ec).string();
+  std::mt19937_64 rng(o.seed);
+
+  // ---- the store: namespace through the API, then the index written directly.
+  const NamespaceDesc d = model_namespace(o.block_bytes);
+  NamespaceId ns{};
+  {
+    OpenOptions w;
+    w.mode = OpenOptions::Mode::kReadWrite;
+    w.create_if_missing = true;
+    std::unique_ptr<Store> s;
+    Status st = Store::Open(path, w, &s);
+    if (!st.ok()) return st;
+    st = s->register_namespace(d, &ns);
+    if (!st.ok()) return st;
+  }
+  progress("hashing " + std::to_string(o.blocks + o.replay) + " blocks");
+  std::vector<BlockHash> hs, ps;
+  make_chains(ns, o.blocks + o.replay, o.chain_len, d.block_size, rng, &hs, &ps);
+  uint32_t file = 0;
+  uint64_t file_off = fmt::kPage;
+  {
+    std::unique_ptr<fmt::WriterLock> lock;
+    Status st = fmt::WriterLock::Acquire(path, &lock);
+    if (!st.ok()) return st;
+    std::unique_ptr<Index> ix;
+    st = Index::OpenPrimary(fmt::index_dir(path), false, &ix);
+    if (!st.ok()) return st;
+    uint64_t next_id = 0;
+    (void)ix->get_meta_u64(kMetaNextFileId, &next_id);
+    file = uint32_t(std::max<uint64_t>(next_id, 1));
+    double t0 = now_s(), last = t0;
+    st = write_blocks(*ix, ns, d, hs, ps, 0, o.blocks, o.chain_len, rng, path, &file, &file_off, [&](uint64_t k) {
+      if (now_s() - last > 2) {
+        last = now_s();
+        progress("index: " + std::to_string(k) + " / " + std::to_string(o.blocks) + " blocks");
+      }
+    });
+    if (!st.ok()) return st;
+    st = ix->flush();
+    if (!st.ok()) return st;
+    r->build_s = now_s() - t0;
+    progress("index: full compaction");
+    t0 = now_s();
+    st = ix->compact();
+    if (!st.ok()) return st;
+    r->compact_s = now_s() - t0;
+  }
+  r->index_bytes = dir_bytes(fmt::index_dir(path));
+
+  OpenOptions ro;
+  ro.mode = OpenOptions::Mode::kReadOnly;
+  auto open_reader = [&](double* secs, std::unique_ptr<Store>* out) {
+    const double t0 = now_s();
+    Status st = Store::Open(path, ro, out);
+    *secs = now_s() - t0;
+    return st;
+  };
+  std::unique_ptr<Store> reader;
+  // ---- open without a table: the scan (the only way before fptable.md); it saves the table.
+  fs::remove(fmt::fptable_path(path), ec);
+  progress("open: no fingerprint table (rebuild by a scan of the index)");
+  Status st = open_reader(&r->open_rebuild_s, &reader);
+  if (!st.ok()) return st;
+  reader.reset();
+  r->fptable_bytes = fs::file_size(fmt::fptable_path(path), ec);
+  progress("open: with the table");
+  st = open_reader(&r->open_warm_s, &reader);
+  if (!st.ok()) return st;
+  if (metric(reader.get(), "ucm_fptable_loaded") != 1) return Status::Internal("the reader did not use the table");
+  reader.reset();
+  drop_cache(path);
+  st = open_reader(&r->open_cold_s, &reader);
+  if (!st.ok()) return st;
+
+  // ---- lookups, one pinned core.
+  progress("lookup: " + std::to_string(int(o.lookup_seconds * 1000)) + " ms on one pinned thread");
+  {
+    Status ls;
+    std::thread th([&] {
+      r->lookup_cpu = pin_to_one_cpu();
+      std::mt19937_64 lrng(o.seed ^ 0x9e3779b97f4a7c15ull);
+      const uint64_t chains = o.blocks / o.chain_len;
+      std::vector<uint8_t> present(o.chain_len);
+      uint64_t probes = 0;
+      const double w0 = now_s();
+      double w1 = w0;
+      while (w1 - w0 < o.lookup_seconds) {
+        for (int k = 0; k < 256; ++k) {
+          const uint64_t c = lrng() % chains;
+          size_t prefix = 0;
+          ls = reader->lookup(ns, &hs[c * o.chain_len], o.chain_len, present.data(), &prefix);
+          if (!ls.ok()) return;
+          if (prefix != o.chain_len) ++r->lookup_misses;
+          probes += o.chain_len;
+        }
+        w1 = now_s();
+      }
+      r->lookup.seconds = w1 - w0;
+      r->lookup.count = probes;
+    });
+    th.join();
+    if (!ls.ok()) return ls;
+  }
+  reader.reset();
+
+  // ---- replay: `replay` more blocks committed after the table was saved.
+  if (o.replay > 0) {
+    {
+      std::unique_ptr<fmt::WriterLock> lock;
+      st = fmt::WriterLock::Acquire(path, &lock);
+      if (!st.ok()) return st;
+      std::unique_ptr<Index> ix;
+      st = Index::OpenPrimary(fmt::index_dir(path), false, &ix);
+      if (!st.ok()) return st;
+      st = write_blocks(*ix, ns, d, hs, ps, o.blocks, o.replay, o.chain_len, rng, path, &file, &file_off, nullptr);
+      if (!st.ok()) return st;
+    }
+    // The reader must not save what it replays (that would hide the cost from the next open):
+    // it only saves at >= 100,000 entries, so time a copy of the table's state.
+    const std::string keep_table = fmt::tmp_dir(path) + "/fptable.bench";
+    fs::copy_file(fmt::fptable_path(path), keep_table, fs::copy_options::overwrite_existing, ec);
+    progress("open: " + std::to_string(o.replay) + " journal entries behind the table");
+    st = open_reader(&r->open_replay_s, &reader);
+    if (!st.ok()) return st;
+    r->replayed = metric(reader.get(), "ucm_fptable_replayed");
+    reader.reset();
+    fs::rename(keep_table, fmt::fptable_path(path), ec);
+  }
+
+  // ---- inspect and gc, each in a child process (its own peak RSS).
+  if (!o.ucm_exe.empty()) {
+    // Outside the store: gc clears STORE/tmp.
+    const std::string out = (fs::temp_directory_path() / ("ucm-bench-index-" + std::to_string(::getpid()) + ".json")).string();
+    progress("baseline: ucm --version");
+    st = run_child(o.ucm_exe, {"--version"}, out, &r->baseline);
+    if (!st.ok()) return st;
+    progress("inspect: ucm inspect --json");
+    st = run_child(o.ucm_exe, {"inspect", path, "--json"}, out, &r->inspect);
+    if (!st.ok()) return st;
+    if (o.gc_fraction > 0) {
+      // Save the table as of now (a writer open replays and saves), so the open after gc
+      // replays exactly gc's removals.
+      {
+        OpenOptions w;
+        w.mode = OpenOptions::Mode::kReadWrite;
+        std::unique_ptr<Store> s;
+        st = Store::Open(path, w, &s);
+        if (!st.ok()) return st;
+      }
+      const uint64_t total = (o.blocks + o.replay) * d.payload_bytes();
+      const uint64_t max_bytes = uint64_t(double(total) * (1.0 - o.gc_fraction));
+      std::vector<std::string> args{"gc", path, "--max-bytes", std::to_string(max_bytes), "--grace", "0", "--json"};
+      args.insert(args.end(), o.gc_args.begin(), o.gc_args.end());
+      progress("gc: evict " + std::to_string(int(o.gc_fraction * 100 + 0.5)) + "% of the bytes (LRU)");
+      st = run_child(o.ucm_exe, args, out, &r->gc);
+      if (!st.ok()) return st;
+      try {
+        r->gc_evicted = nlohmann::json::parse(r->gc.json).value("evicted_blocks", uint64_t(0));
+      } catch (const std::exception&) {
+      }
+      st = open_reader(&r->open_after_gc_s, &reader);
+      if (!st.ok()) return st;
+      r->gc_replayed = metric(reader.get(), "ucm_fptable_replayed");
+      reader.reset();
+    }
+    fs::remove(out, ec);
+  }
+
+  r->targets.push_back({"open", "reader open <= 1 s (table, cold cache)", r->open_cold_s, kOpenTarget,
+                        r->open_cold_s <= kOpenTarget});
+  r->targets.push_back({"lookup", "lookups >= 20,000,000 per second on one core", r->lookups_per_s(), kLookupTarget,
+                        r->lookups_per_s() >= kLookupTarget && r->lookup_misses == 0});
+  if (r->gc.exit_code == 0)
+    r->targets.push_back({"gc_memory", "gc peak anonymous RSS <= 256 MiB", double(r->gc.peak_anon_bytes),
+                          double(kGcRssTarget), r->gc.peak_anon_bytes <= kGcRssTarget});
+  if (!o.keep) progress("removing " + path);
+  return Status::OK();
+}
+
+std::string IndexBenchReport::to_json() const {
+  using J = nlohmann::ordered_json;
+  J j;
+  j["store"] = store_path;
+  j["blocks"] = blocks;
+  j["block_bytes"] = block_bytes;
+  j["apparent_payload_bytes"] = blocks * block_bytes;
+  j["index_build_s"] = build_s;
+  j["index_compact_s"] = compact_s;
+  j["index_bytes"] = index_bytes;
+  j["fptable_bytes"] = fptable_bytes;
+  j["open_rebuild_s"] = open_rebuild_s;
+  j["open_warm_s"] = open_warm_s;
+  j["open_cold_s"] = open_cold_s;
+  j["open_replay_s"] = open_replay_s;
+  j["open_replayed_entries"] = replayed;
+  j["lookup_cpu"] = lookup_cpu;
+  j["lookups"] = lookup.count;
+  j["lookup_s"] = lookup.seconds;
+  j["lookups_per_s"] = lookups_per_s();
+  j["lookup_misses"] = lookup_misses;
+  auto child = [](const ChildRun& c) {
+    J x;
+    x["s"] = c.seconds;
+    x["peak_rss_bytes"] = c.peak_rss_bytes;
+    x["peak_anon_bytes"] = c.peak_anon_bytes;
+    x["exit_code"] = c.exit_code;
+    return x;
+  };
+  if (baseline.exit_code >= 0) j["baseline_ucm_version"] = child(baseline);
+  if (inspect.exit_code >= 0) j["inspect"] = child(inspect);
+  if (gc.exit_code >= 0) {
+    j["gc"] = child(gc);
+    j["gc"]["evicted_blocks"] = gc_evicted;
+    j["open_after_gc_s"] = open_after_gc_s;
+    j["open_after_gc_replayed_entries"] = gc_replayed;
+  }
+  J t = J::array();
+  for (const auto& x : targets) t.push_back({{"name", x.name}, {"rule", x.rule}, {"value", x.value},
+                                             {"threshold", x.threshold}, {"pass", x.pass}});
+  j["targets"] = t;
+  j["all_pass"] = all_pass();
+  return j.dump();
+}
+
+std::string IndexBenchReport::to_text() const {
+  char b[2048];
+  std::string o;
+  std::snprintf(b, sizeof b,
+                "index bench: %llu blocks (%.2f TB of payload, not written)\n"
+                "  index build %.1f s + compaction %.1f s; index %.0f MB, fingerprint table %.0f MB\n"
+                "  reader open: no table (scan) %.3f s; table warm %.3f s; table cold %.3f s; "
+                "%llu entries behind %.3f s\n"
+                "  lookups: %.1f M/s on one core (cpu %d), %llu misses\n",
+                (unsigned long long)blocks, blocks * double(block_bytes) / 1e12, build_s, compact_s,
+                index_bytes / 1e6, fptable_bytes / 1e6, open_rebuild_s, open_warm_s, open_cold_s,
+                (unsigned long long)replayed, open_replay_s, lookups_per_s() / 1e6, lookup_cpu,
+                (unsigned long long)lookup_misses);
+  o += b;
+  if (inspect.exit_code >= 0) {
+    std::snprintf(b, sizeof b, "  inspect: %.2f s, peak RSS %.0f MiB (anonymous %.0f MiB; `ucm --version` alone: %.0f MiB)\n",
+                  inspect.seconds, inspect.peak_rss_bytes / 1048576.0, inspect.peak_anon_bytes / 1048576.0,
+                  baseline.peak_rss_bytes / 1048576.0);
+    o += b;
+  }
+  if (gc.exit_code >= 0) {
+    std::snprintf(b, sizeof b, "  gc: %.2f s, peak RSS %.0f MiB (anonymous %.0f MiB), %llu blocks evicted; next open %.3f s (%llu replayed)\n",
+                  gc.seconds, gc.peak_rss_bytes / 1048576.0, gc.peak_anon_bytes / 1048576.0, (unsigned long long)gc_evicted, open_after_gc_s,
+                  (unsigned long long)gc_replayed);
+    o += b;
+  }
+  for (const auto& t : targets) o += "  " + t.rule + ": " + (t.pass ? "PASS" : "MISS") + "\n";
+  return o;
+}
+
+}  // namespace ucm::bench

@@ -1,0 +1,201 @@
+// lib/src/fptable_file.cc: see ucm/core/fptable_file.h; the file is formats/store/fptable.md.
+#include "ucm/core/fptable_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "ucm/core/index_open.h"
+#include "ucm/core/log.h"
+#include "ucm/core/ns_value.h"
+#include "ucm/format/format.h"
+
+namespace ucm {
+
+Status fptable_scan(const Index& ix, FpTable* t, uint64_t* seq) {
+  *seq = ix.journal_seq();
+  uint64_t count = 0;
+  Status s = ix.scan(Index::Family::kNamespaces, "", [&](std::string_view, std::string_view val) {
+    NsIndexValue nv;
+    if (ns_value_from_json(val, &nv).ok()) count += nv.blocks;  // sizes the table; a bad value is found elsewhere
+    return true;
+  });
+  if (!s.ok()) return s;
+  FpTable out(count);
+  s = ix.scan(Index::Family::kBlocks, "", [&](std::string_view k, std::string_view) {
+    NamespaceId ns;
+    BlockHash h;
+    if (fmt::parse_block_key(k, &ns, &h)) out.insert(fmt::block_fingerprint(ns, h));
+    return true;
+  });
+  if (!s.ok()) return s;
+  *t = std::move(out);
+  return Status::OK();
+}
+
+Status fptable_replay(const Index& ix, FpTable* t, uint64_t* seq, uint64_t* replayed) {
+  uint64_t at = *seq, n = 0;
+  bool gap = false;
+  Status s = ix.for_each_journal(at, [&](uint64_t q, const fmt::JournalEntry& e) {
+    if (q != at + 1) {
+      gap = true;
+      return false;
+    }
+    const uint64_t fp = fmt::block_fingerprint(e.ns, e.hash);
+    if (e.op == fmt::JournalOp::kAdd) t->insert(fp);
+    else t->erase(fp);
+    at = q;
+    ++n;
+    return true;
+  });
+  if (!s.ok()) return s;
+  if (!gap && ix.journal_seq() > at) gap = true;
+  *seq = at;
+  if (replayed) *replayed += n;
+  if (gap)
+    return Status::Corruption("stale: the journal no longer holds the entries after sequence " + std::to_string(at) +
+                              " (trimmed by gc)");
+  return Status::OK();
+}
+
+Status fptable_load(const std::string& store, const std::string& identity, uint64_t index_seq, FpTable* t,
+                    uint64_t* seq) {
+  const std::string path = fmt::fptable_path(store);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound("missing");
+    return Status::FromErrno(errno, "open " + path);
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return Status::FromErrno(e, "stat " + path);
+  }
+  const uint64_t size = uint64_t(st.st_size);
+  if (size < fmt::kFpTableHeaderBytes) {
+    ::close(fd);
+    fmt::FpTableHeader h;
+    uint8_t zero[fmt::kFpTableHeaderBytes] = {};
+    return fmt::decode_fptable_header(zero, size, &h);  // the "shorter than its header" message
+  }
+  void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  const int merr = errno;
+  ::close(fd);
+  if (m == MAP_FAILED) return Status::FromErrno(merr, "map " + path);
+  auto fail = [&](Status s) {
+    ::munmap(m, size);
+    return s;
+  };
+  const auto* p = static_cast<const uint8_t*>(m);
+  fmt::FpTableHeader h;
+  Status s = fmt::decode_fptable_header(p, size, &h);
+  if (!s.ok()) return fail(s);
+  if (fmt::xxh3(p + fmt::kFpTableHeaderBytes, 8 * h.capacity) != h.slots_checksum)
+    return fail(Status::Corruption("corrupt: slots checksum mismatch"));
+  if (h.index_identity != identity)
+    return fail(Status::Corruption("stale: written for index " + h.index_identity + ", the index is " + identity +
+                                   " (rebuilt or replaced since)"));
+  if (h.journal_seq > index_seq)
+    return fail(Status::Corruption("stale: reflects journal sequence " + std::to_string(h.journal_seq) +
+                                   ", newer than the index's " + std::to_string(index_seq)));
+  ::madvise(m, size, MADV_RANDOM);
+  auto* slots = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(m) + fmt::kFpTableHeaderBytes);
+  *t = FpTable::Adopt(m, size, slots, h.capacity, h.count);
+  *seq = h.journal_seq;
+  return Status::OK();
+}
+
+Status fptable_file_seq(const std::string& store, const std::string& identity, uint64_t* seq) {
+  const std::string path = fmt::fptable_path(store);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? Status::NotFound("missing") : Status::FromErrno(errno, "open " + path);
+  struct stat st;
+  std::vector<uint8_t> head(fmt::kFpTableHeaderBytes);
+  size_t got = 0;
+  Status s = ::fstat(fd, &st) == 0 ? fmt::pread_full(fd, head.data(), head.size(), 0, &got, path)
+                                   : Status::FromErrno(errno, "stat " + path);
+  ::close(fd);
+  if (!s.ok()) return s;
+  fmt::FpTableHeader h;
+  s = fmt::decode_fptable_header(head.data(), uint64_t(st.st_size), &h);
+  if (!s.ok()) return s;
+  if (h.index_identity != identity) return Status::Corruption("stale: written for another index");
+  *seq = h.journal_seq;
+  return Status::OK();
+}
+
+Status fptable_save(const std::string& store, const uint64_t* slots, size_t capacity, size_t count, uint64_t seq,
+                    const std::string& identity) {
+  const std::string tmp = fmt::tmp_dir(store) + "/fptable." + process_unique_name();
+  Status s = fmt::make_dirs(fmt::tmp_dir(store));
+  if (!s.ok()) return s;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno(errno, "create " + tmp);
+  fmt::FpTableHeader h;
+  h.capacity = capacity;
+  h.count = count;
+  h.journal_seq = seq;
+  h.created_ms = fmt::now_ms();
+  h.slots_checksum = fmt::xxh3(slots, 8 * capacity);
+  h.index_identity = identity;
+  std::vector<uint8_t> head(fmt::kFpTableHeaderBytes);
+  fmt::encode_fptable_header(h, head.data());
+  s = fmt::pwrite_full(fd, head.data(), head.size(), 0, tmp);
+  if (s.ok()) s = fmt::pwrite_full(fd, slots, 8 * capacity, fmt::kFpTableHeaderBytes, tmp);
+  if (s.ok() && ::fdatasync(fd) != 0) s = Status::FromErrno(errno, "fdatasync " + tmp);
+  ::close(fd);
+  if (s.ok() && ::rename(tmp.c_str(), fmt::fptable_path(store).c_str()) != 0)
+    s = Status::FromErrno(errno, "rename " + tmp + " to " + fmt::fptable_path(store));
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return fmt::fsync_dir(store);
+}
+
+Status fptable_open(const std::string& store, Index& ix, bool may_save, FpTable* t, uint64_t* seq,
+                    FpTableOpenInfo* info) {
+  const auto t0 = std::chrono::steady_clock::now();
+  *info = FpTableOpenInfo{};
+  std::string identity;
+  Status s = ix.identity(&identity);
+  if (!s.ok()) may_save = false;  // a table needs its index's identity: rebuild, save nothing
+  uint64_t index_seq = ix.journal_seq();
+  Status why = s.ok() ? fptable_load(store, identity, index_seq, t, seq)
+                      : Status::Corruption("unusable: " + s.message());
+  if (why.code() == Code::kCorruption && !ix.is_primary() && why.message().find("newer than the index") != std::string::npos) {
+    (void)ix.try_catch_up();  // the writer saved after our catch-up: look again
+    index_seq = ix.journal_seq();
+    why = fptable_load(store, identity, index_seq, t, seq);
+  }
+  if (why.ok()) {
+    why = fptable_replay(ix, t, seq, &info->replayed);
+    info->loaded = why.ok();
+  }
+  if (!info->loaded) {
+    info->reason = why.message();
+    s = fptable_scan(ix, t, seq);
+    if (!s.ok()) return s;
+  }
+  info->should_save = may_save && (!info->loaded || info->replayed >= kFpTableSaveEntries);
+  info->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!info->loaded) {
+    const bool quiet = why.code() == Code::kNotFound && t->size() == 0;  // a new store
+    const auto level = quiet ? spdlog::level::debug
+                       : why.code() == Code::kNotFound ? spdlog::level::info
+                                                       : spdlog::level::warn;
+    log().log(level, "store {}: fingerprint table {} {}; rebuilt from the index ({} blocks, {:.2f} s){}", store,
+              fmt::fptable_path(store), why.message(), t->size(), info->seconds,
+              info->should_save ? "; it is saved in the background" : "");
+  }
+  return Status::OK();
+}
+
+}  // namespace ucm
