@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "corrupt_block.h"
 #include "llama_model.h"
 #include "ucm/blend.h"
 #include "ucm/hash.h"
@@ -196,39 +197,8 @@ TEST_F(Blend, RopeThatCannotBeMovedOrIsAnotherModelsIsRefused) {
 TEST_F(Blend, CorruptChunkBlockIsRecomputedNeverServed) {
   const fs::path copy = root_ / "store-corrupt";
   fs::copy(root_ / "store", copy, fs::copy_options::recursive);
-  {
-    // Block 10 of chunk:netrc.rst.txt: walk its chain back from the registry's last block.
-    std::unique_ptr<ucm::Store> s;
-    ucm::OpenOptions oo;
-    ASSERT_TRUE(ucm::Store::Open(copy.string(), oo, &s).ok());
-    const auto ns = s->namespaces().at(0).id();
-    ucm::DocumentEntry e;
-    ASSERT_TRUE(s->get_document(ns, "chunk:netrc.rst.txt", &e).ok());
-    std::vector<ucm::BlockHash> chain;
-    ucm::BlockHash h = e.last_block;
-    for (uint32_t i = 0; i < e.blocks; ++i) {
-      chain.push_back(h);
-      ucm::BlockInfo bi;
-      ASSERT_TRUE(s->get_block(ns, h, &bi).ok());
-      h = bi.parent;
-    }
-    std::reverse(chain.begin(), chain.end());
-    ucm::BlockInfo bi;
-    ASSERT_TRUE(s->get_block(ns, chain[10], &bi).ok());
-    char name[32];
-    std::snprintf(name, sizeof name, "%08u.ucmd", bi.kv_file);
-    fs::path data;
-    for (auto& p : fs::recursive_directory_iterator(copy))
-      if (p.path().filename() == name) data = p.path();
-    ASSERT_FALSE(data.empty());
-    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(std::streamoff(bi.kv_offset + 4096 + 777));
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 0x21;
-    f.seekp(std::streamoff(bi.kv_offset + 4096 + 777));
-    f.write(&c, 1);
-  }
+  // Block 10 of chunk:netrc.rst.txt.
+  ASSERT_EQ(ucm::test::corrupt_document_block(copy, "chunk:netrc.rst.txt", 10, 777, 0x21), "");
   const std::string docs = "copy.rst.txt,netrc.rst.txt";
   const json clean = blend(root_ / "store", docs, "--recompute-ratio 1");
   const json bad = blend(copy, docs, "--recompute-ratio 1");

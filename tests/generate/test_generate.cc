@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cli_run.h"
+#include "corrupt_block.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
 
@@ -166,41 +167,7 @@ TEST_F(Generate, CorruptBlockIsRecomputedNeverUsed) {
   const uint64_t hit = clean["prefix_hit_blocks"].get<uint64_t>();
   ASSERT_GE(hit, 10u);
   // Flip one payload byte of block 5 of the prompt (its hash chain from the namespace's seed).
-  {
-    std::unique_ptr<ucm::Store> s;
-    ucm::OpenOptions oo;
-    ASSERT_TRUE(ucm::Store::Open(copy.string(), oo, &s).ok());
-    auto nss = s->namespaces();
-    ASSERT_EQ(nss.size(), 1u);
-    const ucm::NamespaceId ns = nss[0].id();
-    // Re-derive the block hashes from the document registry: walk back from the last block.
-    ucm::DocumentEntry e;
-    ASSERT_TRUE(s->get_document(ns, "netrc.rst.txt", &e).ok());
-    std::vector<ucm::BlockHash> chain;
-    ucm::BlockHash h = e.last_block;
-    for (uint32_t i = 0; i < e.blocks; ++i) {
-      chain.push_back(h);
-      ucm::BlockInfo bi;
-      ASSERT_TRUE(s->get_block(ns, h, &bi).ok());
-      h = bi.parent;
-    }
-    std::reverse(chain.begin(), chain.end());
-    ucm::BlockInfo bi;
-    ASSERT_TRUE(s->get_block(ns, chain[5], &bi).ok());
-    char name[32];
-    std::snprintf(name, sizeof name, "%08u.ucmd", bi.kv_file);
-    fs::path data;
-    for (auto& p : fs::recursive_directory_iterator(copy))
-      if (p.path().filename() == name) data = p.path();
-    ASSERT_FALSE(data.empty()) << name;
-    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(std::streamoff(bi.kv_offset + 4096 + 1000));
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 0x5a;
-    f.seekp(std::streamoff(bi.kv_offset + 4096 + 1000));
-    f.write(&c, 1);
-  }
+  ASSERT_EQ(ucm::test::corrupt_document_block(copy, "netrc.rst.txt", 5, 1000, 0x5a), "");
   const json j = generate(prompt, copy);
   ASSERT_TRUE(j.contains("tokens"));
   EXPECT_EQ(j["blocks_failed"].get<uint64_t>(), 1u) << j.dump();
