@@ -46,12 +46,6 @@ Status text_of_source(const std::string& source, std::string* text) {
   return Status::InvalidArgument("document source " + source + " has no JSONL line with a \"text\"");
 }
 
-std::vector<Hash16> hashes_of(const StoreClient& store, const std::vector<int32_t>& ids, uint32_t bs) {
-  std::vector<Hash16> h;
-  (void)store.hash_blocks(ids, bs, &h);
-  return h;
-}
-
 }  // namespace
 
 Status make_blend_prompt(const tok::Tokenizer& tk, const StoreClient& store, const std::vector<std::string>& names,
@@ -122,7 +116,8 @@ Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope
   for (const auto& doc : p.docs) {
     std::vector<int32_t> seq = p.chunk_prefix;
     seq.insert(seq.end(), doc.tokens.begin(), doc.tokens.end());
-    const auto hashes = hashes_of(store, seq, T);
+    std::vector<Hash16> hashes;
+    UCM_RETURN_IF_ERROR(store.hash_blocks(seq, T, &hashes));
     size_t hit = 0;
     UCM_RETURN_IF_ERROR(store.prefix_blocks(hashes, &hit));
     if (hit * T <= P) {
