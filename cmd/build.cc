@@ -15,6 +15,9 @@ CLI::App* setup_build(CLI::App& app) {
       ->check(CLI::ExistingFile);
   sub->add_flag("--rebuild-index", opt->rebuild_index,
                 "Move index/ aside (to tmp/index.broken-<ms>) and rebuild it from data/ alone");
+  sub->add_flag("--sharded", opt->sharded,
+                "Create a sharded store (store_v1.md §11): one writer shard per machine on a shared "
+                "file system, readers see them all");
   add_common_flags(sub, &opt->common);
   sub->callback([opt] { run_build(*opt); });
   return sub;
@@ -24,6 +27,7 @@ void run_build(const BuildCmdOptions& opt) {
   admin::BuildOptions o;
   o.config_path = opt.config;
   o.rebuild_index = opt.rebuild_index;
+  o.sharded = opt.sharded;
   o.progress = make_progress("build", opt.common);
   admin::BuildReport rep;
   Status st = admin::build(opt.store, o, &rep);

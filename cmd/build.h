@@ -12,6 +12,7 @@ struct BuildCmdOptions {
   std::string store;
   std::string config;
   bool rebuild_index = false;
+  bool sharded = false;
   CommonFlags common;
 };
 /// Adds the `build` subcommand to `app`; returns it.

@@ -28,6 +28,11 @@ CLI::App* setup_gc(CLI::App& app) {
   sub->add_option("--memory-budget", opt->memory_budget,
                   "Memory for gc's per-block state (default 64MiB, at least 16MiB): beyond it the state "
                   "is on disk in STORE/tmp, so gc's memory does not grow with the store");
+  sub->add_option("--lease-ttl", opt->lease_ttl,
+                  "Sharded stores: the gc lease lasts this long without renewal (default 60s); a gc "
+                  "killed on one node is taken over by another after it");
+  sub->add_option("--lease-wait", opt->lease_wait,
+                  "Sharded stores: wait this long for another gc's lease (default 0: exit 4 at once)");
   sub->add_option("--config", opt->config, "YAML store settings; its gc: section gives defaults")
       ->check(CLI::ExistingFile);
   add_common_flags(sub, &opt->common);
@@ -72,6 +77,18 @@ void run_gc(const GcCmdOptions& opt) {
     if (!st.ok()) fail(Status::InvalidArgument("--memory-budget: " + st.message()));
     if (v < (16ull << 20)) fail(Status::InvalidArgument("--memory-budget: at least 16MiB"));
     o.memory_budget = v;
+  }
+  if (!opt.lease_ttl.empty()) {
+    uint64_t v;
+    Status st = admin::parse_duration(opt.lease_ttl, &v);
+    if (!st.ok() || v < 1000) fail(Status::InvalidArgument("--lease-ttl: " + (st.ok() ? "at least 1s" : st.message())));
+    o.lease_ttl_ms = v;
+  }
+  if (!opt.lease_wait.empty()) {
+    uint64_t v;
+    Status st = admin::parse_duration(opt.lease_wait, &v);
+    if (!st.ok()) fail(Status::InvalidArgument("--lease-wait: " + st.message()));
+    o.lease_wait_ms = v;
   }
   o.ns = opt.ns;
   o.dry_run = opt.dry_run;

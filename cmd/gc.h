@@ -1,5 +1,6 @@
 // cmd/gc.h: `ucm gc STORE [--max-bytes N] [--max-age D] [--namespace NAME] [--dry-run]
-//                        [--unreferenced] [--verify] [--grace D] [--config FILE]`.
+//                        [--unreferenced] [--verify] [--grace D] [--config FILE]
+//                        [--lease-ttl D] [--lease-wait D]`.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -13,6 +14,7 @@ struct GcCmdOptions {
   std::string store;
   std::string max_bytes, max_age, grace;  ///< parsed with admin::parse_bytes / parse_duration
   std::string memory_budget;               ///< parsed with admin::parse_bytes
+  std::string lease_ttl, lease_wait;       ///< sharded stores; parsed with admin::parse_duration
   std::string ns;
   std::string config;
   bool dry_run = false;

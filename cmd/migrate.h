@@ -14,6 +14,8 @@ struct MigrateCmdOptions {
   std::string ns;
   std::string dtype;
   bool upgrade = false;
+  bool to_sharded = false;
+  std::string shard_name;
   CommonFlags common;
 };
 CLI::App* setup_migrate(CLI::App& app);

@@ -12,7 +12,7 @@ namespace ucm::cli {
 namespace {
 
 struct PrecomputeArgs {
-  std::string config, model, tokenizer, corpus, corpus_suffix, store, tmpl, ns_name, dtype, shard, dense;
+  std::string config, model, tokenizer, corpus, corpus_suffix, store, tmpl, ns_name, dtype, shard, shard_name, dense;
   uint32_t block_size = 16, hash_bits = 128;
   uint64_t limit = 0, batch_tokens = 4096, max_doc_tokens = 0;
   bool resume = false, strict = false, chunks = false;
@@ -63,6 +63,7 @@ void run(const PrecomputeArgs& a) {
     Status st = parse_shard(a.shard, &o.shard_index, &o.shard_count);
     if (!st.ok()) fail(Status::InvalidArgument("--shard: " + st.message()));
   }
+  set_str("shard-name", a.shard_name, &o.shard_name);
   if (was_given(a, "dense-layers")) {
     Status st = parse_layers(a.dense, &o.dense_layers);
     if (!st.ok()) fail(Status::InvalidArgument("--dense-layers: " + st.message()));
@@ -108,7 +109,13 @@ CLI::App* setup_precompute(CLI::App& app) {
   add("--hash-bits", "hash-bits", &a->hash_bits, "R4 sign-hash bits per token, multiple of 8 (default 128)");
   add("--dense-layers", "dense-layers", &a->dense, "Layers servers keep dense, e.g. 0,1 (default 0,1)");
   add("--limit", "limit", &a->limit, "Stop after N documents of this shard (default all)");
-  add("--shard", "shard", &a->shard, "Process shard I of N (documents with index % N == I), e.g. 0/4");
+  add("--shard", "shard", &a->shard,
+      "Process shard I of N (documents with index % N == I), e.g. 0/4. On a sharded store (or a missing "
+      "one, created sharded) this worker writes its own writer shard, precompute-I: N workers on any "
+      "machines write one store in parallel, with no merge step");
+  add("--shard-name", "shard-name", &a->shard_name,
+      "The writer shard of a sharded store this run writes (default: precompute-I with --shard I/N, "
+      "else $UCM_SHARD or the host name)");
   add("--batch-tokens", "batch-tokens", &a->batch_tokens, "Padded tokens per prefill batch (default 4096)")
       ->check(CLI::PositiveNumber);
   add("--max-doc-tokens", "max-doc-tokens", &a->max_doc_tokens,

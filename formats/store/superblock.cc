@@ -66,6 +66,10 @@ Status read_superblock(const std::string& store, Superblock* sb) {
   if (!s.ok()) return s;
   s = decode_superblock(buf, got, p, sb);
   if (!s.ok()) return s;
+  if (sb->format_version == 3)  // kShardedFormatVersion: a root of shards, not a store (§11)
+    return Status::Version(store + " is a sharded store (format version 3, store_v1.md §11): open it with the "
+                           "library or a ucm command that takes a store, or give one of its shards, " +
+                           store + "/shards/<name>");
   if (sb->format_version > kFormatVersion)
     return Status::Version("store format version " + std::to_string(sb->format_version) +
                            " is newer than this ucm supports (max " + std::to_string(kFormatVersion) +

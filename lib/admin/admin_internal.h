@@ -101,6 +101,18 @@ nlohmann::ordered_json block_record_json(const NsInfo& ns, const BlockHash& h,
 /// `migrate --upgrade`: rewrites an older format version in place (upgrade.cc).
 Status upgrade_store(const std::string& path, MigrateReport* rep);
 
+// The single-store commands (a version 1-2 store, or one shard) and their sharded drivers
+// (store_v1.md §11; shards.cc, gc_shards.cc). The public entry points dispatch on root_kind().
+Status inspect_single(const std::string& path, const InspectOptions& opts, InspectReport* rep);
+Status gc_single(const std::string& path, const GcOptions& opts, GcReport* rep);
+Status migrate_single(const std::string& src, const std::string& dst, const MigrateOptions& opts,
+                      MigrateReport* rep);
+Status gc_sharded(const std::string& root, const GcOptions& opts, GcReport* rep);
+/// `ucm migrate STORE --to-sharded` (store_v1.md §11.4).
+Status upgrade_to_sharded(const std::string& path, const std::string& shard_name, MigrateReport* rep);
+/// Adds the counters of `from` (one shard's run) to `to`.
+void add_gc_counters(GcReport* to, const GcReport& from);
+
 /// Rebuilds STORE/index from the data files (build --rebuild-index).
 Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildReport* report);
 

@@ -23,6 +23,30 @@ Status build(const std::string& path, const BuildOptions& opts, BuildReport* rep
     Status st = load_config(opts.config_path, &cfg);
     if (!st.ok()) return st;
   }
+  {
+    // Sharded stores (store_v1.md §11).
+    fmt::RootKind k;
+    Status ks = fmt::root_kind(path, &k);
+    if (!ks.ok() && ks.message().find("--to-sharded") != std::string::npos) return ks;
+    const bool root = ks.ok() && k == fmt::RootKind::kSharded;
+    if (root && opts.rebuild_index)
+      return Status::InvalidArgument(path + " is a sharded store: rebuild the index of one shard, `ucm build " + path +
+                                     "/shards/<name> --rebuild-index`");
+    if (opts.sharded && opts.rebuild_index)
+      return Status::InvalidArgument("--sharded and --rebuild-index do not go together");
+    if (opts.sharded || root) {
+      if (ks.ok() && k == fmt::RootKind::kSingle)
+        return Status::InvalidArgument(path + " is a single-writer store; make it sharded with `ucm migrate " + path +
+                                       " --to-sharded`");
+      bool created = false;
+      Status st = fmt::create_sharded_root(path, &created);
+      if (!st.ok()) return st;
+      rep->created = created;
+      rep->format_message = created ? "created sharded store " + path + " (format version 3): writers get a shard each"
+                                    : "sharded store " + path + " already exists; nothing changed";
+      return Status::OK();
+    }
+  }
   if (opts.rebuild_index) return rebuild_index(path, opts, rep);
 
   std::error_code ec;

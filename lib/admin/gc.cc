@@ -75,19 +75,29 @@ Status drop_incomplete_documents(Index& idx, const std::vector<NsInfo>& nss,
 }
 
 Status GcRun::run() {
+  Status st = prepare();
+  if (st.ok()) st = evict_by_size();
+  if (!st.ok()) {
+    close_logs();
+    return st;
+  }
+  return finish();
+}
+
+Status GcRun::prepare() {
   Status st = open();
   if (!st.ok()) return st;
   st = merge_access_logs();
   if (st.ok()) st = mark_referenced();
   if (st.ok()) st = scan_blocks();
   if (st.ok()) st = walk();
-  if (st.ok()) st = evict_by_size();
-  if (!st.ok()) {
-    close_logs();
-    return st;
-  }
+  if (!st.ok()) close_logs();
+  return st;
+}
+
+Status GcRun::finish() {
   if (opts.dry_run) return finish_dry_run();
-  st = commit_removals();
+  Status st = commit_removals();
   if (!st.ok()) return st;
   st = measure_files();
   if (!st.ok()) return st;
@@ -193,7 +203,7 @@ Status GcRun::merge_access_logs() {
 
 }  // namespace gcrun
 
-Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
+Status gc_single(const std::string& path, const GcOptions& opts, GcReport* rep) {
   gcrun::GcRun r(path, opts, rep);
   return r.run();
 }

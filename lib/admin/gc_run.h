@@ -69,6 +69,17 @@ class GcRun {
       : path(path), opts(opts), rep(rep), prog(opts.progress) {}
   ~GcRun() { close_logs(); }
   Status run();
+  /// run() in parts, for gc over the shards of a sharded store (gc_shards.cc): prepare() is
+  /// open .. walk (phases 1-4); then the caller does phase 5 over every shard (mark_evicted);
+  /// finish() is the rest (the dry-run report, or phases 6-11).
+  Status prepare();
+  Status finish();
+  /// Phase 5 for one block of the 'L' order, chosen by the caller.
+  Status mark_evicted(std::string_view l_key, std::string_view l_value);
+  Scratch& scratch_db() { return *scratch; }
+  uint64_t live_bytes() const { return live_bytes_in_filter; }
+  /// Sharded stores: does another shard hold (ns, block)? Set before prepare().
+  std::function<bool(const NamespaceId&, const BlockHash&)> parent_elsewhere;
 
  private:
   // ---- phases (gc.cc, gc_walk.cc)
@@ -78,6 +89,8 @@ class GcRun {
   Status scan_blocks();          // 3. every block -> 'C' (access merged, corrupt checked)
   Status walk();                 // 4. from each namespace root: depth, orphans (not reached),
                                  //    unreferenced, --max-age, subtree recency -> 'V', 'L'
+                                 //    (and, in a shard, from each parent another shard holds)
+  Status walk_tree(const NamespaceId& ns, const BlockHash& root, uint64_t* visited);
   Status evict_by_size();        // 5. --max-bytes: 'L' in order until the bytes fit
   Status finish_dry_run();       //    --dry-run: report and stop
   Status commit_removals();      // 6. index removals, access times, dead logs, the registry

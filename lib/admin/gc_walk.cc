@@ -159,7 +159,7 @@ Status GcRun::scan_blocks() {
   return scratch->settle(true);  // one sorted run: the walk seeks in it
 }
 
-Status GcRun::walk() {
+Status GcRun::walk_tree(const NamespaceId& id, const BlockHash& root, uint64_t* visited_total) {
   // 4. From each namespace's chain root, depth first, through the blocks that are not corrupt.
   // Pre-order: --unreferenced, then --max-age (a block older than the cutoff goes with its
   // descendants; a descendant as old itself counts as evicted, a newer one as a descendant).
@@ -183,12 +183,12 @@ Status GcRun::walk() {
   };
   const uint64_t cutoff = opts.max_age_ms ? (now > *opts.max_age_ms ? now - *opts.max_age_ms : 0) : 0;
   auto cur = scratch->cursor();
-  uint64_t visited = 0;
-  for (auto& [id, n] : ns_by_id) {
+  uint64_t& visited = *visited_total;
+  {
     const bool filt = in_filter(id);
     std::vector<Frame> stack;
     stack.push_back(Frame{});
-    stack.back().h = chain_root(n->desc, id);
+    stack.back().h = root;
     stack.back().depth = 0;
     while (!stack.empty()) {
       Frame& f = stack.back();
@@ -267,6 +267,43 @@ Status GcRun::walk() {
       prog.tick([&] { return "gc walk: " + std::to_string(visited) + " blocks"; });
     }
   }
+  return Status::OK();
+}
+
+Status GcRun::walk() {
+  uint64_t visited = 0;
+  for (auto& [id, n] : ns_by_id) {
+    Status st = walk_tree(id, chain_root(n->desc, id), &visited);
+    if (!st.ok()) return st;
+  }
+  if (parent_elsewhere) {
+    // Sharded stores (store_v1.md §11.3): a chain may start in another shard. A block whose
+    // parent this shard does not hold but another shard does is no orphan: walk from that parent
+    // as from a root. 'C' keys are (ns, parent, child), so each parent comes once, in a run.
+    Status st = scratch->settle();
+    if (!st.ok()) return st;
+    auto c = scratch->cursor();
+    std::string last;
+    std::vector<std::pair<NamespaceId, BlockHash>> roots;
+    for (c->seek("C"); c->valid() && c->key()[0] == 'C'; c->next()) {
+      const auto k = c->key();
+      if (k.size() != 49 || k.substr(0, 33) == std::string_view(last)) continue;
+      last.assign(k.substr(0, 33));
+      const NamespaceId ns = ns_at(k, 1);
+      const BlockHash parent = hash_at(k, 17);
+      auto it = ns_by_id.find(ns);
+      if (it == ns_by_id.end() || parent == chain_root(it->second->desc, ns)) continue;
+      fmt::BlockRecord r;
+      if (idx_->get_block(ns, parent, &r).ok()) continue;  // held here: reached (or an orphan) here
+      if (parent_elsewhere(ns, parent)) roots.emplace_back(ns, parent);
+    }
+    if (!c->status().ok()) return c->status();
+    rep->foreign_roots += roots.size();
+    for (const auto& [ns, parent] : roots) {
+      st = walk_tree(ns, parent, &visited);
+      if (!st.ok()) return st;
+    }
+  }
   return scratch->settle();
 }
 
@@ -278,20 +315,25 @@ Status GcRun::evict_by_size() {
   uint64_t cur = live_bytes_in_filter;
   auto c = scratch->cursor();
   for (c->seek("L"); cur > *opts.max_bytes && c->valid() && c->key()[0] == 'L'; c->next()) {
-    const auto k = c->key();
-    const auto v = c->value();
-    const NamespaceId ns = ns_at(k, 13);
-    const BlockHash h = hash_at(k, 29);
-    const uint64_t bytes = le64_at(v, 0);
-    Status st = scratch->put(skey('V', ns, h), vval(Why::kEvicted, le64_at(v, 8), v[16] != 0));
+    const uint64_t bytes = le64_at(c->value(), 0);
+    Status st = mark_evicted(c->key(), c->value());
     if (!st.ok()) return st;
-    ++rep->evicted_blocks;
-    rep->evicted_bytes += bytes;
-    if (opts.dry_run && rep->would_evict.size() < 1000) rep->would_evict.push_back(to_hex(ns) + ":" + to_hex(h));
     cur = cur >= bytes ? cur - bytes : 0;
   }
   if (!c->status().ok()) return c->status();
   return scratch->settle();
+}
+
+Status GcRun::mark_evicted(std::string_view k, std::string_view v) {
+  const NamespaceId ns = ns_at(k, 13);
+  const BlockHash h = hash_at(k, 29);
+  const uint64_t bytes = le64_at(v, 0);
+  Status st = scratch->put(skey('V', ns, h), vval(Why::kEvicted, le64_at(v, 8), v[16] != 0));
+  if (!st.ok()) return st;
+  ++rep->evicted_blocks;
+  rep->evicted_bytes += bytes;
+  if (opts.dry_run && rep->would_evict.size() < 1000) rep->would_evict.push_back(to_hex(ns) + ":" + to_hex(h));
+  return Status::OK();
 }
 
 Status GcRun::for_each_decision(const std::function<Status(const NamespaceId&, const BlockHash&,

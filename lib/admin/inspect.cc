@@ -104,7 +104,7 @@ class VerifyPass {
 
 }  // namespace
 
-Status inspect(const std::string& path, const InspectOptions& opts, InspectReport* rep) {
+Status inspect_single(const std::string& path, const InspectOptions& opts, InspectReport* rep) {
   *rep = InspectReport();
   rep->path = path;
   rep->now_ms = fmt::now_ms();

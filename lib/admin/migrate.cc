@@ -22,7 +22,7 @@ struct SrcBlock {
 
 }  // namespace
 
-Status migrate(const std::string& src, const std::string& dst, const MigrateOptions& opts,
+Status migrate_single(const std::string& src, const std::string& dst, const MigrateOptions& opts,
                MigrateReport* rep) {
   *rep = MigrateReport();
   if (opts.upgrade) {

@@ -88,6 +88,31 @@ std::string BuildReport::to_text() const {
 }
 
 // ---------------------------------------------------------------------------------- inspect
+namespace {
+ojson shard_json(const ShardSummary& x, bool gc) {
+  ojson j;
+  j["name"] = x.name;
+  j["state"] = x.state;
+  if (gc) {
+    j["blocks_before"] = x.blocks;
+    j["bytes_before"] = x.bytes;
+    j["evicted_blocks"] = x.evicted_blocks;
+    j["evicted_bytes"] = x.evicted_bytes;
+    j["blocks_after"] = x.blocks_after;
+    j["bytes_after"] = x.bytes_after;
+  } else {
+    j["blocks"] = x.blocks;
+    j["bytes"] = x.bytes;
+    j["data_files"] = x.data_files;
+    j["data_bytes"] = x.data_bytes;
+    j["dead_bytes"] = x.dead_bytes;
+    j["verified"] = x.verified;
+    j["corrupt_total"] = x.corrupt_total;
+  }
+  return j;
+}
+}  // namespace
+
 std::string InspectReport::to_json() const {
   ojson j;
   j["path"] = path;
@@ -101,6 +126,12 @@ std::string InspectReport::to_json() const {
   j["data_bytes"] = data_bytes;
   j["dead_bytes"] = dead_bytes;
   j["retired_files"] = retired_files;
+  j["sharded"] = sharded;
+  if (sharded) {
+    ojson sh = ojson::array();
+    for (const auto& x : shards) sh.push_back(shard_json(x, false));
+    j["shards"] = std::move(sh);
+  }
   auto iso = [](uint64_t ms) { return ms ? ojson(format_time_ms(ms)) : ojson(nullptr); };
   j["inspected_ms"] = now_ms;
   j["inspected"] = iso(now_ms);
@@ -143,7 +174,9 @@ std::string InspectReport::to_json() const {
     j["corrupt_total"] = corrupt_total;
     ojson c = ojson::array();
     for (const auto& b : corrupt)
-      c.push_back(ojson{{"namespace", b.ns_hex}, {"block", b.block_hex}, {"reason", b.reason}});
+      c.push_back(b.shard.empty() ? ojson{{"namespace", b.ns_hex}, {"block", b.block_hex}, {"reason", b.reason}}
+                                  : ojson{{"shard", b.shard}, {"namespace", b.ns_hex}, {"block", b.block_hex},
+                                          {"reason", b.reason}});
     j["corrupt"] = std::move(c);
   }
   if (!block_json.empty()) j["block"] = ojson::parse(block_json);
@@ -166,6 +199,17 @@ std::string InspectReport::to_text() const {
     o << buf;
   }
   o << "; " << retired_files << " retired)\n";
+  if (sharded) {
+    o << "shards           " << shards.size() << " (totals above; access percentiles approximate)\n";
+    for (const auto& x : shards)
+      o << "  " << x.name << ": " << (x.state == "ok" ? "" : x.state + "; ") << x.blocks << " blocks, "
+        << format_bytes(x.bytes) << ", " << x.data_files << " data files (" << format_bytes(x.data_bytes)
+        << ", dead " << format_bytes(x.dead_bytes) << ")"
+        << (verified_run ? ", " + std::to_string(x.verified) + " verified, " + std::to_string(x.corrupt_total) +
+                               " corrupt"
+                         : std::string())
+        << "\n";
+  }
   if (blocks) {
     auto age = [&](uint64_t ms) { return format_age(ms, now_ms); };
     o << "block created    oldest " << age(oldest_created_ms) << ", newest "
@@ -193,7 +237,8 @@ std::string InspectReport::to_text() const {
       << std::defaultfloat << std::setprecision(6) << " s (" << rate << " GB/s)\n";
     if (corrupt_total > corrupt.size()) o << "  (the first " << corrupt.size() << " are listed)\n";
     for (const auto& c : corrupt)
-      o << "  CORRUPT " << c.ns_hex << ":" << c.block_hex << ": " << c.reason << "\n";
+      o << "  CORRUPT " << (c.shard.empty() ? "" : "shard " + c.shard + " ") << c.ns_hex << ":" << c.block_hex
+        << ": " << c.reason << "\n";
   }
   if (!block_json.empty()) o << "block\n" << ojson::parse(block_json).dump(2) << "\n";
   if (docs_run) {
@@ -236,6 +281,17 @@ std::string GcReport::to_json() const {
   j["blocks_after"] = blocks_after;
   j["bytes_after"] = bytes_after;
   if (dry_run) j["would_evict"] = would_evict;
+  j["foreign_roots"] = foreign_roots;
+  j["sharded"] = sharded;
+  if (sharded) {
+    j["lease_holder"] = lease_holder;
+    j["lease_taken_over_from"] = lease_taken_over_from;
+    j["shards_busy"] = shards_busy;
+    j["shards_retired"] = shards_retired;
+    ojson sh = ojson::array();
+    for (const auto& x : shards) sh.push_back(shard_json(x, true));
+    j["shards"] = std::move(sh);
+  }
   return j.dump(2);
 }
 
@@ -261,6 +317,16 @@ std::string GcReport::to_text() const {
     << " deleted; " << stale_dirs_removed << " stale dirs/files removed; "
     << journal_trimmed << " journal entries " << (dry_run ? "to trim" : "trimmed") << "\n";
   o << "after            " << blocks_after << " blocks, " << format_bytes(bytes_after) << "\n";
+  if (sharded) {
+    o << "lease            held as " << lease_holder
+      << (lease_taken_over_from.empty() ? std::string() : "; took over the expired lease of " + lease_taken_over_from)
+      << "\n";
+    o << "shards           " << shards.size() << ": " << shards_busy << " busy (left as they are), " << shards_retired
+      << " retired\n";
+    for (const auto& x : shards)
+      o << "  " << x.name << ": " << x.state << "; " << x.blocks << " blocks (" << format_bytes(x.bytes) << ") -> "
+        << x.blocks_after << " (" << format_bytes(x.bytes_after) << ")\n";
+  }
   if (dry_run)
     for (const auto& w : would_evict) o << "  would evict " << w << "\n";
   return o.str();

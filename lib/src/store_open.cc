@@ -1,4 +1,5 @@
 // lib/src/store_open.cc: creating and opening a store, closing it, the background thread (see store_impl.h).
+#include "ucm/core/sharded_store.h"
 #include "ucm/core/store_impl.h"
 
 #include <spdlog/spdlog.h>
@@ -293,6 +294,46 @@ Status Store::Open(const std::string& path, const OpenOptions& opts, std::unique
     return Status::InvalidArgument("create_if_missing needs mode kReadWrite (" + path + ")");
   std::string p = path;
   while (p.size() > 1 && p.back() == '/') p.pop_back();
+  // A sharded root (store_v1.md §11), or a missing store that a writer with a shard name creates.
+  Status rk;
+  bool sharded = false;
+  try {
+    fmt::StoreDirState state;
+    rk = fmt::classify_store_dir(p, &state);
+    if (!rk.ok()) return rk;
+    const bool creatable = state == fmt::StoreDirState::kMissing || state == fmt::StoreDirState::kEmpty ||
+                           state == fmt::StoreDirState::kSkeleton;
+    const char* env = std::getenv("UCM_SHARD");
+    if (creatable && opts.create_if_missing && (!opts.shard.empty() || (env && *env))) {
+      bool created = false;
+      rk = fmt::create_sharded_root(p, &created);
+      if (!rk.ok()) return rk;
+      sharded = true;
+    } else if (!creatable) {
+      fmt::RootKind kind;
+      rk = fmt::root_kind(p, &kind);
+      // Other errors are reported by the single-store open below, which knows the details.
+      if (rk.ok()) sharded = kind == fmt::RootKind::kSharded;
+      else if (rk.message().find("--to-sharded") != std::string::npos) return rk;
+    }
+    if (sharded) {
+      auto ss = std::make_unique<detail::ShardedStore>(p, opts);
+      rk = ss->init();
+      if (!rk.ok()) return rk;
+      *out = std::move(ss);
+      return Status::OK();
+    }
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("opening ") + p + ": " + e.what());
+  }
+  return detail::open_single_store(p, opts, out);
+}
+
+}  // namespace ucm
+
+namespace ucm::detail {
+
+Status open_single_store(const std::string& p, const OpenOptions& opts, std::unique_ptr<Store>* out) {
   auto s = std::make_unique<detail::StoreImpl>(p, opts);
   Status st;
   try {
@@ -305,4 +346,4 @@ Status Store::Open(const std::string& path, const OpenOptions& opts, std::unique
   return Status::OK();
 }
 
-}  // namespace ucm
+}  // namespace ucm::detail

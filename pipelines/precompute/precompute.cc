@@ -81,6 +81,8 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
   OpenOptions oo;
   oo.mode = OpenOptions::Mode::kReadWrite;
   oo.create_if_missing = true;
+  oo.shard = o.shard_name;
+  if (oo.shard.empty() && o.shard_count > 1) oo.shard = "precompute-" + std::to_string(o.shard_index);
   std::unique_ptr<Store> store;
   st = Store::Open(o.store, oo, &store);
   if (!st.ok()) return Status(st.code(), "opening store " + o.store + ": " + st.message());

@@ -57,6 +57,9 @@ Status load_config(const std::string& path, StoreConfig* out);
 struct BuildOptions {
   std::string config_path;   ///< optional YAML config (configs/store.yaml); empty = defaults
   bool rebuild_index = false;///< rebuild index/ from the data files (store_v1.md §3)
+  /// Create a sharded store (format 3, store_v1.md §11): writers on many machines each get a
+  /// shard of it. On an existing sharded store nothing changes.
+  bool sharded = false;
   ProgressFn progress;
 };
 struct BuildReport {
@@ -101,9 +104,26 @@ struct NamespaceStats {
 struct CorruptBlock {
   std::string ns_hex, block_hex;
   std::string reason;         ///< e.g. "kv payload checksum mismatch", "data file 3 missing"
+  std::string shard = {};     ///< sharded stores: the shard holding it ("" otherwise)
 };
+/// One shard of a sharded store (store_v1.md §11), as inspect and gc see it.
+struct ShardSummary {
+  std::string name;
+  std::string state;          ///< inspect: "ok" or the error; gc: "done", "busy: <holder>",
+                              ///< "retired", "error: <message>", "dry run"
+  uint64_t blocks = 0, bytes = 0;            ///< inspect: now; gc: before
+  uint64_t data_files = 0, data_bytes = 0, dead_bytes = 0;  ///< inspect
+  uint64_t verified = 0, corrupt_total = 0;  ///< inspect --verify
+  uint64_t evicted_blocks = 0, evicted_bytes = 0, blocks_after = 0, bytes_after = 0;  ///< gc
+};
+
 struct InspectReport {
   std::string path;
+  /// Sharded stores: every field below is the total over the shards (namespaces merged by id;
+  /// the access percentiles are the block-weighted mean of the shards' percentiles, so only
+  /// approximate), and `shards` has each shard.
+  bool sharded = false;
+  std::vector<ShardSummary> shards;
   uint32_t format_version = 0;
   std::string created_by;
   uint64_t created_ms = 0;
@@ -153,6 +173,10 @@ struct GcOptions {
   /// Memory for gc's per-block state (a scratch database in STORE/tmp: write buffers and block
   /// cache); the rest of it is on disk, so gc's memory does not grow with the store (docs/cli.md).
   uint64_t memory_budget = 64ull << 20;
+  /// Sharded stores (store_v1.md §11.3): how long the gc lease lasts without renewal, and how
+  /// long to wait for another gc's lease before failing with Busy (0: do not wait).
+  uint64_t lease_ttl_ms = 60000;
+  uint64_t lease_wait_ms = 0;
   ProgressFn progress;
 };
 struct GcReport {
@@ -169,6 +193,15 @@ struct GcReport {
   uint64_t tails_truncated = 0, tail_bytes_truncated = 0;
   uint64_t access_logs_merged = 0, access_logs_deleted = 0, stale_dirs_removed = 0;
   uint64_t journal_trimmed = 0;            ///< journal entries deleted (dry run: would delete)
+  /// Blocks whose parent another shard holds, walked as chain starts (sharded stores)
+  uint64_t foreign_roots = 0;
+  /// Sharded stores (store_v1.md §11.3): the counters above are totals over the shards gc held;
+  /// `shards` has each shard, busy ones (a running writer holds them) untouched.
+  bool sharded = false;
+  std::string lease_holder;                ///< this run's lease holder id
+  std::string lease_taken_over_from;       ///< the expired lease this run took over ("" if none)
+  uint64_t shards_busy = 0, shards_retired = 0;
+  std::vector<ShardSummary> shards;
   /// Document registry entries removed because a block of theirs is gone (removed by this run,
   /// or missing already): the registry lists only complete documents, so `precompute --resume`
   /// computes these again (dry run: would remove).
@@ -180,6 +213,9 @@ struct GcReport {
   std::string to_text() const;
 };
 /// Takes the writer lock (Busy names the holder). See docs/cli.md for the step order.
+/// Sharded stores (store_v1.md §11.3): takes the gc lease (Busy names its holder when
+/// lease_wait_ms passes), then the writer lock of every shard it can; evicts in one order across
+/// them; retires empty shards whose writer is gone.
 Status gc(const std::string& path, const GcOptions& opts, GcReport* report);
 
 // ----------------------------------------------------------------------------------- migrate
@@ -187,6 +223,10 @@ struct MigrateOptions {
   std::string ns;            ///< only this namespace (name or id); empty = all
   std::string dtype;         ///< "", "bf16", "fp16": convert payload dtype (new namespace)
   bool upgrade = false;      ///< rewrite SRC in place to the current format (dst unused)
+  /// Turn the single-writer store SRC into a sharded store (store_v1.md §11.4) whose one shard,
+  /// `shard_name` (default: the host name), holds everything SRC held; nothing is copied.
+  bool to_sharded = false;
+  std::string shard_name;
   ProgressFn progress;
 };
 struct MigrateReport {
@@ -203,6 +243,7 @@ struct MigrateReport {
 /// dtype conversion (bf16 <-> fp16, fp32 -> either) writes a new namespace whose `extra` gets
 /// {"hash_seed_namespace": "<source id hex>"}, so block hashes stay those of the source
 /// (store_v1.md §7.1). Representations are copied unchanged.
+/// A sharded SRC (store_v1.md §11) is copied shard by shard into the one store DST.
 Status migrate(const std::string& src, const std::string& dst, const MigrateOptions& opts,
                MigrateReport* report);
 

@@ -30,6 +30,11 @@ struct OpenOptions {
   /// local directory ($XDG_RUNTIME_DIR/ucm-readers or /tmp/ucm-readers-<uid>). Read-only opens
   /// need no write access to the store (docs/library.md, "Read-only opens").
   std::string reader_dir;
+  /// Sharded stores (store_v1.md §11), read-write: the name of this writer's shard, created on
+  /// first use. "" = the environment variable UCM_SHARD, else the host name. Creating a missing
+  /// store with a shard name given here or in UCM_SHARD creates a sharded store. Single-writer
+  /// stores ignore it.
+  std::string shard;
 };
 
 /// Index entry of one block (store_v1.md §5.3).

@@ -103,6 +103,13 @@ typedef struct ucm_store_open_params {
                                     NULL = $UCM_READER_DIR, else STORE/readers when writable, else a
                                     per-user local directory (docs/library.md, "Read-only opens").
                                     Read during ucm_store_open only. */
+  /* Added in ucm 0.4.0 (callers built against older headers pass a smaller struct_size and get
+   * NULL here). */
+  const char* shard;             /* sharded stores (store_v1.md §11), read-write: this writer's
+                                    shard name, created on first use; NULL = $UCM_SHARD, else the
+                                    host name. UCM_OPEN_CREATE of a missing store with a shard
+                                    name (here or in $UCM_SHARD) creates a sharded store. Ignored
+                                    by single-writer stores. Read during ucm_store_open only. */
 } ucm_store_open_params;
 
 /* The defaults above. */
@@ -110,8 +117,10 @@ UCM_API ucm_store_open_params ucm_store_default_open_params(void);
 
 /* Opens the store at path. params NULL = the defaults (read-only). On success *out is a handle
  * to close with ucm_store_close; on failure *out is NULL.
+ * A sharded store (a directory of writer shards on a shared file system, store_v1.md §11) opens
+ * the same way: reads see the union of its shards, writes go to this writer's shard.
  * Errors: UCM_E_INVALID (NULL path/out, unknown mode, struct_size too small, missing path or not
- * a store), UCM_E_BUSY (another writer: the message names its pid, host and start time),
+ * a store, bad shard name), UCM_E_BUSY (another writer: the message names its pid, host and start time),
  * UCM_E_VERSION (a newer store format), UCM_E_CORRUPTION (bad superblock; or no index: the
  * message names `ucm build STORE --rebuild-index`), UCM_E_IO, UCM_E_NO_SPACE. */
 UCM_API int ucm_store_open(const char* path, const ucm_store_open_params* params, ucm_store_t** out);

@@ -8,5 +8,6 @@
 #include "ucm/format/io.h"
 #include "ucm/format/layout.h"
 #include "ucm/format/records.h"
+#include "ucm/format/shards.h"
 #include "ucm/format/superblock.h"
 #include "ucm/format/writer_lock.h"

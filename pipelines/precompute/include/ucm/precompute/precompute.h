@@ -45,6 +45,10 @@ struct PrecomputeOptions {
   uint64_t projection_seed = 20240611;          ///< seed of the r4_projection
   uint64_t limit = 0;                ///< stop after this many documents read (0 = all)
   uint32_t shard_index = 0, shard_count = 1;  ///< process documents with ordinal % N == I
+  /// The writer shard of a sharded store (store_v1.md §11) this run writes: "" = "precompute-I"
+  /// when shard_count > 1, else $UCM_SHARD or the host name. A missing store is created sharded
+  /// when a shard name results from this, --shard or $UCM_SHARD. Single stores ignore it.
+  std::string shard_name;
   bool resume = false;               ///< skip documents already registered in the namespace
   bool chunks = false;               ///< store each document as a chunk (store_v1.md §4.4): the
                                      ///< template's prefix then the document, tokenized apart,

@@ -1,0 +1,247 @@
+// lib/admin/gc_shards.cc: gc over the shards of a sharded store (store_v1.md §11.3): the lease,
+// the writer lock of every shard it can take, one eviction order across them, and the
+// retirement of empty shards whose writer is gone.
+#include <filesystem>
+#include <map>
+
+#include "gc_lease.h"
+#include "gc_run.h"
+#include "ucm/format/format.h"
+
+namespace ucm::admin {
+
+namespace fs = std::filesystem;
+
+void add_gc_counters(GcReport* to, const GcReport& f) {
+  to->blocks_before += f.blocks_before;
+  to->bytes_before += f.bytes_before;
+  to->evicted_blocks += f.evicted_blocks;
+  to->evicted_bytes += f.evicted_bytes;
+  to->evicted_descendants += f.evicted_descendants;
+  to->unreferenced_removed += f.unreferenced_removed;
+  to->orphans_removed += f.orphans_removed;
+  to->corrupt_removed += f.corrupt_removed;
+  to->files_compacted += f.files_compacted;
+  to->files_retired += f.files_retired;
+  to->files_deleted += f.files_deleted;
+  to->bytes_reclaimed += f.bytes_reclaimed;
+  to->unreferenced_files_deleted += f.unreferenced_files_deleted;
+  to->tails_truncated += f.tails_truncated;
+  to->tail_bytes_truncated += f.tail_bytes_truncated;
+  to->access_logs_merged += f.access_logs_merged;
+  to->access_logs_deleted += f.access_logs_deleted;
+  to->stale_dirs_removed += f.stale_dirs_removed;
+  to->journal_trimmed += f.journal_trimmed;
+  to->documents_removed += f.documents_removed;
+  for (const auto& d : f.documents_removed_ids)
+    if (to->documents_removed_ids.size() < 1000) to->documents_removed_ids.push_back(d);
+  to->foreign_roots += f.foreign_roots;
+  to->blocks_after += f.blocks_after;
+  to->bytes_after += f.bytes_after;
+  for (const auto& w : f.would_evict)
+    if (to->would_evict.size() < 1000) to->would_evict.push_back(w);
+}
+
+namespace {
+
+struct HeldShard {
+  std::string name, path;
+  GcOptions opts;
+  GcReport rep;
+  std::unique_ptr<gcrun::GcRun> run;
+  ShardSummary line;
+};
+
+/// Bytes of the blocks of `filter` (all namespaces when empty) in a shard, from its index.
+uint64_t shard_bytes(ReaderView& v, const std::string& filter) {
+  std::vector<NsInfo> nss;
+  if (!load_namespaces(v.index(), &nss).ok()) return 0;
+  uint64_t b = 0;
+  for (const auto& n : nss)
+    if (filter.empty() || n.desc.display_name() == filter || to_hex(n.id) == filter) b += n.value.bytes;
+  return b;
+}
+
+/// A held shard that gc emptied: no blocks, no documents, and every namespace registered in
+/// another shard too. Renamed to shards/.retired-<name>-<ms> under its writer lock, then deleted.
+bool retire_if_empty(const std::string& root, const std::string& name,
+                     const std::map<std::string, std::unique_ptr<ReaderView>>& others) {
+  const std::string p = fmt::shard_path(root, name);
+  std::unique_ptr<fmt::WriterLock> lock;
+  if (!fmt::WriterLock::Acquire(p, &lock).ok()) return false;  // a writer came back
+  std::unique_ptr<ReaderView> v;
+  if (!ReaderView::Open(p, &v).ok()) return false;
+  std::vector<NsInfo> nss;
+  if (!load_namespaces(v->index(), &nss).ok()) return false;
+  for (const auto& n : nss) {
+    if (n.value.blocks) return false;
+    bool docs = false;
+    if (!v->index().for_each_doc(n.id, [&](const std::string&, const std::string&) {
+          docs = true;
+          return false;
+        }).ok() || docs)
+      return false;
+    bool elsewhere = false;
+    for (const auto& [m, o] : others) {
+      if (m == name || !o) continue;
+      std::vector<NsInfo> theirs;
+      if (!load_namespaces(o->index(), &theirs).ok()) continue;
+      for (const auto& t : theirs) elsewhere |= t.id == n.id;
+    }
+    if (!elsewhere) return false;
+  }
+  v.reset();
+  const std::string to = fmt::shards_dir(root) + "/.retired-" + name + "-" + std::to_string(fmt::now_ms());
+  if (::rename(p.c_str(), to.c_str()) != 0) return false;
+  (void)fmt::fsync_dir(fmt::shards_dir(root));
+  lock.reset();
+  std::error_code ec;
+  fs::remove_all(to, ec);  // a leftover (a reader's open files) is removed by a later gc
+  return true;
+}
+
+void remove_retired_leftovers(const std::string& root) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fmt::shards_dir(root), ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(".retired-", 0) == 0) fs::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace
+
+Status gc_sharded(const std::string& root, const GcOptions& opts, GcReport* rep) {
+  *rep = GcReport();
+  rep->sharded = true;
+  rep->dry_run = opts.dry_run;
+  std::unique_ptr<GcLease> lease;
+  Status st = GcLease::Acquire(root, opts.lease_ttl_ms, opts.lease_wait_ms, opts.progress, &lease,
+                               &rep->lease_taken_over_from);
+  if (!st.ok()) return st;
+  rep->lease_holder = lease->holder();
+  auto lost = [&] {
+    return Status::Busy("gc of " + root + " lost its lease (it stalled for longer than the lease ttl and another gc "
+                        "took over); what it finished is consistent, the rest is left to that gc");
+  };
+  std::vector<std::string> names;
+  st = fmt::list_shards(root, &names);
+  if (!st.ok()) return st;
+  remove_retired_leftovers(root);
+
+  // A read-only view of every shard: the cross-shard parent test, busy shards' bytes, retirement.
+  std::map<std::string, std::unique_ptr<ReaderView>> views;
+  for (const auto& n : names) {
+    std::unique_ptr<ReaderView> v;
+    if (ReaderView::Open(fmt::shard_path(root, n), &v).ok()) views[n] = std::move(v);
+  }
+
+  // Phases 1-4 in every shard whose writer lock gc gets.
+  std::vector<std::unique_ptr<HeldShard>> held;
+  std::vector<ShardSummary> lines;
+  uint64_t busy_bytes = 0;
+  Status first_error;
+  const uint64_t budget = std::max<uint64_t>(16ull << 20, opts.memory_budget / std::max<size_t>(names.size(), 1));
+  for (const auto& n : names) {
+    if (!lease->held()) return lost();
+    auto h = std::make_unique<HeldShard>();
+    h->name = n;
+    h->path = fmt::shard_path(root, n);
+    h->opts = opts;
+    h->opts.memory_budget = budget;
+    if (opts.progress) h->opts.progress = [&opts, n](const std::string& line) { opts.progress("shard " + n + ": " + line); };
+    h->line.name = n;
+    h->run = std::make_unique<gcrun::GcRun>(h->path, h->opts, &h->rep);
+    h->run->parent_elsewhere = [&views, n](const NamespaceId& ns, const BlockHash& parent) {
+      for (const auto& [m, v] : views) {
+        fmt::BlockRecord r;
+        if (m != n && v && v->index().get_block(ns, parent, &r).ok()) return true;
+      }
+      return false;
+    };
+    st = h->run->prepare();
+    if (st.code() == Code::kBusy) {
+      h->line.state = "busy: " + st.message();
+      if (views[n]) h->line.bytes = shard_bytes(*views[n], opts.ns);
+      busy_bytes += h->line.bytes;
+      ++rep->shards_busy;
+      lines.push_back(h->line);
+      continue;
+    }
+    if (!st.ok()) {
+      if (st.code() == Code::kInvalidArgument && !opts.ns.empty() && st.message().find("namespace") != std::string::npos) {
+        h->line.state = "skipped: no namespace " + opts.ns;  // the namespace lives in other shards
+      } else {
+        h->line.state = "error: " + st.message();
+        if (first_error.ok()) first_error = Status(st.code(), "shard " + n + ": " + st.message());
+      }
+      lines.push_back(h->line);
+      continue;
+    }
+    held.push_back(std::move(h));
+  }
+
+  // Phase 5 over every held shard: one tails-first order (oldest subtree recency first, deepest
+  // first) across them, until the store's bytes (busy shards included) fit.
+  if (opts.max_bytes) {
+    uint64_t total = busy_bytes;
+    std::vector<std::unique_ptr<gcrun::Scratch::Cursor>> cur;
+    for (auto& h : held) {
+      total += h->run->live_bytes();
+      cur.push_back(h->run->scratch_db().cursor());
+      cur.back()->seek("L");
+    }
+    while (total > *opts.max_bytes) {
+      size_t best = SIZE_MAX;
+      for (size_t i = 0; i < cur.size(); ++i) {
+        if (!cur[i]->valid() || cur[i]->key().empty() || cur[i]->key()[0] != 'L') continue;
+        if (best == SIZE_MAX || cur[i]->key().substr(1, 12) < cur[best]->key().substr(1, 12)) best = i;
+      }
+      if (best == SIZE_MAX) break;
+      const uint64_t bytes = fmt::get_le64(reinterpret_cast<const uint8_t*>(cur[best]->value().data()));
+      st = held[best]->run->mark_evicted(cur[best]->key(), cur[best]->value());
+      if (!st.ok()) return st;
+      total = total >= bytes ? total - bytes : 0;
+      cur[best]->next();
+    }
+    for (size_t i = 0; i < cur.size(); ++i) {
+      if (!cur[i]->status().ok()) return cur[i]->status();
+      cur[i].reset();
+      st = held[i]->run->scratch_db().settle();
+      if (!st.ok()) return st;
+    }
+  }
+
+  // The rest, shard by shard (each shard's changes are crash-safe on their own).
+  std::vector<std::string> emptied;
+  for (auto& h : held) {
+    if (!lease->held()) return lost();
+    st = h->run->finish();
+    h->run.reset();  // releases the shard's writer lock
+    h->line.blocks = h->rep.blocks_before;
+    h->line.bytes = h->rep.bytes_before;
+    h->line.evicted_blocks = h->rep.evicted_blocks;
+    h->line.evicted_bytes = h->rep.evicted_bytes;
+    h->line.blocks_after = h->rep.blocks_after;
+    h->line.bytes_after = h->rep.bytes_after;
+    if (!st.ok()) {
+      h->line.state = "error: " + st.message();
+      if (first_error.ok()) first_error = Status(st.code(), "shard " + h->name + ": " + st.message());
+    } else {
+      h->line.state = opts.dry_run ? "dry run" : "done";
+      if (!opts.dry_run && h->rep.blocks_after == 0 && opts.ns.empty()) emptied.push_back(h->name);
+    }
+    add_gc_counters(rep, h->rep);
+    lines.push_back(h->line);
+  }
+  for (const auto& n : emptied)
+    if (retire_if_empty(root, n, views)) {
+      ++rep->shards_retired;
+      for (auto& l : lines)
+        if (l.name == n) l.state = "retired";
+    }
+  std::sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  rep->shards = std::move(lines);
+  return first_error;
+}
+
+}  // namespace ucm::admin
