@@ -351,6 +351,82 @@ TEST_F(PrecomputeCliTest, ShardsPartitionTheCorpus) {
   EXPECT_EQ(last.size(), kDocs.size());
 }
 
+TEST_F(PrecomputeCliTest, ShardWorkersWriteOneShardedStoreInParallelWhileGcRuns) {
+  // store_v1.md §11: two `--shard I/2` workers started together on one missing store create it
+  // sharded and each write their own shard (precompute-0, precompute-1), with no merge step,
+  // while `ucm gc` runs from a third process; readers see the union, every block byte-checked.
+  constexpr uint32_t kShort = 64;
+  const fs::path store = root_ / "one-store";
+  auto worker_args = [&](uint32_t i) {
+    auto a = base_args(store, kShort);
+    a.push_back("--shard");
+    a.push_back(std::to_string(i) + "/2");
+    return a;
+  };
+  Child w0 = spawn_ucm(worker_args(0), root_ / "par-run0");  // (Child kills its process when destroyed:
+  Child w1 = spawn_ucm(worker_args(1), root_ / "par-run1");  //  no copies)
+  Child* workers[2] = {&w0, &w1};
+  int status[2] = {-1, -1};
+  // gc meanwhile: shards whose worker runs are busy (exit 0, reported), others are collected.
+  int gc_runs = 0;
+  for (;;) {
+    bool running = false;
+    for (int i = 0; i < 2; ++i) {
+      if (workers[i]->pid <= 0) continue;
+      const pid_t r = ::waitpid(workers[i]->pid, &status[i], WNOHANG);
+      if (r == workers[i]->pid) workers[i]->pid = -1;
+      else running = true;
+    }
+    if (!running) break;
+    if (fs::exists(fs::path(store) / "UCMSTORE")) {
+      std::string out, err;
+      const int rc = run_ucm({"gc", store.string(), "--json", "--lease-wait", "30s"}, root_ / "par-gc", &out, &err);
+      EXPECT_EQ(rc, 0) << err;
+      ++gc_runs;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0) << workers[i]->stderr_text();
+    EXPECT_EQ(parse_or_fail(workers[i]->stdout_text()).value("documents", uint64_t{0}), 3u)
+        << workers[i]->stderr_text();
+  }
+  std::string out, err;
+  ASSERT_EQ(run_ucm({"gc", store.string(), "--json"}, root_ / "par-gc2", &out, &err), 0) << err;
+  json g = parse_or_fail(out);
+  EXPECT_EQ(g.value("shards_busy", uint64_t{9}), 0u);
+  EXPECT_EQ(g.value("evicted_blocks", uint64_t{9}), 0u);
+  ASSERT_EQ(run_ucm({"inspect", store.string(), "--verify", "--json"}, root_ / "par-inspect", &out, &err), 0) << err;
+  json ins = parse_or_fail(out);
+  EXPECT_EQ(ins.value("format_version", 0), 3);
+  ASSERT_EQ(ins["shards"].size(), 2u);
+  EXPECT_EQ(ins["shards"][0].value("name", std::string()), "precompute-0");
+  EXPECT_EQ(ins["shards"][1].value("name", std::string()), "precompute-1");
+  EXPECT_TRUE(ins["corrupt"].empty());
+  auto s = open_ro(store);
+  ASSERT_TRUE(s);
+  NamespaceId id, seed;
+  ASSERT_TRUE(the_namespace(s.get(), &id, &seed));
+  ASSERT_EQ(s->documents(id).size(), kDocs.size());
+  std::set<std::string> per_shard[2];  // distinct blocks each worker wrote (documents k % 2 == I)
+  for (size_t k = 0; k < kDocs.size(); ++k) {
+    const auto& n = kDocs[k];
+    auto h = doc_hashes(seed, n, kShort);
+    for (const auto& b : h) per_shard[k % 2].insert(to_hex(b));
+    DocumentEntry d;
+    ASSERT_TRUE(s->get_document(id, n, &d).ok()) << n;
+    EXPECT_EQ(d.last_block, h.back()) << n;
+    std::vector<uint8_t> present(h.size());
+    size_t prefix = 0;
+    ASSERT_TRUE(s->lookup(id, h.data(), h.size(), present.data(), &prefix).ok());
+    EXPECT_EQ(prefix, h.size()) << n;
+  }
+  // Each shard holds whole chains: a block shared by documents of both (the template's) is in both.
+  EXPECT_EQ(ins["shards"][0].value("blocks", uint64_t{0}), per_shard[0].size());
+  EXPECT_EQ(ins["shards"][1].value("blocks", uint64_t{0}), per_shard[1].size());
+  std::cerr << "gc ran " << gc_runs << " times while the workers ran\n";
+}
+
 TEST_F(PrecomputeCliTest, ShippedConfigWithOverrides) {
   // configs/precompute.yaml names the model and template relative to the repository root and a
   // store under /var/lib: run from the root, overriding store, corpus, limit and cut.
