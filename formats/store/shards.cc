@@ -89,6 +89,8 @@ Status list_shards(const std::string& store, std::vector<std::string>* names) {
   names->clear();
   std::error_code ec;
   fs::directory_iterator it(shards_dir(store), ec);
+  if (ec == std::errc::no_such_file_or_directory)
+    return Status::Corruption("sharded store " + store + " has no shards/ directory (store_v1.md §11)");
   if (ec) return Status::IOError("cannot list " + shards_dir(store) + ": " + ec.message());
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     const std::string n = it->path().filename().string();

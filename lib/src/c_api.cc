@@ -2,7 +2,6 @@
 #include "ucm/ucm.h"
 
 #include <algorithm>
-#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -116,25 +115,23 @@ UCM_API ucm_store_open_params ucm_store_default_open_params(void) {
   p.direct_io = d.direct_io ? 1 : 0;
   p.refresh_interval_ms = d.refresh_interval_ms;
   p.reader_dir = nullptr;
-  p.shard = nullptr;
   return p;
 }
 
 UCM_API int ucm_store_open(const char* path, const ucm_store_open_params* params, ucm_store_t** out) {
+  return ucm_store_open_shard(path, params, nullptr, out);
+}
+
+UCM_API int ucm_store_open_shard(const char* path, const ucm_store_open_params* params, const char* shard,
+                                 ucm_store_t** out) {
   return guarded("ucm_store_open", [&] {
     if (out) *out = nullptr;
     if (!path || !out) return fail(UCM_E_INVALID, "ucm_store_open: path and out must not be NULL");
-    // Copy only the caller's struct_size bytes (an older caller's struct is shorter).
-    ucm_store_open_params p = ucm_store_default_open_params();
-    if (params) std::memcpy(&p, params, std::min<size_t>(params->struct_size, sizeof p));
-    // The first version of the struct ends before `shard`; later fields are read only when the
-    // caller's struct_size covers them.
-    constexpr size_t kMinSize = offsetof(ucm_store_open_params, shard);
-    if (p.struct_size < kMinSize)
+    const ucm_store_open_params p = params ? *params : ucm_store_default_open_params();
+    if (p.struct_size < sizeof(ucm_store_open_params))
       return fail(UCM_E_INVALID, "ucm_store_open: params.struct_size " + std::to_string(p.struct_size) +
-                                     " is smaller than " + std::to_string(kMinSize) +
+                                     " is smaller than this library's " + std::to_string(sizeof(ucm_store_open_params)) +
                                      "; start from ucm_store_default_open_params()");
-    const bool has_shard = p.struct_size >= offsetof(ucm_store_open_params, shard) + sizeof(p.shard);
     ucm::OpenOptions o;
     switch (p.mode) {
       case UCM_OPEN_READ_ONLY: o.mode = ucm::OpenOptions::Mode::kReadOnly; break;
@@ -151,7 +148,7 @@ UCM_API int ucm_store_open(const char* path, const ucm_store_open_params* params
     o.direct_io = p.direct_io != 0;
     o.refresh_interval_ms = p.refresh_interval_ms;
     if (p.reader_dir) o.reader_dir = p.reader_dir;
-    if (has_shard && p.shard) o.shard = p.shard;
+    if (shard) o.shard = shard;
     std::unique_ptr<ucm::Store> s;
     ucm::Status st = ucm::Store::Open(path, o, &s);
     if (!st.ok()) return fail(st);

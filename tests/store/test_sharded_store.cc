@@ -486,21 +486,23 @@ TEST(Sharded, InspectReportsEachShardAndMigrateCompactsThemIntoOne) {
   EXPECT_EQ(load_and_check(rd.get(), ns, cb), 2u);
 }
 
-TEST(Sharded, CApiOpensWithAShardAndAcceptsTheOlderParamsStruct) {
+TEST(Sharded, CApiOpensAsTheWriterOfANamedShard) {
   TempDir t("capi");
   const std::string root = t.sub("store");
   ucm_store_open_params p = ucm_store_default_open_params();
-  EXPECT_EQ(p.shard, nullptr);
   p.mode = UCM_OPEN_CREATE;
-  p.shard = "capi-writer";
   ucm_store_t* s = nullptr;
-  ASSERT_EQ(ucm_store_open(root.c_str(), &p, &s), UCM_OK);
+  ASSERT_EQ(ucm_store_open_shard(root.c_str(), &p, "capi-writer", &s), UCM_OK) << ucm_last_error();
+  ucm_store_t* s2 = nullptr;
+  EXPECT_EQ(ucm_store_open_shard(root.c_str(), &p, "capi-writer", &s2), UCM_E_BUSY);
+  EXPECT_EQ(ucm_store_open_shard(root.c_str(), &p, ".hidden", &s2), UCM_E_INVALID);
+  ASSERT_EQ(ucm_store_open_shard(root.c_str(), &p, "capi-writer-2", &s2), UCM_OK) << ucm_last_error();
+  ucm_store_close(s2);
   ucm_store_close(s);
   EXPECT_TRUE(fs::exists(fmt::superblock_path(fmt::shard_path(root, "capi-writer"))));
-  // A caller built before `shard` existed passes the shorter struct.
-  ucm_store_open_params old = ucm_store_default_open_params();
-  old.struct_size = uint32_t(offsetof(ucm_store_open_params, shard));
-  s = nullptr;
-  ASSERT_EQ(ucm_store_open(root.c_str(), &old, &s), UCM_OK);
+  EXPECT_TRUE(fs::exists(fmt::superblock_path(fmt::shard_path(root, "capi-writer-2"))));
+  // ucm_store_open reads the union.
+  ucm_store_open_params r = ucm_store_default_open_params();
+  ASSERT_EQ(ucm_store_open(root.c_str(), &r, &s), UCM_OK) << ucm_last_error();
   ucm_store_close(s);
 }

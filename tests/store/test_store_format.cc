@@ -478,11 +478,20 @@ TEST(Superblock, RefusesNewerVersionAndNonStores) {
   EXPECT_EQ(fmt::read_superblock(store, &sb).code(), Code::kInvalidArgument);  // not a store
   ASSERT_TRUE(fmt::create_store_skeleton(store, &sb).ok());
   EXPECT_TRUE(fmt::read_superblock(store, &sb).ok());
-  sb.format_version = 3;
+  sb.format_version = 4;  // 3 is a sharded root (§11): also refused here, with its own message
   ASSERT_TRUE(fmt::write_superblock(store, sb).ok());
   Status s = fmt::read_superblock(store, &sb);
   EXPECT_EQ(s.code(), Code::kVersion);
-  EXPECT_EQ(s.message(), "store format version 3 is newer than this ucm supports (max 2); upgrade ucm");
+  EXPECT_EQ(s.message(), "store format version 4 is newer than this ucm supports (max 2); upgrade ucm");
+  fmt::RootKind k;
+  EXPECT_EQ(fmt::root_kind(store, &k).code(), Code::kVersion);  // not a root either
+  sb.format_version = 3;
+  ASSERT_TRUE(fmt::write_superblock(store, sb).ok());
+  s = fmt::read_superblock(store, &sb);
+  EXPECT_EQ(s.code(), Code::kVersion);
+  EXPECT_NE(s.message().find("is a sharded store"), std::string::npos) << s.message();
+  ASSERT_TRUE(fmt::root_kind(store, &k).ok());
+  EXPECT_EQ(k, fmt::RootKind::kSharded);
   fs::remove_all(store);
 }
 

@@ -103,13 +103,6 @@ typedef struct ucm_store_open_params {
                                     NULL = $UCM_READER_DIR, else STORE/readers when writable, else a
                                     per-user local directory (docs/library.md, "Read-only opens").
                                     Read during ucm_store_open only. */
-  /* Added in ucm 0.4.0 (callers built against older headers pass a smaller struct_size and get
-   * NULL here). */
-  const char* shard;             /* sharded stores (store_v1.md §11), read-write: this writer's
-                                    shard name, created on first use; NULL = $UCM_SHARD, else the
-                                    host name. UCM_OPEN_CREATE of a missing store with a shard
-                                    name (here or in $UCM_SHARD) creates a sharded store. Ignored
-                                    by single-writer stores. Read during ucm_store_open only. */
 } ucm_store_open_params;
 
 /* The defaults above. */
@@ -118,12 +111,22 @@ UCM_API ucm_store_open_params ucm_store_default_open_params(void);
 /* Opens the store at path. params NULL = the defaults (read-only). On success *out is a handle
  * to close with ucm_store_close; on failure *out is NULL.
  * A sharded store (a directory of writer shards on a shared file system, store_v1.md §11) opens
- * the same way: reads see the union of its shards, writes go to this writer's shard.
+ * the same way: reads see the union of its shards; a read-write handle writes its own shard,
+ * named $UCM_SHARD, else the host name (ucm_store_open_shard names it). UCM_OPEN_CREATE of a
+ * missing store with $UCM_SHARD set creates a sharded store.
  * Errors: UCM_E_INVALID (NULL path/out, unknown mode, struct_size too small, missing path or not
  * a store, bad shard name), UCM_E_BUSY (another writer: the message names its pid, host and start time),
  * UCM_E_VERSION (a newer store format), UCM_E_CORRUPTION (bad superblock; or no index: the
  * message names `ucm build STORE --rebuild-index`), UCM_E_IO, UCM_E_NO_SPACE. */
 UCM_API int ucm_store_open(const char* path, const ucm_store_open_params* params, ucm_store_t** out);
+/* ucm_store_open of a sharded store (store_v1.md §11) as the writer of shard `shard` (1-64
+ * characters of A-Z a-z 0-9 . _ -, not starting with '.'), created on first use; NULL or "" =
+ * $UCM_SHARD, else the host name. Two writers in one process (or on one host) pass two names.
+ * UCM_OPEN_CREATE of a missing store creates a sharded store. Single-writer stores ignore the
+ * name. Errors: as ucm_store_open; UCM_E_INVALID for a bad name; UCM_E_BUSY when another writer
+ * holds that shard (the message names it). Added in ucm 0.4.0. */
+UCM_API int ucm_store_open_shard(const char* path, const ucm_store_open_params* params, const char* shard,
+                                 ucm_store_t** out);
 /* Closes a handle (NULL is a no-op). Free every task of the handle first. A writer's close makes
  * its index durable; a reader's removes its scratch directory. */
 UCM_API void ucm_store_close(ucm_store_t* store);
