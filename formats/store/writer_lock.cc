@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cerrno>
 #include <cstdlib>
@@ -65,6 +66,16 @@ Status WriterLock::Acquire(const std::string& store, std::unique_ptr<WriterLock>
   (void)::fdatasync(fd);
   out->reset(new WriterLock(fd));
   return Status::OK();
+}
+
+void WriterLock::touch() {
+  if (fd_ >= 0) (void)::futimens(fd_, nullptr);
+}
+
+uint64_t lock_heartbeat_ns(const std::string& store) {
+  struct stat st;
+  if (::stat(lock_path(store).c_str(), &st) != 0) return 0;
+  return uint64_t(st.st_mtim.tv_sec) * 1000000000ull + uint64_t(st.st_mtim.tv_nsec);
 }
 
 WriterLock::~WriterLock() {

@@ -1,8 +1,10 @@
 // lib/admin/gc_shards.cc: gc over the shards of a sharded store (store_v1.md §11.3): the lease,
 // the writer lock of every shard it can take, one eviction order across them, and the
 // retirement of empty shards whose writer is gone.
+#include <chrono>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "gc_lease.h"
 #include "gc_run.h"
@@ -135,6 +137,18 @@ Status gc_sharded(const std::string& root, const GcOptions& opts, GcReport* rep)
     if (ReaderView::Open(fmt::shard_path(root, n), &v).ok()) views[n] = std::move(v);
   }
 
+  // A live writer touches its LOCK every second (its heartbeat): watch every shard's for a while,
+  // before opening any index, so that a writer whose flock the file system lost is not joined by
+  // gc as a second primary.
+  std::map<std::string, bool> beating;
+  if (opts.writer_heartbeat_ms) {
+    std::map<std::string, uint64_t> hb0;
+    for (const auto& n : names) hb0[n] = fmt::lock_heartbeat_ns(fmt::shard_path(root, n));
+    if (opts.progress) opts.progress("gc: watching the writers' heartbeats for " + std::to_string(opts.writer_heartbeat_ms) + " ms");
+    std::this_thread::sleep_for(std::chrono::milliseconds(opts.writer_heartbeat_ms));
+    for (const auto& n : names) beating[n] = fmt::lock_heartbeat_ns(fmt::shard_path(root, n)) != hb0[n];
+  }
+
   // Phases 1-4 in every shard whose writer lock gc gets.
   std::vector<std::unique_ptr<HeldShard>> held;
   std::vector<ShardSummary> lines;
@@ -158,7 +172,9 @@ Status gc_sharded(const std::string& root, const GcOptions& opts, GcReport* rep)
       }
       return false;
     };
-    st = h->run->prepare();
+    st = beating[n] ? Status::Busy("its writer's heartbeat (the mtime of " + fmt::lock_path(h->path) +
+                                   ") moved within the last " + std::to_string(opts.writer_heartbeat_ms) + " ms")
+                    : h->run->prepare();
     if (st.code() == Code::kBusy) {
       h->line.state = "busy: " + st.message();
       if (views[n]) h->line.bytes = shard_bytes(*views[n], opts.ns);

@@ -278,6 +278,7 @@ void StoreImpl::background() {
     l.unlock();
     if (read_only() && opts_.refresh_interval_ms) (void)refresh();
     if (!read_only()) save_table(false);
+    if (lock_) lock_->touch();  // the heartbeat gc checks on shared file systems (store_v1.md §11.3)
     access_.flush();
     l.lock();
   }

@@ -2,9 +2,11 @@
 // across shards with its lease, retirement, the upgrade of a single store, migrate and inspect.
 // Every check reads real bytes back from the store; payloads are derived from the block hash.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -385,6 +387,7 @@ TEST(Sharded, GcRetiresAnEmptyShardWhoseWriterIsGone) {
   admin::GcOptions go;
   go.grace_ms = 0;
   go.max_age_ms = 2000;  // the dead node's blocks are 2.5 s old; a's are younger
+  go.writer_heartbeat_ms = 0;  // (its wait would age a's blocks too)
   admin::GcReport rep;
   ASSERT_TRUE(admin::gc(root, go, &rep).ok());
   EXPECT_EQ(rep.shards_retired, 1u) << rep.to_text();
@@ -505,4 +508,45 @@ TEST(Sharded, CApiOpensAsTheWriterOfANamedShard) {
   ucm_store_open_params r = ucm_store_default_open_params();
   ASSERT_EQ(ucm_store_open(root.c_str(), &r, &s), UCM_OK) << ucm_last_error();
   ucm_store_close(s);
+}
+
+TEST(Sharded, GcLeavesAShardWhoseWriterHeartbeatMovesEvenWithoutItsFlock) {
+  // A shared file system can drop flocks (a GlusterFS brick restart does): the writer still runs
+  // but its LOCK is free. Its heartbeat (LOCK's mtime, touched every second) keeps gc out.
+  TempDir t("heartbeat");
+  const std::string root = t.sub("store");
+  NamespaceId ns;
+  std::vector<BlockHash> hs;
+  {
+    auto a = open_rw(root, "a");
+    ns = reg(a.get());
+    hs = chain_from(root_hash(ns), 2, 61);
+    ASSERT_TRUE(dump_chain(a.get(), ns, root_hash(ns), hs).ok());
+  }
+  std::atomic<bool> stop{false};
+  const std::string lock = fmt::lock_path(fmt::shard_path(root, "a"));
+  std::thread beat([&] {  // what a writer that lost its flock still does
+    while (!stop) {
+      ::utimensat(AT_FDCWD, lock.c_str(), nullptr, 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  admin::GcOptions go;
+  go.grace_ms = 0;
+  go.max_bytes = 0;  // would evict everything
+  go.writer_heartbeat_ms = 1000;
+  admin::GcReport rep;
+  Status s = admin::gc(root, go, &rep);
+  stop = true;
+  beat.join();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(rep.shards_busy, 1u);
+  ASSERT_EQ(rep.shards.size(), 1u);
+  EXPECT_NE(rep.shards[0].state.find("heartbeat"), std::string::npos) << rep.shards[0].state;
+  auto rd = open_ro(root);
+  EXPECT_EQ(load_and_check(rd.get(), ns, hs), 2u);
+  // Without the heartbeat the same gc evicts.
+  s = admin::gc(root, go, &rep);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(rep.evicted_blocks, 2u);
 }

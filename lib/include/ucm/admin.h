@@ -177,6 +177,11 @@ struct GcOptions {
   /// long to wait for another gc's lease before failing with Busy (0: do not wait).
   uint64_t lease_ttl_ms = 60000;
   uint64_t lease_wait_ms = 0;
+  /// Sharded stores: before taking shards, gc watches each shard's LOCK mtime this long; a shard
+  /// whose writer's heartbeat (LOCK touched every second) moves is left alone even when its
+  /// flock is free, because a shared file system can lose flocks (a GlusterFS brick restart
+  /// drops them all). 0 skips the check (tests).
+  uint64_t writer_heartbeat_ms = 3000;
   ProgressFn progress;
 };
 struct GcReport {
