@@ -46,9 +46,10 @@ on n1 "$UCM" bench store --store "$(mnt n1)" --blocks "$BLOCKS" --lookup-blocks 
   --buffered-threads 0 --json >"$OUT/bench_store.json" 2>"$OUT/bench_store.err" || {
   echo "ucm bench store failed:"; tail -5 "$OUT/bench_store.err"; }
 
-ls -S "$DOCS_DIR" | while read -r f; do
-  s=$(stat -c %s "$DOCS_DIR/$f"); ((s >= 6000 && s <= 12000)) && echo "$f"
-done | sort | head -n "$NDOCS" | while read -r f; do cp "$DOCS_DIR/$f" "$OUT/corpus/"; done
+for f in $(cd "$DOCS_DIR" && ls | sort); do
+  s=$(stat -c %s "$DOCS_DIR/$f")
+  if ((s >= 6000 && s <= 12000)) && (($(ls "$OUT/corpus" | wc -l) < NDOCS)); then cp "$DOCS_DIR/$f" "$OUT/corpus/"; fi
+done
 log "precompute $(ls "$OUT/corpus" | wc -l) documents into a sharded store on the volume"
 UCM_SHARD=n1 on n1 "$UCM" precompute --model "$MODEL" --corpus "$OUT/corpus" --template "$REPO/configs/template_chat.txt" \
   --store "$(mnt n1)/store" --max-doc-tokens 2048 --batch-tokens 2048 --json >"$OUT/precompute.json" 2>"$OUT/precompute.err"

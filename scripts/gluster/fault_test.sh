@@ -59,9 +59,10 @@ log() { echo "[$(date +%T)] $*" >&2; }
 jget() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {'d': d}))" "$@"; }
 
 # Corpus: NDOCS python3.11-doc pages of 3-8 KB (sorted, deterministic), on local disk.
-ls -S "$DOCS_DIR" | while read -r f; do
-  s=$(stat -c %s "$DOCS_DIR/$f"); ((s >= 3000 && s <= 8000)) && echo "$f"
-done | sort | head -n "$NDOCS" | while read -r f; do cp "$DOCS_DIR/$f" "$OUT/corpus/"; done
+for f in $(cd "$DOCS_DIR" && ls | sort); do
+  s=$(stat -c %s "$DOCS_DIR/$f")
+  if ((s >= 3000 && s <= 8000)) && (($(ls "$OUT/corpus" | wc -l) < NDOCS)); then cp "$DOCS_DIR/$f" "$OUT/corpus/"; fi
+done
 log "corpus: $(ls "$OUT/corpus" | wc -l) documents in $OUT/corpus"
 
 "$C" down >/dev/null 2>&1 || true
@@ -69,9 +70,12 @@ log "corpus: $(ls "$OUT/corpus" | wc -l) documents in $OUT/corpus"
 [[ $KEEP == 1 ]] || trap '"$C" down --keep-logs "$OUT/gluster-logs" >/dev/null 2>&1 || true' EXIT
 store() { echo "$("$C" mnt "$1")/store"; }
 on() { local n=$1; shift; "$C" exec "$n" -- "$@"; }
+# In the background: `bg_on NODE CMD... &` runs CMD as the job itself (every level execs), so $!
+# is the real process and kill -9 $! kills it, not a wrapper.
+bg_on() { local n=$1; shift; exec "$C" exec "$n" -- "$@"; }
 
-precompute() {  # precompute NODE SHARD OUTFILE
-  on "$1" "$UCM" precompute --model "$MODEL" --corpus "$OUT/corpus" --template "$REPO/configs/template_chat.txt" \
+precompute() {  # precompute NODE SHARD OUTFILE (run it with &: it execs)
+  exec "$C" exec "$1" -- "$UCM" precompute --model "$MODEL" --corpus "$OUT/corpus" --template "$REPO/configs/template_chat.txt" \
     --store "$(store "$1")" --shard "$2/2" --max-doc-tokens 1024 --batch-tokens 1024 --resume --json \
     >"$3" 2>"$3.err"
 }
@@ -80,8 +84,8 @@ precompute() {  # precompute NODE SHARD OUTFILE
 log "writers n1, n2 start (precompute --shard 0/2, 1/2)"
 precompute n1 0 "$OUT/w1.json" & W1=$!
 precompute n2 1 "$OUT/w2.json" & W2=$!
-on n3 "$READER" "$(store n3)" --seconds 100000 --digests "$OUT/r3.digests" >"$OUT/r3.json" 2>"$OUT/r3.err" & R3=$!
-on n4 "$READER" "$(store n4)" --seconds 100000 --digests "$OUT/r4.digests" >"$OUT/r4.json" 2>"$OUT/r4.err" & R4=$!
+bg_on n3 "$READER" "$(store n3)" --seconds 100000 --digests "$OUT/r3.digests" >"$OUT/r3.json" 2>"$OUT/r3.err" & R3=$!
+bg_on n4 "$READER" "$(store n4)" --seconds 100000 --digests "$OUT/r4.digests" >"$OUT/r4.json" 2>"$OUT/r4.err" & R4=$!
 GCSTOP=$OUT/gc.stop
 ( i=0; while [[ ! -e $GCSTOP ]]; do
     on n5 "$UCM" gc "$(store n5)" --grace 0 --lease-ttl 10s --lease-wait 60s --json >"$OUT/gc-loop-$i.json" 2>"$OUT/gc-loop-$i.err" || true
@@ -89,8 +93,12 @@ GCSTOP=$OUT/gc.stop
   done ) & GCL=$!
 
 # ---- A: SIGKILL writer n1 mid-dump, then resume it
-docs_of_shard() { on n5 "$UCM" inspect "$(store n5)" --docs --json 2>/dev/null |
-  python3 -c "import json,sys; d=json.load(sys.stdin); print(sum(1 for x in d.get('docs',[]) if x.get('shard')=='$1'))" 2>/dev/null || echo 0; }
+docs_of_shard() {  # documents registered in shard $1 (0 while the store is not there yet)
+  local j
+  j=$(on n5 "$UCM" inspect "$(store n5)" --docs --json 2>/dev/null) || true
+  python3 -c "import json,sys; d=json.load(sys.stdin); print(sum(1 for x in d.get('docs',[]) if x.get('shard')=='$1'))" \
+    <<<"$j" 2>/dev/null || echo 0
+}
 for _ in $(seq 1 600); do
   [[ $(docs_of_shard precompute-0) -ge 2 ]] && break
   kill -0 $W1 2>/dev/null || break
@@ -98,14 +106,20 @@ for _ in $(seq 1 600); do
 done
 if kill -0 $W1 2>/dev/null; then
   kill -9 $W1; wait $W1 2>/dev/null || true
-  log "A: SIGKILLed writer n1 after $(docs_of_shard precompute-0) registered documents; resuming it"
-  precompute n1 0 "$OUT/w1-resume.json" & W1=$!
+  log "A: SIGKILLed writer n1 (pid $W1) after $(docs_of_shard precompute-0) registered documents; resuming it"
+  # The dead writer's flock is released through FUSE a moment later: retry while BUSY (exit 4).
+  for _ in $(seq 1 20); do
+    precompute n1 0 "$OUT/w1-resume.json" & W1=$!
+    W1RC=0; wait $W1 || W1RC=$?
+    [[ $W1RC == 4 ]] || break
+    sleep 0.5
+  done
   A_KILLED=0
 else
   A_KILLED=1
 fi
 check "A writer SIGKILLed mid-run" $A_KILLED "n1 had registered >= 2 documents and was still writing"
-W1RC=0; wait $W1 || W1RC=$?
+[[ $A_KILLED == 0 ]] || { W1RC=0; wait $W1 || W1RC=$?; }
 W2RC=0; wait $W2 || W2RC=$?
 check "writers finished" $((W1RC + W2RC)) "n1 resume exit $W1RC, n2 exit $W2RC"
 touch "$GCSTOP"; wait $GCL || true; rm -f "$GCSTOP"
@@ -120,10 +134,11 @@ check "all documents registered" $([[ $ACKED_DOCS == $(ls "$OUT/corpus" | wc -l)
 # ---- B: SIGKILL the gc holding the lease, another node takes it over
 B_OK=1
 for attempt in 1 2 3 4 5; do
-  on n5 "$UCM" gc "$(store n5)" --verify --grace 0 --lease-ttl 6s --json >"$OUT/gc-killed.json" 2>&1 & G=$!
+  bg_on n5 "$UCM" gc "$(store n5)" --verify --grace 0 --lease-ttl 6s --json >"$OUT/gc-killed.json" 2>&1 & G=$!
   for _ in $(seq 1 100); do [[ -e $(store n5)/gc/LEASE ]] && break; sleep 0.05; done
   if [[ -e $(store n5)/gc/LEASE ]] && kill -0 $G 2>/dev/null; then
     HOLDER=$(python3 -c "import json; print(json.load(open('$(store n5)/gc/LEASE'))['holder'])" 2>/dev/null || echo "?")
+    [[ ${HOLDER#*:} == $G:* ]] || log "B: warning: lease holder $HOLDER is not the gc we started (pid $G)"
     kill -9 $G; wait $G 2>/dev/null || true
     log "B: SIGKILLed gc $HOLDER (attempt $attempt); gc on n3 waits for its lease"
     T0=$(date +%s.%N)
