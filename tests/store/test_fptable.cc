@@ -15,42 +15,19 @@
 #include "ucm/format/format.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
+#include "store_blocks.h"
 
 using namespace ucm;
 namespace fs = std::filesystem;
 
 namespace {
 
-NamespaceDesc tiny_ns() {
-  NamespaceDesc d;
-  d.model_id = "fptable-test";
-  d.weights_digest = "00ff";
-  d.dtype = DType::kBF16;
-  d.block_size = 16;
-  d.num_layers = 1;
-  d.num_kv_heads = 1;
-  d.head_dim = 8;
-  return d;
-}
-
+NamespaceDesc tiny_ns() { return test::test_ns("fptable-test", 1, 1, 8); }
 std::vector<BlockHash> chain(const NamespaceId& ns, size_t blocks, uint32_t seed) {
-  std::vector<uint32_t> toks(blocks * 16);
-  std::mt19937 rng(seed);
-  for (auto& t : toks) t = rng() % 49152;
-  std::vector<BlockHash> hs;
-  hash_blocks(root_hash(ns), toks.data(), toks.size(), 16, &hs);
-  return hs;
+  return test::random_chain(root_hash(ns), blocks, seed);
 }
-
 std::unique_ptr<Store> open_store(const std::string& p, bool rw, bool create = false) {
-  OpenOptions o;
-  o.mode = rw ? OpenOptions::Mode::kReadWrite : OpenOptions::Mode::kReadOnly;
-  o.create_if_missing = create;
-  o.io_threads = 2;
-  std::unique_ptr<Store> s;
-  Status st = Store::Open(p, o, &s);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return s;
+  return test::open_test_store(p, rw, create);
 }
 
 void dump(Store* s, const NamespaceId& ns, const std::vector<BlockHash>& hs) {

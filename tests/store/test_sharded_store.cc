@@ -19,6 +19,7 @@
 #include "ucm/hash.h"
 #include "ucm/store.h"
 #include "ucm/ucm.h"
+#include "store_blocks.h"
 
 using namespace ucm;
 namespace fs = std::filesystem;
@@ -35,36 +36,10 @@ struct TempDir {
   std::string sub(const std::string& n) const { return path + "/" + n; }
 };
 
-NamespaceDesc small_ns() {
-  NamespaceDesc d;
-  d.model_id = "test-model";
-  d.weights_digest = "00ff";
-  d.dtype = DType::kBF16;
-  d.block_size = 16;
-  d.num_layers = 3;
-  d.num_kv_heads = 4;
-  d.head_dim = 8;
-  return d;  // 6144-byte payloads
-}
-
-std::vector<uint8_t> payload_for(const BlockHash& h, size_t n) {
-  std::vector<uint8_t> v(n);
-  uint64_t x = fmt::xxh3(h.data(), 16);
-  for (size_t j = 0; j < n; ++j) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    v[j] = uint8_t(x >> 56);
-  }
-  return v;
-}
-
-/// Block hashes of a random token chain starting at `parent`.
+NamespaceDesc small_ns() { return test::test_ns("test-model", 3, 4, 8); }  // 6144-byte payloads
+std::vector<uint8_t> payload_for(const BlockHash& h, size_t n) { return test::block_payload(h, n); }
 std::vector<BlockHash> chain_from(const BlockHash& parent, size_t blocks, uint32_t seed) {
-  std::vector<uint32_t> toks(blocks * 16);
-  std::mt19937 rng(seed);
-  for (auto& t : toks) t = rng() % 49152;
-  std::vector<BlockHash> hs;
-  hash_blocks(parent, toks.data(), toks.size(), 16, &hs);
-  return hs;
+  return test::random_chain(parent, blocks, seed);
 }
 
 Status dump_chain(Store* s, const NamespaceId& ns, const BlockHash& parent, const std::vector<BlockHash>& hs) {

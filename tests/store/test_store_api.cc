@@ -19,6 +19,7 @@
 #include "ucm/core/index.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
+#include "store_blocks.h"
 
 using namespace ucm;
 namespace fs = std::filesystem;
@@ -31,36 +32,11 @@ std::string tmpdir(const std::string& tag) {
   return p;
 }
 
-NamespaceDesc small_ns() {
-  NamespaceDesc d;
-  d.model_id = "test-model";
-  d.weights_digest = "00ff";
-  d.dtype = DType::kBF16;
-  d.block_size = 16;
-  d.num_layers = 3;
-  d.num_kv_heads = 4;
-  d.head_dim = 8;
-  return d;  // payload: 3*2*16*4*8*2 = 6144 bytes
-}
-
-/// Deterministic payload of a block: byte j = f(hash, j).
-std::vector<uint8_t> payload_for(const BlockHash& h, size_t n) {
-  std::vector<uint8_t> v(n);
-  uint64_t x = fmt::xxh3(h.data(), 16);
-  for (size_t j = 0; j < n; ++j) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    v[j] = uint8_t(x >> 56);
-  }
-  return v;
-}
-
+NamespaceDesc small_ns() { return test::test_ns("test-model", 3, 4, 8); }  // payload: 6144 bytes
+using test::block_payload;
+std::vector<uint8_t> payload_for(const BlockHash& h, size_t n) { return block_payload(h, n); }
 std::vector<BlockHash> chain(const NamespaceId& ns, size_t blocks, uint32_t seed) {
-  std::vector<uint32_t> toks(blocks * 16);
-  std::mt19937 rng(seed);
-  for (auto& t : toks) t = rng() % 49152;
-  std::vector<BlockHash> hs;
-  hash_blocks(root_hash(ns), toks.data(), toks.size(), 16, &hs);
-  return hs;
+  return test::random_chain(root_hash(ns), blocks, seed);
 }
 
 Status dump_blocks(Store* s, const NamespaceId& ns, const NamespaceDesc& d, const std::vector<BlockHash>& hs,
@@ -78,14 +54,7 @@ Status dump_blocks(Store* s, const NamespaceId& ns, const NamespaceDesc& d, cons
 }
 
 std::unique_ptr<Store> open_store(const std::string& p, bool rw, bool create = false) {
-  OpenOptions o;
-  o.mode = rw ? OpenOptions::Mode::kReadWrite : OpenOptions::Mode::kReadOnly;
-  o.create_if_missing = create;
-  o.io_threads = 4;
-  std::unique_ptr<Store> s;
-  Status st = Store::Open(p, o, &s);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return s;
+  return test::open_test_store(p, rw, create, 4);
 }
 
 // Expected destination bytes of heads [h0,h1) for block payload p (layout §4.2).

@@ -20,6 +20,7 @@
 #include "ucm/format/format.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
+#include "store_blocks.h"
 
 using namespace ucm;
 using namespace ucm::admin;
@@ -27,17 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-NamespaceDesc tiny_ns() {
-  NamespaceDesc d;
-  d.model_id = "gc-policy";
-  d.weights_digest = "00ff";
-  d.dtype = DType::kBF16;
-  d.block_size = 16;
-  d.num_layers = 1;
-  d.num_kv_heads = 1;
-  d.head_dim = 8;
-  return d;  // 512-byte payloads
-}
+NamespaceDesc tiny_ns() { return test::test_ns("gc-policy", 1, 1, 8); }  // 512-byte payloads
 
 struct Blk {
   BlockHash parent{};
@@ -46,14 +37,7 @@ struct Blk {
 };
 
 std::unique_ptr<Store> open_store(const std::string& p, bool rw, bool create = false) {
-  OpenOptions o;
-  o.mode = rw ? OpenOptions::Mode::kReadWrite : OpenOptions::Mode::kReadOnly;
-  o.create_if_missing = create;
-  o.io_threads = 2;
-  std::unique_ptr<Store> s;
-  Status st = Store::Open(p, o, &s);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return s;
+  return test::open_test_store(p, rw, create);
 }
 
 struct Options {
