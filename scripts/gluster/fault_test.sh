@@ -15,7 +15,9 @@
 #   B. SIGKILL of a gc holding the lease (on n5), and a gc on n3 that takes the lease over;
 #   C. the brick server killed and restarted under the readers;
 #   D. gc evicting half the store with --grace 0 under the readers: data files compacted and
-#      deleted while readers hold their locations.
+#      deleted while readers hold their locations;
+#   E. (during A's resume) node n2 killed while writing (`cluster.sh node-kill`: every process of
+#      the node and its FUSE client): its shard stays readable and a worker on n5 resumes it.
 # Checks (each printed as PASS / FAIL, exit 1 on any FAIL):
 #   * no wrong bytes: no block hash was ever read with two different digests by any reader, and
 #     every digest a reader saw equals the final one of that block, when the block is still there;
@@ -99,29 +101,50 @@ docs_of_shard() {  # documents registered in shard $1 (0 while the store is not 
   python3 -c "import json,sys; d=json.load(sys.stdin); print(sum(1 for x in d.get('docs',[]) if x.get('shard')=='$1'))" \
     <<<"$j" 2>/dev/null || echo 0
 }
+resume() {  # resume NODE SHARD OUTFILE: precompute --resume, retried while BUSY (exit 4): a dead
+            # writer's flock is released by the brick a moment after its death
+  local rc=0
+  for _ in $(seq 1 60); do
+    rc=0; ( precompute "$1" "$2" "$3" ) || rc=$?
+    [[ $rc == 4 ]] || return $rc
+    sleep 0.5
+  done
+  return $rc
+}
 for _ in $(seq 1 600); do
   [[ $(docs_of_shard precompute-0) -ge 2 ]] && break
   kill -0 $W1 2>/dev/null || break
   sleep 1
 done
+A_KILLED=1
 if kill -0 $W1 2>/dev/null; then
   kill -9 $W1; wait $W1 2>/dev/null || true
-  log "A: SIGKILLed writer n1 (pid $W1) after $(docs_of_shard precompute-0) registered documents; resuming it"
-  # The dead writer's flock is released through FUSE a moment later: retry while BUSY (exit 4).
-  for _ in $(seq 1 20); do
-    precompute n1 0 "$OUT/w1-resume.json" & W1=$!
-    W1RC=0; wait $W1 || W1RC=$?
-    [[ $W1RC == 4 ]] || break
-    sleep 0.5
-  done
+  log "A: SIGKILLed writer n1 (pid $W1) after $(docs_of_shard precompute-0) registered documents; resuming it on n1"
+  resume n1 0 "$OUT/w1-resume.json" & W1=$!
   A_KILLED=0
-else
-  A_KILLED=1
 fi
 check "A writer SIGKILLed mid-run" $A_KILLED "n1 had registered >= 2 documents and was still writing"
-[[ $A_KILLED == 0 ]] || { W1RC=0; wait $W1 || W1RC=$?; }
+
+# ---- E: node n2 dies while writing (every process of the node and its mount gone); its shard
+# stays readable, and a worker on another node (n5) resumes that shard
+for _ in $(seq 1 600); do
+  [[ $(docs_of_shard precompute-1) -ge 3 ]] && break
+  kill -0 $W2 2>/dev/null || break
+  sleep 1
+done
+E_KILLED=1
+if kill -0 $W2 2>/dev/null; then
+  "$C" node-kill n2 >>"$OUT/node.log" 2>&1
+  wait $W2 2>/dev/null || true
+  E_DOCS=$(docs_of_shard precompute-1)
+  log "E: node n2 killed while writing, its shard has $E_DOCS registered documents; resuming shard 1 on n5"
+  resume n5 1 "$OUT/w2-resume.json" & W2=$!
+  E_KILLED=0
+fi
+check "E writer node killed mid-run" $E_KILLED "n2 had registered >= 3 documents and was still writing"
+W1RC=0; wait $W1 || W1RC=$?
 W2RC=0; wait $W2 || W2RC=$?
-check "writers finished" $((W1RC + W2RC)) "n1 resume exit $W1RC, n2 exit $W2RC"
+check "writers finished" $((W1RC + W2RC)) "shard 0 exit $W1RC (after A), shard 1 exit $W2RC (after E, on n5)"
 touch "$GCSTOP"; wait $GCL || true; rm -f "$GCSTOP"
 
 # What the writers acknowledged: every registered document's blocks, with their bytes.
