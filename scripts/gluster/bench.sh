@@ -12,12 +12,7 @@
 #    the mount allows it), measured right before.
 # Prints a markdown table and writes DIR/bench.json.
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
-C=$REPO/scripts/gluster/cluster.sh
-UCM=$REPO/build/bin/ucm
-READER=$REPO/build/bin/ucm_shard_reader
-MODEL=${UCM_MODEL_DIR:-$REPO/models/SmolLM2-135M-Instruct}
-DOCS_DIR=/usr/share/doc/python3.11/html/_sources/library
+. "$(dirname "$0")/common.sh"
 OUT=/tmp/ucm-gluster-bench-$(date +%Y%m%d-%H%M%S)
 BLOCKS=1024
 NDOCS=8
@@ -32,24 +27,18 @@ while (($#)); do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[[ $(id -u) == 0 ]] || { echo "needs root" >&2; exit 1; }
+need_root_and_build
 mkdir -p "$OUT/corpus"
-log() { echo "[$(date +%T)] $*" >&2; }
 "$C" down >/dev/null 2>&1 || true
 "$C" up --nodes 4 >"$OUT/cluster-up.log" 2>&1
 trap '"$C" down >/dev/null 2>&1 || true' EXIT
-on() { local n=$1; shift; "$C" exec "$n" -- "$@"; }
-mnt() { "$C" mnt "$1"; }
 
 log "ucm bench store on n1's mount ($BLOCKS blocks)"
 on n1 "$UCM" bench store --store "$(mnt n1)" --blocks "$BLOCKS" --lookup-blocks 0 --deep-queue-depth 0 \
   --buffered-threads 0 --json >"$OUT/bench_store.json" 2>"$OUT/bench_store.err" || {
   echo "ucm bench store failed:"; tail -5 "$OUT/bench_store.err"; }
 
-for f in $(cd "$DOCS_DIR" && ls | sort); do
-  s=$(stat -c %s "$DOCS_DIR/$f")
-  if ((s >= 6000 && s <= 12000)) && (($(ls "$OUT/corpus" | wc -l) < NDOCS)); then cp "$DOCS_DIR/$f" "$OUT/corpus/"; fi
-done
+pick_corpus "$OUT/corpus" "$NDOCS" 6000 12000
 log "precompute $(ls "$OUT/corpus" | wc -l) documents into a sharded store on the volume"
 UCM_SHARD=n1 on n1 "$UCM" precompute --model "$MODEL" --corpus "$OUT/corpus" --template "$REPO/configs/template_chat.txt" \
   --store "$(mnt n1)/store" --max-doc-tokens 2048 --batch-tokens 2048 --json >"$OUT/precompute.json" 2>"$OUT/precompute.err"

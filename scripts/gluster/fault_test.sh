@@ -28,12 +28,7 @@
 #     failed loads are NOT_FOUND);
 #   * the gc lease is taken over after the holder's SIGKILL; `ucm inspect --verify` exits 0.
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
-C=$REPO/scripts/gluster/cluster.sh
-UCM=$REPO/build/bin/ucm
-READER=$REPO/build/bin/ucm_shard_reader
-MODEL=${UCM_MODEL_DIR:-$REPO/models/SmolLM2-135M-Instruct}
-DOCS_DIR=/usr/share/doc/python3.11/html/_sources/library
+. "$(dirname "$0")/common.sh"
 OUT=/tmp/ucm-fault-$(date +%Y%m%d-%H%M%S)
 NDOCS=16
 KEEP=0
@@ -46,32 +41,23 @@ while (($#)); do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[[ $(id -u) == 0 ]] || { echo "needs root (network namespaces, FUSE mounts)" >&2; exit 1; }
-for f in "$UCM" "$READER" "$MODEL/config.json"; do
-  [[ -e $f ]] || { echo "missing $f: run scripts/build.sh and scripts/fetch_model.py" >&2; exit 1; }
-done
-command -v glusterd >/dev/null || { echo "glusterfs-server is not installed (apt-get install glusterfs-server)" >&2; exit 1; }
+need_root_and_build
 mkdir -p "$OUT/corpus"
 FAILS=0
 check() {  # check NAME CONDITION-EXIT-STATUS DETAIL
   if [[ $2 == 0 ]]; then echo "PASS  $1  ($3)"; else echo "FAIL  $1  ($3)"; FAILS=$((FAILS + 1)); fi
   echo "$1 $2 $3" >>"$OUT/checks.txt"
 }
-log() { echo "[$(date +%T)] $*" >&2; }
 jget() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {'d': d}))" "$@"; }
 
 # Corpus: NDOCS python3.11-doc pages of 3-8 KB (sorted, deterministic), on local disk.
-for f in $(cd "$DOCS_DIR" && ls | sort); do
-  s=$(stat -c %s "$DOCS_DIR/$f")
-  if ((s >= 3000 && s <= 8000)) && (($(ls "$OUT/corpus" | wc -l) < NDOCS)); then cp "$DOCS_DIR/$f" "$OUT/corpus/"; fi
-done
+pick_corpus "$OUT/corpus" "$NDOCS" 3000 8000
 log "corpus: $(ls "$OUT/corpus" | wc -l) documents in $OUT/corpus"
 
 "$C" down >/dev/null 2>&1 || true
 "$C" up --nodes 5 --coherent >"$OUT/cluster-up.log" 2>&1
 [[ $KEEP == 1 ]] || trap '"$C" down --keep-logs "$OUT/gluster-logs" >/dev/null 2>&1 || true' EXIT
-store() { echo "$("$C" mnt "$1")/store"; }
-on() { local n=$1; shift; "$C" exec "$n" -- "$@"; }
+store() { echo "$(mnt "$1")/store"; }
 # In the background: `bg_on NODE CMD... &` runs CMD as the job itself (every level execs), so $!
 # is the real process and kill -9 $! kills it, not a wrapper.
 bg_on() { local n=$1; shift; exec "$C" exec "$n" -- "$@"; }
