@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -94,14 +93,8 @@ Status run_blend(const GenerateOptions& o, BlendReport* r) {
     return Status::NotFound("the store holds no namespace for this model and fingerprint: no chunks to blend");
   ucm_rope_params rope;
   UCM_RETURN_IF_ERROR(blend_rope(store, *in.model, &rope));
-  std::string question = o.prompt;
-  if (!o.prompt_file.empty()) {
-    std::ifstream f(o.prompt_file, std::ios::binary);
-    if (!f) return Status::InvalidArgument("cannot read prompt file " + o.prompt_file);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    question = ss.str();
-  }
+  std::string question;
+  UCM_RETURN_IF_ERROR(prompt_text(o.prompt, o.prompt_file, "question", &question));
   BlendPrompt bp;
   UCM_RETURN_IF_ERROR(make_blend_prompt(*in.tokenizer, store, o.docs, question, &bp));
   r->prompt_tokens = bp.ids.size();

@@ -21,6 +21,20 @@ namespace fs = std::filesystem;
 
 namespace detail {
 
+Status prompt_text(const std::string& prompt, const std::string& prompt_file, const char* what, std::string* out) {
+  *out = prompt;
+  if (!prompt_file.empty()) {
+    std::ifstream f(prompt_file, std::ios::binary);
+    if (!f) return Status::InvalidArgument("cannot read prompt file " + prompt_file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    *out = ss.str();
+  }
+  if (out->empty())
+    return Status::InvalidArgument(std::string("empty ") + what + ": pass --prompt TEXT or --prompt-file FILE");
+  return Status::OK();
+}
+
 Status load_inputs(const std::string& model_dir, const std::string& tokenizer_file, Inputs* in) {
   if (model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR");
   try {
@@ -67,15 +81,8 @@ using namespace detail;
 
 Status run_generate(const GenerateOptions& o, GenerateReport* r) {
   *r = GenerateReport{};
-  std::string prompt = o.prompt;
-  if (!o.prompt_file.empty()) {
-    std::ifstream f(o.prompt_file, std::ios::binary);
-    if (!f) return Status::InvalidArgument("cannot read prompt file " + o.prompt_file);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    prompt = ss.str();
-  }
-  if (prompt.empty()) return Status::InvalidArgument("empty prompt: pass --prompt TEXT or --prompt-file FILE");
+  std::string prompt;
+  UCM_RETURN_IF_ERROR(prompt_text(o.prompt, o.prompt_file, "prompt", &prompt));
   if (o.no_cache && o.save) return Status::InvalidArgument("--save needs the store: it cannot go with --no-cache");
   if (!o.sparse.empty() && o.store.empty())
     return Status::InvalidArgument("--sparse needs --store (the block representations come from it)");

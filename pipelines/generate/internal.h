@@ -30,5 +30,8 @@ torch::ScalarType torch_dtype_of(DType d);
 /// Token ids of the prompt with the template applied (as precompute applies it to documents).
 /// Throws on an unreadable template or invalid UTF-8.
 std::vector<int32_t> prompt_ids(const tok::Tokenizer& t, const std::string& template_file, const std::string& prompt);
+/// The prompt text of --prompt, or of --prompt-file when given. InvalidArgument: the file cannot
+/// be read, or the result is empty (`what` names the text in the message: "prompt", "question").
+Status prompt_text(const std::string& prompt, const std::string& prompt_file, const char* what, std::string* out);
 
 }  // namespace ucm::generate::detail
