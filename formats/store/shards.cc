@@ -36,6 +36,10 @@ std::string upgrade_hint(const std::string& store) {
 }
 }  // namespace
 
+bool interrupted_upgrade(const Status& s) {
+  return s.code() == Code::kInvalidArgument && s.message().find(" --to-sharded` left it so") != std::string::npos;
+}
+
 Status check_shard_name(const std::string& name) {
   const bool ok = !name.empty() && name.size() <= 64 && name[0] != '.' &&
                   std::all_of(name.begin(), name.end(), name_char);

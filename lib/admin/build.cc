@@ -27,7 +27,7 @@ Status build(const std::string& path, const BuildOptions& opts, BuildReport* rep
     // Sharded stores (store_v1.md §11).
     fmt::RootKind k;
     Status ks = fmt::root_kind(path, &k);
-    if (!ks.ok() && ks.message().find("--to-sharded") != std::string::npos) return ks;
+    if (fmt::interrupted_upgrade(ks)) return ks;
     const bool root = ks.ok() && k == fmt::RootKind::kSharded;
     if (root && opts.rebuild_index)
       return Status::InvalidArgument(path + " is a sharded store: rebuild the index of one shard, `ucm build " + path +

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "gc_lease.h"
@@ -75,6 +76,12 @@ bool retire_if_empty(const std::string& root, const std::string& name,
   if (!ReaderView::Open(p, &v).ok()) return false;
   std::vector<NsInfo> nss;
   if (!load_namespaces(v->index(), &nss).ok()) return false;
+  std::set<NamespaceId> elsewhere;  // namespaces the other shards register
+  for (const auto& [m, o] : others) {
+    std::vector<NsInfo> theirs;
+    if (m != name && o && load_namespaces(o->index(), &theirs).ok())
+      for (const auto& t : theirs) elsewhere.insert(t.id);
+  }
   for (const auto& n : nss) {
     if (n.value.blocks) return false;
     bool docs = false;
@@ -83,14 +90,7 @@ bool retire_if_empty(const std::string& root, const std::string& name,
           return false;
         }).ok() || docs)
       return false;
-    bool elsewhere = false;
-    for (const auto& [m, o] : others) {
-      if (m == name || !o) continue;
-      std::vector<NsInfo> theirs;
-      if (!load_namespaces(o->index(), &theirs).ok()) continue;
-      for (const auto& t : theirs) elsewhere |= t.id == n.id;
-    }
-    if (!elsewhere) return false;
+    if (!elsewhere.count(n.id)) return false;
   }
   v.reset();
   const std::string to = fmt::shards_dir(root) + "/.retired-" + name + "-" + std::to_string(fmt::now_ms());

@@ -19,9 +19,6 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-/// kSharded / kSingle, or the error (not a store, an interrupted upgrade, ...).
-Status kind_of(const std::string& path, fmt::RootKind* k) { return fmt::root_kind(path, k); }
-
 Status inspect_sharded(const std::string& root, const InspectOptions& opts, InspectReport* rep) {
   *rep = InspectReport();
   rep->path = root;
@@ -188,9 +185,9 @@ Status migrate_sharded(const std::string& root, const std::string& dst, const Mi
 
 Status inspect(const std::string& path, const InspectOptions& opts, InspectReport* rep) {
   fmt::RootKind k;
-  Status st = kind_of(path, &k);
+  Status st = fmt::root_kind(path, &k);
   if (st.ok() && k == fmt::RootKind::kSharded) return inspect_sharded(path, opts, rep);
-  if (!st.ok() && st.message().find("--to-sharded") != std::string::npos) return st;
+  if (fmt::interrupted_upgrade(st)) return st;
   return inspect_single(path, opts, rep);
 }
 
@@ -201,8 +198,8 @@ Status migrate(const std::string& src, const std::string& dst, const MigrateOpti
     return upgrade_to_sharded(src, opts.shard_name, rep);
   }
   fmt::RootKind k;
-  Status st = kind_of(src, &k);
-  if (!st.ok() && st.message().find("--to-sharded") != std::string::npos) return st;
+  Status st = fmt::root_kind(src, &k);
+  if (fmt::interrupted_upgrade(st)) return st;
   if (st.ok() && k == fmt::RootKind::kSharded) {
     if (opts.upgrade)
       return Status::InvalidArgument(src + " is a sharded store: its shards are upgraded one by one with `ucm migrate " +
@@ -214,9 +211,9 @@ Status migrate(const std::string& src, const std::string& dst, const MigrateOpti
 
 Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
   fmt::RootKind k;
-  Status st = kind_of(path, &k);
+  Status st = fmt::root_kind(path, &k);
   if (st.ok() && k == fmt::RootKind::kSharded) return gc_sharded(path, opts, rep);
-  if (!st.ok() && st.message().find("--to-sharded") != std::string::npos) return st;
+  if (fmt::interrupted_upgrade(st)) return st;
   return gc_single(path, opts, rep);
 }
 
@@ -228,7 +225,7 @@ Status upgrade_to_sharded(const std::string& path, const std::string& shard_name
   fmt::RootKind k;
   fmt::Superblock sb;
   st = fmt::root_kind(path, &k, &sb);
-  const bool resuming = !st.ok() && st.message().find("--to-sharded") != std::string::npos;
+  const bool resuming = fmt::interrupted_upgrade(st);
   if (!st.ok() && !resuming) return st;
   if (st.ok() && k == fmt::RootKind::kSharded) {
     rep->message = "store " + path + " is already sharded; nothing to do";
@@ -266,7 +263,6 @@ Status upgrade_to_sharded(const std::string& path, const std::string& shard_name
       if (::mkdir(staging.c_str(), 0755) != 0) return Status::FromErrno(errno, "create " + staging);
     }
   }
-  uint64_t moved = 0;
   if (!staging.empty()) {
     // Every entry but UCMSTORE, shards/, LOCK and gc/ (renames in one file system); UCMSTORE last.
     std::vector<std::string> entries;
@@ -276,7 +272,6 @@ Status upgrade_to_sharded(const std::string& path, const std::string& shard_name
       if (n == "UCMSTORE" || n == "shards" || n == "LOCK" || n == "gc") continue;
       if (::rename((path + "/" + n).c_str(), (staging + "/" + n).c_str()) != 0)
         return Status::FromErrno(errno, "move " + path + "/" + n + " into " + staging);
-      ++moved;
     }
     st = fmt::fsync_dir(staging);
     if (st.ok()) st = fmt::fsync_dir(path);
@@ -306,7 +301,6 @@ Status upgrade_to_sharded(const std::string& path, const std::string& shard_name
   rep->message = "store " + path + " is now sharded (format version 3): its blocks are shard '" + name + "' (" +
                  final_dir + ")" + (resuming ? "; an interrupted upgrade was finished" : "") +
                  "; writers on other machines get shards of their own";
-  (void)moved;
   return Status::OK();
 }
 

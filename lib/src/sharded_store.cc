@@ -213,14 +213,11 @@ void ShardedStore::presence(const ShardList& l, const NamespaceId& ns, const Blo
 Status ShardedStore::lookup(const NamespaceId& ns, const BlockHash* hashes, size_t n, uint8_t* present,
                             size_t* prefix_blocks) {
   if (n && !hashes) return Status::InvalidArgument("lookup: hashes is null with n > 0");
-  auto l = snapshot();
-  std::vector<uint8_t> tmp(n), any(n, 0);
-  for (const auto& sh : *l) {
-    if (away(*sh)) continue;
-    size_t p = 0;
-    if (!sh->store->lookup(ns, hashes, n, tmp.data(), &p).ok()) continue;
-    for (size_t i = 0; i < n; ++i) any[i] |= tmp[i];
-  }
+  std::vector<std::vector<uint8_t>> per_shard;
+  presence(*snapshot(), ns, hashes, n, &per_shard);
+  std::vector<uint8_t> any(n, 0);
+  for (const auto& p : per_shard)
+    for (size_t i = 0; i < n; ++i) any[i] |= p[i];
   size_t prefix = 0;
   while (prefix < n && any[prefix]) ++prefix;
   if (present) std::copy(any.begin(), any.end(), present);

@@ -315,7 +315,7 @@ Status Store::Open(const std::string& path, const OpenOptions& opts, std::unique
       rk = fmt::root_kind(p, &kind);
       // Other errors are reported by the single-store open below, which knows the details.
       if (rk.ok()) sharded = kind == fmt::RootKind::kSharded;
-      else if (rk.message().find("--to-sharded") != std::string::npos) return rk;
+      else if (fmt::interrupted_upgrade(rk)) return rk;
     }
     if (sharded) {
       auto ss = std::make_unique<detail::ShardedStore>(p, opts);

@@ -35,6 +35,9 @@ enum class RootKind {
 /// InvalidArgument naming `ucm migrate STORE --to-sharded` for an interrupted upgrade (§11.4):
 /// a version-2 superblock beside a shards/ directory, or shards/ without any superblock.
 Status root_kind(const std::string& store, RootKind* kind, Superblock* sb = nullptr);
+/// True when `s` is root_kind's refusal of an interrupted upgrade (every open and command refuses
+/// that state with this error; only the upgrade itself goes on).
+bool interrupted_upgrade(const Status& s);
 
 /// The registered shards of a sharded root (§11: shards/<name>/UCMSTORE exists), sorted by
 /// name. IOError when shards/ cannot be listed (the file system went away).
