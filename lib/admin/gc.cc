@@ -12,6 +12,7 @@
 #include "gc_run.h"
 #include "ucm/core/document.h"
 #include "ucm/core/fptable_file.h"
+#include "ucm/core/log.h"
 
 namespace ucm::admin {
 namespace gcrun {
@@ -119,10 +120,28 @@ Status GcRun::finish() {
   if (!st.ok()) return st;
   delete_unreferenced_files();
   housekeeping();
+  update_fptable();
   // 11. Journal entries more than journal_keep changes old (after this run's own removals).
   st = trim_journal(path, *idx_, opts.journal_keep, false, &rep->journal_trimmed);
   if (!st.ok()) return st;
   return final_counters();
+}
+
+void GcRun::update_fptable() {
+  // 10b. The fingerprint table brought up to this run's removals (fptable.md §3), in bounded
+  // memory, so that the next open maps it and replays nothing. Derived data: a failure here is
+  // reported and costs the next open a replay or a rebuild, nothing more.
+  if (!opts.update_fptable) return;
+  uint64_t replayed = 0;
+  const Status s = fptable_update_file(path, *idx_, &replayed);
+  rep->fptable_replayed += replayed;
+  if (s.ok()) {
+    rep->fptable_updated = true;
+    return;
+  }
+  rep->fptable_skipped = s.message();
+  if (s.code() != Code::kNotFound)
+    log().warn("gc {}: fingerprint table {} not brought up to date: {}", path, fmt::fptable_path(path), s.message());
 }
 
 Status GcRun::open() {

@@ -106,6 +106,7 @@ class GcRun {
   Status unlink_retired();       // 8. retired files past the grace period
   void delete_unreferenced_files();  // 9. files no index entry knows
   void housekeeping();           // 10. stale reader dirs, tmp/ leftovers
+  void update_fptable();         // 10b. STORE/fptable brought up to the index (opts.update_fptable)
   Status final_counters();       //     blocks_after, bytes_after
 
   bool in_filter(const NamespaceId& ns) const { return !filter || filter->id == ns; }

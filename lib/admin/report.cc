@@ -276,6 +276,9 @@ std::string GcReport::to_json() const {
   j["access_logs_deleted"] = access_logs_deleted;
   j["stale_dirs_removed"] = stale_dirs_removed;
   j["journal_trimmed"] = journal_trimmed;
+  j["fptable_updated"] = fptable_updated;
+  j["fptable_replayed"] = fptable_replayed;
+  if (!fptable_skipped.empty()) j["fptable_skipped"] = fptable_skipped;
   j["documents_removed"] = documents_removed;
   j["documents_removed_ids"] = documents_removed_ids;
   j["blocks_after"] = blocks_after;
@@ -316,6 +319,11 @@ std::string GcReport::to_text() const {
   o << "housekeeping     " << access_logs_merged << " access logs merged, " << access_logs_deleted
     << " deleted; " << stale_dirs_removed << " stale dirs/files removed; "
     << journal_trimmed << " journal entries " << (dry_run ? "to trim" : "trimmed") << "\n";
+  if (!dry_run && (fptable_updated || !fptable_skipped.empty()))
+    o << "fingerprints     "
+      << (fptable_updated ? "table brought up to date (" + std::to_string(fptable_replayed) + " journal entries)"
+                          : "table not updated: " + fptable_skipped + " (the next open replays or rebuilds it)")
+      << "\n";
   o << "after            " << blocks_after << " blocks, " << format_bytes(bytes_after) << "\n";
   if (sharded) {
     o << "lease            held as " << lease_holder

@@ -6,6 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -154,6 +157,140 @@ Status fptable_save(const std::string& store, const uint64_t* slots, size_t capa
   if (s.ok() && ::rename(tmp.c_str(), fmt::fptable_path(store).c_str()) != 0)
     s = Status::FromErrno(errno, "rename " + tmp + " to " + fmt::fptable_path(store));
   if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return fmt::fsync_dir(store);
+}
+
+namespace {
+
+/// XXH3-64 of the `len` bytes of fd from `off`, read sequentially through a 1 MiB buffer.
+Status checksum_range(int fd, uint64_t off, uint64_t len, const std::string& where, uint64_t* out) {
+  XXH3_state_t* st = XXH3_createState();
+  if (!st) return Status::Internal("out of memory checksumming " + where);
+  XXH3_64bits_reset(st);
+  std::vector<uint8_t> buf(1u << 20);
+  Status s;
+  for (uint64_t done = 0; done < len && s.ok();) {
+    const size_t want = size_t(std::min<uint64_t>(buf.size(), len - done));
+    size_t got = 0;
+    s = fmt::pread_full(fd, buf.data(), want, off + done, &got, where);
+    if (s.ok() && got != want) s = Status::Corruption("corrupt: " + where + " is shorter than its header says");
+    if (s.ok()) XXH3_64bits_update(st, buf.data(), want);
+    done += want;
+  }
+  *out = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return s;
+}
+
+}  // namespace
+
+Status fptable_update_file(const std::string& store, Index& ix, uint64_t* replayed) {
+  *replayed = 0;
+  std::string identity;
+  Status s = ix.identity(&identity);
+  if (!s.ok()) return s;
+  const std::string path = fmt::fptable_path(store);
+  const int in = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return errno == ENOENT ? Status::NotFound("missing") : Status::FromErrno(errno, "open " + path);
+  struct stat st;
+  if (::fstat(in, &st) != 0) {
+    const int e = errno;
+    ::close(in);
+    return Status::FromErrno(e, "stat " + path);
+  }
+  const uint64_t size = uint64_t(st.st_size);
+  s = fmt::make_dirs(fmt::tmp_dir(store));
+  const std::string tmp = fmt::tmp_dir(store) + "/fptable." + process_unique_name();
+  const int fd = s.ok() ? ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
+  if (s.ok() && fd < 0) s = Status::FromErrno(errno, "create " + tmp);
+  // 1. Copy (in the kernel: the bytes never enter this process).
+  for (uint64_t done = 0; s.ok() && done < size;) {
+    const ssize_t n = ::copy_file_range(in, nullptr, fd, nullptr, size_t(size - done), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) s = n < 0 ? Status::FromErrno(errno, "copy " + path + " to " + tmp) : Status::IOError(path + " shrank while copied");
+    else done += uint64_t(n);
+  }
+  ::close(in);
+  void* m = MAP_FAILED;
+  auto fail = [&](Status e) {
+    if (m != MAP_FAILED) ::munmap(m, size);
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    return e;
+  };
+  if (!s.ok()) return fail(s);
+  // 2. The checks of fptable_load, on the copy.
+  std::vector<uint8_t> head(fmt::kFpTableHeaderBytes);
+  size_t got = 0;
+  s = fmt::pread_full(fd, head.data(), std::min<uint64_t>(head.size(), size), 0, &got, tmp);
+  fmt::FpTableHeader h;
+  if (s.ok()) s = fmt::decode_fptable_header(head.data(), size, &h);
+  if (!s.ok()) return fail(s);
+  uint64_t sum = 0;
+  s = checksum_range(fd, fmt::kFpTableHeaderBytes, 8 * h.capacity, tmp, &sum);
+  if (!s.ok()) return fail(s);
+  if (sum != h.slots_checksum) return fail(Status::Corruption("corrupt: slots checksum mismatch"));
+  if (h.index_identity != identity) return fail(Status::Corruption("stale: written for another index"));
+  if (h.journal_seq > ix.journal_seq())
+    return fail(Status::Corruption("stale: reflects journal sequence " + std::to_string(h.journal_seq) +
+                                   ", newer than the index's " + std::to_string(ix.journal_seq())));
+  // 3. Replay into a shared mapping of the copy. Every slot touched is a page of the page cache;
+  // MADV_DONTNEED every kBatch entries takes them out of this process (a shared file mapping's
+  // dirty pages stay dirty in the page cache), so its RSS stays within kBatch pages.
+  m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) return fail(Status::FromErrno(errno, "map " + tmp));
+  ::madvise(m, size, MADV_RANDOM);
+  auto* slots = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(m) + fmt::kFpTableHeaderBytes);
+  FpTable t = FpTable::Adopt(nullptr, 0, slots, h.capacity, h.count);  // the mapping stays ours
+  constexpr uint64_t kBatch = 4096;
+  uint64_t at = h.journal_seq;
+  bool gap = false, full = false;
+  s = ix.for_each_journal(at, [&](uint64_t q, const fmt::JournalEntry& e) {
+    if (q != at + 1) {
+      gap = true;
+      return false;
+    }
+    const uint64_t fp = fmt::block_fingerprint(e.ns, e.hash);
+    if (e.op == fmt::JournalOp::kAdd) {
+      if (2 * (t.size() + 1) > t.capacity()) {
+        full = true;
+        return false;
+      }
+      t.insert(fp);
+    } else {
+      t.erase(fp);
+    }
+    at = q;
+    if (++*replayed % kBatch == 0) ::madvise(m, size, MADV_DONTNEED);
+    return true;
+  });
+  if (!s.ok()) return fail(s);
+  if (!gap && ix.journal_seq() > at) gap = true;
+  if (gap)
+    return fail(Status::Corruption("stale: the journal no longer holds the entries after sequence " +
+                                   std::to_string(at)));
+  if (full) return fail(Status::NotSupported("full: the journal's additions would fill the table past half its slots"));
+  const uint64_t count = t.size();
+  t = FpTable(0);
+  if (::munmap(m, size) != 0) return fail(Status::FromErrno(errno, "unmap " + tmp));
+  m = MAP_FAILED;
+  // 4. New header: checksum of the slots as written, read back sequentially.
+  s = checksum_range(fd, fmt::kFpTableHeaderBytes, 8 * h.capacity, tmp, &sum);
+  if (!s.ok()) return fail(s);
+  h.count = count;
+  h.journal_seq = at;
+  h.created_ms = fmt::now_ms();
+  h.slots_checksum = sum;
+  fmt::encode_fptable_header(h, head.data());
+  s = fmt::pwrite_full(fd, head.data(), head.size(), 0, tmp);
+  if (s.ok() && ::fdatasync(fd) != 0) s = Status::FromErrno(errno, "fdatasync " + tmp);
+  if (!s.ok()) return fail(s);
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = Status::FromErrno(errno, "rename " + tmp + " to " + path);
     ::unlink(tmp.c_str());
     return s;
   }

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "ucm/admin.h"
 #include "ucm/core/fptable.h"
 #include "ucm/core/fptable_file.h"
@@ -248,6 +250,7 @@ TEST_F(FpTableFile, GcKeepsTheJournalEntriesTheTableHasNotSeen) {
   admin::GcOptions o;
   o.grace_ms = 0;
   o.journal_keep = 2;
+  o.update_fptable = false;  // the table stays at 50: what gc keeps for it
   admin::GcReport rep;
   ASSERT_TRUE(admin::gc(path, o, &rep).ok());
   EXPECT_EQ(rep.journal_trimmed, 50u);  // 1..50; 51..60 stay for the table of sequence 50
@@ -260,4 +263,74 @@ TEST_F(FpTableFile, GcKeepsTheJournalEntriesTheTableHasNotSeen) {
   fs::remove(table());
   ASSERT_TRUE(admin::gc(path, o, &rep).ok());
   EXPECT_EQ(rep.journal_trimmed, 7u);  // 51..57 (< 60 - 2)
+}
+
+TEST_F(FpTableFile, GcBringsTheTableUpToDateSoTheNextOpenReplaysNothing) {
+  const std::string old = read_all(table());  // sequence 50
+  auto b = chain(ns, 10, 5);
+  {
+    auto w = open_store(path, true);
+    dump(w.get(), ns, b);  // 51..60
+  }
+  write_all(table(), old);  // the table has not seen 51..60
+  // Evict three quarters of the bytes: removals 61.. in the journal.
+  admin::GcOptions o;
+  o.grace_ms = 0;
+  o.journal_keep = 2;
+  admin::GcReport rep;
+  o.dry_run = true;
+  ASSERT_TRUE(admin::gc(path, o, &rep).ok());
+  o.dry_run = false;
+  o.max_bytes = rep.bytes_before / 4;  // the oldest blocks go: a's, from its tail
+  ASSERT_TRUE(admin::gc(path, o, &rep).ok());
+  ASSERT_GT(rep.evicted_blocks, 0u);
+  EXPECT_TRUE(rep.fptable_updated) << rep.fptable_skipped;
+  EXPECT_EQ(rep.fptable_replayed, 10u + rep.evicted_blocks);  // the writer's 10 adds, then gc's removals
+  EXPECT_EQ(nlohmann::json::parse(rep.to_json())["fptable_updated"], true);
+  // The table is at the index's sequence now, so gc trimmed down to keep.
+  std::unique_ptr<Index> ix;
+  ASSERT_TRUE(Index::OpenPrimary(fmt::index_dir(path), false, &ix).ok());
+  const uint64_t last = ix->journal_seq();
+  std::string identity;
+  ASSERT_TRUE(ix->identity(&identity).ok());
+  ix.reset();
+  uint64_t seq = 0;
+  ASSERT_TRUE(fptable_file_seq(path, identity, &seq).ok());
+  EXPECT_EQ(seq, last);
+  EXPECT_EQ(rep.journal_trimmed, last - 2 - 1);  // 1 .. last - 3 (< last - keep)
+  // The next open maps it and replays nothing, with the right answers.
+  auto r = open_store(path, false);
+  EXPECT_EQ(metric(r.get(), "ucm_fptable_loaded"), 1u);
+  EXPECT_EQ(metric(r.get(), "ucm_fptable_replayed"), 0u);
+  const size_t kept_a = present(r.get(), ns, a), kept_b = present(r.get(), ns, b);
+  EXPECT_EQ(kept_a + kept_b, rep.blocks_after);
+  EXPECT_EQ(kept_a + kept_b, 60u - rep.evicted_blocks);
+  // The same answers as a table rebuilt from the index.
+  r.reset();
+  fs::remove(table());
+  r = open_store(path, false);
+  EXPECT_EQ(metric(r.get(), "ucm_fptable_loaded"), 0u);
+  EXPECT_EQ(present(r.get(), ns, a), kept_a);
+  EXPECT_EQ(present(r.get(), ns, b), kept_b);
+}
+
+TEST_F(FpTableFile, GcLeavesACorruptTableAloneAndTheNextOpenRebuildsIt) {
+  std::string bytes = read_all(table());
+  bytes[fmt::kFpTableHeaderBytes + 8] ^= 0x40;  // a slot
+  write_all(table(), bytes);
+  admin::GcOptions o;
+  o.grace_ms = 0;
+  o.max_bytes = 0;  // evict all of a
+  admin::GcReport rep;
+  ASSERT_TRUE(admin::gc(path, o, &rep).ok());
+  EXPECT_EQ(rep.evicted_blocks, 50u);
+  EXPECT_FALSE(rep.fptable_updated);
+  EXPECT_NE(rep.fptable_skipped.find("checksum"), std::string::npos) << rep.fptable_skipped;
+  EXPECT_NE(rep.to_text().find("table not updated"), std::string::npos) << rep.to_text();
+  EXPECT_EQ(read_all(table()), bytes);  // nothing replaced
+  for (const auto& e : fs::directory_iterator(fmt::tmp_dir(path)))
+    EXPECT_EQ(e.path().filename().string().rfind("fptable.", 0), std::string::npos) << e.path();  // no copy left
+  auto r = open_store(path, false);
+  EXPECT_EQ(metric(r.get(), "ucm_fptable_loaded"), 0u);
+  EXPECT_EQ(present(r.get(), ns, a), 0u);
 }

@@ -170,6 +170,10 @@ struct GcOptions {
   /// are deleted. A read-only handle more than this many block changes behind rescans the
   /// block index (O(blocks)) instead of replaying. Tests use small values.
   uint64_t journal_keep = 1000000;
+  /// Bring the fingerprint table STORE/fptable up to the index at the end of the run
+  /// (formats/store/fptable.md §3), so that the next open replays none of this run's removals.
+  /// Memory: a few MiB whatever the table's size (a copy in STORE/tmp/, mapped in batches).
+  bool update_fptable = true;
   /// Memory for gc's per-block state (a scratch database in STORE/tmp: write buffers and block
   /// cache); the rest of it is on disk, so gc's memory does not grow with the store (docs/cli.md).
   uint64_t memory_budget = 64ull << 20;
@@ -198,6 +202,9 @@ struct GcReport {
   uint64_t tails_truncated = 0, tail_bytes_truncated = 0;
   uint64_t access_logs_merged = 0, access_logs_deleted = 0, stale_dirs_removed = 0;
   uint64_t journal_trimmed = 0;            ///< journal entries deleted (dry run: would delete)
+  bool fptable_updated = false;            ///< STORE/fptable brought up to the index (update_fptable)
+  uint64_t fptable_replayed = 0;           ///< journal entries replayed into it
+  std::string fptable_skipped;             ///< why it was not ("missing", "stale: ...", ...); "" if updated
   /// Blocks whose parent another shard holds, walked as chain starts (sharded stores)
   uint64_t foreign_roots = 0;
   /// Sharded stores (store_v1.md §11.3): the counters above are totals over the shards gc held;

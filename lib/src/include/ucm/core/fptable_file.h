@@ -29,6 +29,18 @@ Status fptable_file_seq(const std::string& store, const std::string& identity, u
 Status fptable_save(const std::string& store, const uint64_t* slots, size_t capacity, size_t count, uint64_t seq,
                     const std::string& identity);
 
+/// Brings STORE/fptable up to the index's journal sequence in memory bounded by a few MiB,
+/// whatever the table's size (fptable.md §3, "gc"): copies the file to STORE/tmp/ (in the page
+/// cache, not this process), checks it as fptable_load does, maps the copy shared and replays the
+/// journal entries after its journal_seq into it, dropping the touched pages from this process
+/// every 4,096 entries, checksums the slots with sequential reads and renames the copy over
+/// STORE/fptable. For a primary index (the caller holds the writer lock), typically gc after
+/// removing many blocks: the next open then maps the table and replays nothing. *replayed: the
+/// entries replayed. NotFound / Corruption with the reason (missing, corrupt, stale) when the
+/// table cannot be brought up to date, or when the entries would grow the table past half
+/// its slots (NotSupported, "full: ..."). On any error nothing is replaced: the next open replays or rebuilds as before.
+Status fptable_update_file(const std::string& store, Index& ix, uint64_t* replayed);
+
 /// What fptable_open did.
 struct FpTableOpenInfo {
   bool loaded = false;      ///< the file was used (then replayed)
