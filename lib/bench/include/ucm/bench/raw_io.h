@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "ucm/status.h"
 
@@ -34,17 +35,25 @@ Status raw_seq_write(const std::string& path, uint64_t block_bytes, uint64_t blo
                      uint32_t queue_depth, const RawIoEngine& engine, RawIoResult* out,
                      std::string* engine_used);
 
-/// Reads `reads` blocks of block_bytes at uniformly random block-aligned offsets (offset =
-/// k * block_bytes, k in [0, file_size / block_bytes)) of the existing file `path`, O_DIRECT,
-/// `queue_depth` in flight. `seed` makes the offsets reproducible.
+/// The offsets of `reads` random reads of whole blocks from a file of `nblocks` blocks: every
+/// block once in a random order (a permutation seeded by `seed`), then again in a new order if
+/// reads > nblocks. Distinct blocks, as a load of distinct blocks reads them: a repeated offset
+/// could be served by the page cache (buffered) or the host's cache and overstate the disk.
+std::vector<uint64_t> distinct_block_offsets(uint64_t nblocks, uint64_t reads, uint64_t block_bytes, uint64_t seed);
+
+/// Reads `reads` blocks of block_bytes at random block-aligned offsets (offset = k *
+/// block_bytes, k in [0, file_size / block_bytes), from distinct_block_offsets) of the existing
+/// file `path`, O_DIRECT, `queue_depth` in flight. `seed` makes the offsets reproducible.
 Status raw_rand_read(const std::string& path, uint64_t block_bytes, uint64_t reads,
                      uint32_t queue_depth, uint64_t seed, const RawIoEngine& engine,
                      RawIoResult* out, std::string* engine_used);
 
 /// The same reads through the page cache: the file's cached pages are dropped first
-/// (posix_fadvise DONTNEED), then `threads` threads pread blocks of block_bytes at random
-/// block-aligned offsets (each thread takes the next offset of one shared plan).
+/// (posix_fadvise DONTNEED), then `threads` threads pread blocks of block_bytes at the offsets of
+/// distinct_block_offsets (each thread takes the next offset of one shared plan). readahead
+/// false: posix_fadvise(POSIX_FADV_RANDOM) first, so the kernel reads only the requested pages;
+/// true: the kernel's default readahead (read_ahead_kb of the device), as UCM's PosixStore reads.
 Status raw_rand_read_buffered(const std::string& path, uint64_t block_bytes, uint64_t reads, uint32_t threads,
-                              uint64_t seed, RawIoResult* out);
+                              bool readahead, uint64_t seed, RawIoResult* out);
 
 }  // namespace ucm::bench

@@ -80,7 +80,9 @@ struct StoreBenchReport {
   uint32_t queue_depth = 0, io_threads = 0, batch = 0, inflight = 0;
   std::string raw_engine;        ///< "io_uring" or "threads"
   Figure raw_seq_write, raw_rand_read;
-  Figure raw_rand_read_deep, raw_rand_read_buffered;  ///< O_DIRECT at deep_queue_depth; buffered threads
+  Figure raw_rand_read_deep;              ///< O_DIRECT at deep_queue_depth
+  Figure raw_rand_read_buffered;          ///< buffered from buffered_threads threads, readahead off
+  Figure raw_rand_read_buffered_readahead;  ///< the same with the kernel's default readahead
   uint32_t deep_queue_depth = 0, buffered_threads = 0;
   Figure dump, load;
   Figure load_deep, load_buffered;  ///< loads in the modes of the two raw passes above
