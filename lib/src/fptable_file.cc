@@ -237,15 +237,16 @@ Status fptable_update_file(const std::string& store, Index& ix, uint64_t* replay
   if (h.journal_seq > ix.journal_seq())
     return fail(Status::Corruption("stale: reflects journal sequence " + std::to_string(h.journal_seq) +
                                    ", newer than the index's " + std::to_string(ix.journal_seq())));
-  // 3. Replay into a shared mapping of the copy. Every slot touched is a page of the page cache;
-  // MADV_DONTNEED every kBatch entries takes them out of this process (a shared file mapping's
-  // dirty pages stay dirty in the page cache), so its RSS stays within kBatch pages.
+  // 3. Replay into a shared mapping of the copy. Every slot touched maps pages of the page cache
+  // into this process (a fault maps up to 16 pages around it: fault-around); MADV_DONTNEED every
+  // kBatch entries takes them out again (a shared file mapping's dirty pages stay dirty in the
+  // page cache), so the mapping adds at most kBatch x 64 KiB = 16 MiB to the RSS.
   m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (m == MAP_FAILED) return fail(Status::FromErrno(errno, "map " + tmp));
   ::madvise(m, size, MADV_RANDOM);
   auto* slots = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(m) + fmt::kFpTableHeaderBytes);
   FpTable t = FpTable::Adopt(nullptr, 0, slots, h.capacity, h.count);  // the mapping stays ours
-  constexpr uint64_t kBatch = 4096;
+  constexpr uint64_t kBatch = 256;
   uint64_t at = h.journal_seq;
   bool gap = false, full = false;
   s = ix.for_each_journal(at, [&](uint64_t q, const fmt::JournalEntry& e) {

@@ -33,7 +33,7 @@ Status fptable_save(const std::string& store, const uint64_t* slots, size_t capa
 /// whatever the table's size (fptable.md §3, "gc"): copies the file to STORE/tmp/ (in the page
 /// cache, not this process), checks it as fptable_load does, maps the copy shared and replays the
 /// journal entries after its journal_seq into it, dropping the touched pages from this process
-/// every 4,096 entries, checksums the slots with sequential reads and renames the copy over
+/// every 256 entries, checksums the slots with sequential reads and renames the copy over
 /// STORE/fptable. For a primary index (the caller holds the writer lock), typically gc after
 /// removing many blocks: the next open then maps the table and replays nothing. *replayed: the
 /// entries replayed. NotFound / Corruption with the reason (missing, corrupt, stale) when the
