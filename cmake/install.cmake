@@ -1,6 +1,6 @@
 # `cmake --install BUILD [--prefix P]`: libucm.so (with its SOVERSION), the C ABI headers
-# (ucm/ucm.h, ucm/retrieval.h, ucm/version.h), ucmConfig.cmake (find_package(ucm) -> ucm::ucm), ucm.pc, and the
-# `ucm` binary. The C++ API (ucm_core) is internal and not installed.
+# (ucm/ucm.h, ucm/retrieval.h, ucm/version.h), ucmConfig.cmake (find_package(ucm) -> ucm::ucm), ucm.pc, the
+# `ucm` binary and the `ucm-torch` binary it runs for its libtorch subcommands. The C++ API (ucm_core) is internal and not installed.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -36,4 +36,7 @@ install(CODE "
 ")
 if(TARGET ucm_cli)
   install(TARGETS ucm_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
+if(TARGET ucm_torch_cli)  # run by `ucm` for its libtorch subcommands (cmd/torch_commands.h)
+  install(TARGETS ucm_torch_cli RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/ucm)
 endif()

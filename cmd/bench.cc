@@ -1,6 +1,7 @@
 // cmd/bench.cc: `ucm bench store` and `ucm bench retrieval` parse arguments and call
 // ucm::bench::run_store_bench / run_retrieval_bench (lib/bench).
 #include "bench.h"
+#include "torch_commands.h"
 
 #include <memory>
 
@@ -28,6 +29,8 @@ CLI::App* setup_bench(CLI::App& app) {
 #endif
 #if UCM_CLI_HAVE_GENERATE
   setup_bench_generate(*bench);
+#else
+  add_torch_placeholders(*bench, "bench");  // run by ucm-torch, or not built
 #endif
   return bench;
 }

@@ -1,4 +1,5 @@
 // cmd/bench_generate.cc: `ucm bench generate` calls ucm::generate::bench_generate.
+#include "torch_commands.h"
 #include "bench_generate.h"
 
 #include <unistd.h>
@@ -51,10 +52,7 @@ void setup_bench_generate(CLI::App& bench) {
   a->o.model_dir = "models/SmolLM2-135M-Instruct";
   a->o.template_file = "configs/template_chat.txt";
   a->o.corpus_file = "/usr/share/doc/python3.11/html/_sources/library/functions.rst.txt";
-  CLI::App* c = bench.add_subcommand(
-      "generate",
-      "TTFT with the cache (lookup + load + prefill of the last block) against full recompute, for cached "
-      "prefixes of 1K, 4K and 8K tokens of a real document, in one run; target >= 20x at 8K");
+  CLI::App* c = bench.add_subcommand("generate", torch_description("bench", "generate"));
   c->add_option("--model", a->o.model_dir, "Model directory")->capture_default_str();
   c->add_option("--store", a->o.store, "Scratch store directory (default: a temporary one, removed after)");
   c->add_option("--document", a->o.corpus_file, "A document of at least the longest prefix in tokens")

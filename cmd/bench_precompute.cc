@@ -1,4 +1,5 @@
 // cmd/bench_precompute.cc: `ucm bench precompute` calls ucm::precompute::bench_precompute.
+#include "torch_commands.h"
 #include "bench_precompute.h"
 
 #include <memory>
@@ -24,10 +25,7 @@ void setup_bench_precompute(CLI::App& bench) {
   // 24 documents cut at 512 tokens: ~11K tokens in 3 batches of 4096 padded tokens (the pipeline
   // overlaps a batch's conversion, representations and dumps with the next batch's prefill).
   a->o.max_doc_tokens = 512;
-  CLI::App* c = bench.add_subcommand(
-      "precompute",
-      "Tokens/s of bare prefill (model forward only) and of full precompute (hashing, payloads, "
-      "representations, store dumps, registry) on the same documents and batches; ratio target >= 0.9");
+  CLI::App* c = bench.add_subcommand("precompute", torch_description("bench", "precompute"));
   c->add_option("--model", a->o.model_dir, "Model directory")->capture_default_str();
   c->add_option("--corpus", a->o.corpus, "Corpus (JSONL or directory)")->capture_default_str();
   c->add_option("--corpus-suffix", a->o.corpus_suffix, "Directory corpora: file-name suffix")->capture_default_str();

@@ -1,4 +1,5 @@
 // cmd/eval.cc: `ucm eval retrieval` parses arguments and calls ucm::generate::eval_retrieval.
+#include "torch_commands.h"
 #include "eval.h"
 
 #include <unistd.h>
@@ -33,7 +34,7 @@ bool split_list(const std::string& s, std::vector<T>* out, F conv) {
 }  // namespace
 
 CLI::App* setup_eval(CLI::App& app) {
-  CLI::App* eval = app.add_subcommand("eval", "Measure the quality of ucm's approximations on real data");
+  CLI::App* eval = app.add_subcommand("eval", torch_description("", "eval"));
   eval->require_subcommand(1);
   struct Args {
     generate::EvalRetrievalOptions o;

@@ -1,4 +1,5 @@
 // cmd/generate.cc: `ucm generate` parses arguments and calls ucm::generate::run_generate.
+#include "torch_commands.h"
 #include "generate.h"
 
 #include <memory>
@@ -17,11 +18,7 @@ CLI::App* setup_generate(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   a->o.model_dir = "models/SmolLM2-135M-Instruct";
-  CLI::App* sub = app.add_subcommand(
-      "generate",
-      "Answer a prompt the way a server with a ucm store does (reference engine, C ABI only): load the "
-      "cached prefix, prefill the rest, decode greedily; reports prefix hit, TTFT with the cache and of "
-      "full recompute, and checks both give the same tokens (docs/generate.md)");
+  CLI::App* sub = app.add_subcommand("generate", torch_description("", "generate"));
   sub->add_option("--model", a->o.model_dir, "Hugging Face model directory")->capture_default_str();
   sub->add_option("--tokenizer", a->o.tokenizer_file, "tokenizer.json (default: MODEL/tokenizer.json)");
   sub->add_option("--store", a->o.store, "Store directory (none: full recompute only)");

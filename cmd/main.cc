@@ -18,6 +18,7 @@
 #include "gc.h"
 #include "inspect.h"
 #include "migrate.h"
+#include "torch_commands.h"
 #include "ucm/admin.h"
 #include "ucm/version.h"
 
@@ -64,16 +65,10 @@ const SubcommandEntry kSubcommands[] = {
 #endif
 #if UCM_CLI_HAVE_PRECOMPUTE
     {"precompute", ucm::cli::setup_precompute, nullptr, nullptr},
-#else
-    {"precompute", nullptr, "Compute and store the KV cache of a corpus with a model",
-     "needs libtorch"},
 #endif
 #if UCM_CLI_HAVE_GENERATE
     {"generate", ucm::cli::setup_generate, nullptr, nullptr},
     {"eval", ucm::cli::setup_eval, nullptr, nullptr},
-#else
-    {"generate", nullptr, "Answer a prompt from the store's cached prefix (reference engine)", "needs libtorch"},
-    {"eval", nullptr, "Measure the quality of ucm's approximations on real data", "needs libtorch"},
 #endif
 };
 
@@ -105,6 +100,10 @@ int main(int argc, char** argv) {
   // tools and the library goes to stderr. SPDLOG_LEVEL=debug (etc.) changes the level.
   spdlog::set_default_logger(spdlog::stderr_color_mt("ucm"));
   spdlog::cfg::load_env_levels();
+#if UCM_CLI_DELEGATE_TORCH
+  // precompute, generate, eval, bench precompute / generate: the libtorch binary runs them.
+  if (ucm::cli::torch_command_of(argc, argv)) return ucm::cli::exec_torch_binary(UCM_CLI_TORCH_BINARY, argc, argv);
+#endif
   const bool json = wants_json(argc, argv);
   CLI::App app{"ucm: a durable, indexed, checksummed store for LLM KV caches", "ucm"};
   app.footer(kFooter);
@@ -130,6 +129,9 @@ int main(int argc, char** argv) {
     });
   }
 
+#if !UCM_CLI_HAVE_GENERATE
+  ucm::cli::add_torch_placeholders(app, "");  // run by ucm-torch, or not built
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

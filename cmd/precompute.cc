@@ -1,4 +1,5 @@
 // cmd/precompute.cc: `ucm precompute` parses arguments and calls ucm::precompute::run_precompute.
+#include "torch_commands.h"
 #include "precompute.h"
 
 #include <csignal>
@@ -81,11 +82,7 @@ void run(const PrecomputeArgs& a) {
 
 CLI::App* setup_precompute(CLI::App& app) {
   auto a = std::make_shared<PrecomputeArgs>();
-  CLI::App* sub = app.add_subcommand(
-      "precompute",
-      "Prefill a corpus with a model and store the KV cache of every full block, its block "
-      "representations and a document registry (docs/precompute.md). Creates the store if missing; "
-      "Ctrl-C stops cleanly (re-run with --resume)");
+  CLI::App* sub = app.add_subcommand("precompute", torch_description("", "precompute"));
   auto add = [&](const std::string& flag, const std::string& name, auto* var, const std::string& help) {
     CLI::Option* o = sub->add_option(flag, *var, help);
     a->given.emplace_back(name, o);
