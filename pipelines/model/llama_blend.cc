@@ -42,37 +42,38 @@ torch::Tensor LlamaModel::blend(const torch::Tensor& tokens, KvCache* cache, con
       continue;
     }
     // The check layer: compare the stored K|V of the stored tokens with their fresh ones before
-    // the fresh ones overwrite them, then go on with the computed tokens only.
+    // the fresh ones overwrite them; attention and MLP of this layer and the later layers run
+    // for the computed tokens only (the others' outputs would never be used).
     auto sidx = torch::tensor(stored_idx, lopt);
     auto old_k = cache->k[size_t(li)].index_select(0, sidx).to(torch::kFloat);
     auto old_v = cache->v[size_t(li)].index_select(0, sidx).to(torch::kFloat);
     auto old = torch::cat({old_k.reshape({-1, nkv * hd}), old_v.reshape({-1, nkv * hd})}, 1).contiguous();
-    torch::Tensor k, v;
-    layer_forward(li, x, pos, rope, cache, T, {}, &k, &v);
-    auto fk = k.index_select(0, sidx).to(cache->dtype).to(torch::kFloat);
-    auto fv = v.index_select(0, sidx).to(cache->dtype).to(torch::kFloat);
-    auto fresh = torch::cat({fk.reshape({-1, nkv * hd}), fv.reshape({-1, nkv * hd})}, 1).contiguous().cpu();
-    auto oldc = old.cpu();
-    std::vector<uint32_t> sel;
-    if (spec.select)
-      sel = spec.select(oldc.data_ptr<float>(), fresh.data_ptr<float>(), stored_idx.size(), size_t(2 * nkv * hd));
-    std::vector<uint8_t> keep(size_t(T), 0);
-    for (int64_t i = 0; i < T; ++i) keep[size_t(i)] = !spec.stored[size_t(i)];
-    for (uint32_t j : sel) {
-      if (j >= stored_idx.size()) bad("select returned an index out of range");
-      keep[size_t(stored_idx[j])] = 1;
-      if (recomputed) recomputed->push_back(stored_idx[j]);
-    }
-    keep[size_t(T - 1)] = 1;  // its logits are the answer
     std::vector<int64_t> rows;
-    for (int64_t i = 0; i < T; ++i)
-      if (keep[size_t(i)]) rows.push_back(i);
+    auto choose = [&](const torch::Tensor& k, const torch::Tensor& v) {
+      auto fk = k.index_select(0, sidx).to(cache->dtype).to(torch::kFloat);
+      auto fv = v.index_select(0, sidx).to(cache->dtype).to(torch::kFloat);
+      auto fresh = torch::cat({fk.reshape({-1, nkv * hd}), fv.reshape({-1, nkv * hd})}, 1).contiguous().cpu();
+      auto oldc = old.cpu();
+      std::vector<uint32_t> sel;
+      if (spec.select)
+        sel = spec.select(oldc.data_ptr<float>(), fresh.data_ptr<float>(), stored_idx.size(), size_t(2 * nkv * hd));
+      std::vector<uint8_t> keep(size_t(T), 0);
+      for (int64_t i = 0; i < T; ++i) keep[size_t(i)] = !spec.stored[size_t(i)];
+      for (uint32_t j : sel) {
+        if (j >= stored_idx.size()) bad("select returned an index out of range");
+        keep[size_t(stored_idx[j])] = 1;
+        if (recomputed) recomputed->push_back(stored_idx[j]);
+      }
+      keep[size_t(T - 1)] = 1;  // its logits are the answer
+      for (int64_t i = 0; i < T; ++i)
+        if (keep[size_t(i)]) rows.push_back(i);
+      return int64_t(rows.size()) < T ? torch::tensor(rows, lopt) : torch::Tensor();
+    };
     // Layers [0, check_layer] wrote fresh K/V for every token. Later layers: stored K/V for the
     // tokens left out, fresh for the rows kept.
+    layer_forward(li, x, pos, rope, cache, T, {}, nullptr, nullptr, choose);
     if (int64_t(rows.size()) < T) {
-      auto r = torch::tensor(rows, lopt);
-      x = x.index_select(0, r);
-      pos = pos.index_select(0, r);
+      pos = pos.index_select(0, torch::tensor(rows, lopt));
       rope = rope_at(pos);
     }
   }

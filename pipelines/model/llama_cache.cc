@@ -63,21 +63,21 @@ LlamaModel::Rope LlamaModel::rope_at(const torch::Tensor& pos) const {
   return {freqs.cos(), freqs.sin()};
 }
 
-void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor& pos, const Rope& rope,
+void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor& pos_in, const Rope& rope,
                                KvCache* cache, int64_t S, const KeyMaskFn& mask, torch::Tensor* k_out,
-                               torch::Tensor* v_out) const {
+                               torch::Tensor* v_out, const RowsFn& rows_after_kv) const {
   const auto& c = cfg_;
-  const int64_t T = x.size(0);
+  int64_t T = x.size(0);
+  torch::Tensor pos = pos_in;
   const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t G = nh / nkv, I = c.intermediate_size;
   const double eps = c.rms_norm_eps;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const auto fopt = torch::TensorOptions().dtype(torch::kFloat).device(dev_);
   const auto lopt = torch::TensorOptions().dtype(torch::kLong).device(dev_);
-  const int64_t chunk = std::min<int64_t>(T, std::max<int64_t>(16, score_budget_ / (nh * S)));
   const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
   auto kpos = torch::arange(0, S, lopt);  // [S]
-  const auto posc = pos.cpu();
+  auto posc = pos.cpu();
   const int64_t* pp = posc.data_ptr<int64_t>();
   const int64_t S0 = pp[0];
   const bool contiguous = pp[T - 1] - S0 == T - 1;
@@ -98,6 +98,20 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor
     cache->k[size_t(li)].index_copy_(0, pos, k.to(cache->dtype));
     cache->v[size_t(li)].index_copy_(0, pos, v.to(cache->dtype));
   }
+  if (rows_after_kv) {
+    // Every row's K/V is in the cache; attention and MLP only for the rows asked for (blend's
+    // check layer: the rows left out are never used again).
+    const torch::Tensor r = rows_after_kv(k, v);
+    if (r.defined() && r.size(0) < T) {
+      x = x.index_select(0, r);
+      q = q.index_select(0, r);
+      pos = pos.index_select(0, r);
+      posc = pos.cpu();
+      pp = posc.data_ptr<int64_t>();
+      T = r.size(0);
+    }
+  }
+  const int64_t chunk = std::min<int64_t>(T, std::max<int64_t>(16, score_budget_ / (nh * S)));
   torch::Tensor keep;  // bool [nkv, S] or undefined
   if (mask) {
     keep = mask(li, q, S);

@@ -148,8 +148,9 @@ class LlamaModel {
     /// [T]: 1 where cache rows hold stored K/V for that token (every layer), 0 where the token
     /// must be computed (free text, a document's tail, blocks that failed to load).
     std::vector<uint8_t> stored;
-    /// Layers [0, check_layer] are computed for every token (their stored K/V are replaced); at
-    /// check_layer the stored tokens to recompute in the later layers are selected.
+    /// Layers [0, check_layer) are computed for every token, and the K/V of check_layer (their
+    /// stored K/V are replaced); there the stored tokens to recompute in the later layers are
+    /// selected, and check_layer's attention and MLP run for the computed tokens only.
     int64_t check_layer = 1;
     /// Selection at check_layer: given the stored and the freshly computed K|V rows of the
     /// stored tokens, fp32 [n][2 * nkv * hd] (fresh rounded to the cache dtype), returns the
@@ -184,10 +185,14 @@ class LlamaModel {
   /// One decoder layer for the rows x (fp32 [A, H], updated in place) at positions pos (int64
   /// [A], ascending): writes their K/V into cache rows pos (rounded to its dtype), attends over
   /// cache keys [0, S) causally (and through mask), adds attention and MLP to x. k_out/v_out
-  /// (optional): the rows' fresh fp32 K/V [A, nkv, hd]. Shared by extend() and blend().
+  /// (optional): the rows' fresh fp32 K/V [A, nkv, hd]. rows_after_kv (optional): called with
+  /// those K/V once every row's K/V is in the cache; when it returns int64 row indices [A'] (A' <
+  /// A, ascending), attention and MLP run for those rows only and x becomes their rows [A', H]
+  /// (blend's check layer). Shared by extend() and blend().
+  using RowsFn = std::function<torch::Tensor(const torch::Tensor& k, const torch::Tensor& v)>;
   void layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor& pos, const Rope& rope, KvCache* cache,
                      int64_t S, const KeyMaskFn& mask, torch::Tensor* k_out = nullptr,
-                     torch::Tensor* v_out = nullptr) const;
+                     torch::Tensor* v_out = nullptr, const RowsFn& rows_after_kv = {}) const;
 
   struct Layer {
     torch::Tensor ln1, ln2;    // [H]
