@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the build tree BUILD into a scratch prefix and builds a tiny C consumer against it
-# twice: with CMake (find_package(ucm), ucm::ucm) and with pkg-config (ucm.pc). Runs both.
+# twice: with CMake (find_package(ucm), ucm::ucm) and with pkg-config (ucm.pc). Runs both, then
+# the installed `ucm` and, through it, the installed `ucm-torch`.
 # Usage: check_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$1
@@ -22,4 +23,11 @@ export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig"
 test "$(pkg-config --modversion ucm)" = "$(sed -n 's/#define UCM_VERSION_STRING "\(.*\)"/\1/p' "$tmp/prefix/include/ucm/version.h")"
 cc -std=c11 -Wall -Werror "$src/tests/install/consumer/consumer.c" $(pkg-config --cflags --libs ucm) -o "$tmp/c2"
 LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/c2" "$tmp/store2"
+# 3. The binaries: `ucm` runs its libtorch subcommands through PREFIX/libexec/ucm/ucm-torch.
+"$tmp/prefix/bin/ucm" --version >/dev/null
+if [ -e "$build/libexec/ucm/ucm-torch" ]; then
+  test -x "$tmp/prefix/libexec/ucm/ucm-torch" || { echo "libexec/ucm/ucm-torch not installed" >&2; exit 1; }
+  "$tmp/prefix/bin/ucm" precompute --help | grep -q "Usage: ucm precompute" \
+    || { echo "installed ucm precompute --help did not reach ucm-torch" >&2; exit 1; }
+fi
 echo "check_install: OK"
