@@ -152,9 +152,10 @@ class LlamaModel {
     /// stored K/V are replaced); there the stored tokens to recompute in the later layers are
     /// selected, and check_layer's attention and MLP run for the computed tokens only.
     int64_t check_layer = 1;
-    /// Selection at check_layer: given the stored and the freshly computed K|V rows of the
-    /// stored tokens, fp32 [n][2 * nkv * hd] (fresh rounded to the cache dtype), returns the
-    /// indices (into those n) to recompute. Empty function: recompute none.
+    /// Selection at check_layer: given the stored and the freshly computed V rows of the stored
+    /// tokens, fp32 [n][nkv * hd] (fresh rounded to the cache dtype), returns the indices (into
+    /// those n) to recompute. Empty function: recompute none. (V alone, as CacheBlend's
+    /// reference implementation compares; docs/blend.md measures it against K|V.)
     std::function<std::vector<uint32_t>(const float* stored, const float* fresh, size_t n, size_t row)> select;
   };
   /// Runs tokens (int64 [T]) at positions 0..T-1 over *cache (cache->len must be 0; rows with

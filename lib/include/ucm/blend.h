@@ -77,7 +77,8 @@ UCM_API int ucm_rope_shift(const ucm_rope_params* rope, void* keys, int dtype, s
 
 /* CacheBlend's token selection (§4.3, "HKVD tokens"): of n_tokens tokens, the
  * ceil(ratio * n_tokens) whose K/V deviate most between stored and recomputed, at one layer.
- * stored, fresh: fp32 [n_tokens][row] (e.g. a token's K and V of all KV heads, 2 * H * D).
+ * stored, fresh: fp32 [n_tokens][row], e.g. a token's V of all KV heads at the check layer (H * D;
+ * V alone is what CacheBlend's reference implementation and ucm generate compare, docs/blend.md).
  * Deviation = squared L2 distance of the rows; ties go to the lower index. out_idx[cap] receives
  * the selected token indices in ascending order, *n_out their count. ratio in [0, 1].
  * deviation (may be NULL): fp32 [n_tokens], the deviations. Errors: UCM_E_INVALID (NULL, ratio
