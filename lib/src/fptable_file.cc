@@ -67,21 +67,33 @@ Status fptable_replay(const Index& ix, FpTable* t, uint64_t* seq, uint64_t* repl
   return Status::OK();
 }
 
+namespace {
+
+/// Opens the table file `path` read-only: *fd (the caller closes it) and its *size.
+/// NotFound("missing") when there is none.
+Status open_table(const std::string& path, int* fd, uint64_t* size) {
+  *fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (*fd < 0) return errno == ENOENT ? Status::NotFound("missing") : Status::FromErrno(errno, "open " + path);
+  struct stat st;
+  if (::fstat(*fd, &st) != 0) {
+    const int e = errno;
+    ::close(*fd);
+    *fd = -1;
+    return Status::FromErrno(e, "stat " + path);
+  }
+  *size = uint64_t(st.st_size);
+  return Status::OK();
+}
+
+}  // namespace
+
 Status fptable_load(const std::string& store, const std::string& identity, uint64_t index_seq, FpTable* t,
                     uint64_t* seq) {
   const std::string path = fmt::fptable_path(store);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::NotFound("missing");
-    return Status::FromErrno(errno, "open " + path);
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    return Status::FromErrno(e, "stat " + path);
-  }
-  const uint64_t size = uint64_t(st.st_size);
+  int fd = -1;
+  uint64_t size = 0;
+  Status os = open_table(path, &fd, &size);
+  if (!os.ok()) return os;
   if (size < fmt::kFpTableHeaderBytes) {
     ::close(fd);
     fmt::FpTableHeader h;
@@ -193,15 +205,10 @@ Status fptable_update_file(const std::string& store, Index& ix, uint64_t* replay
   Status s = ix.identity(&identity);
   if (!s.ok()) return s;
   const std::string path = fmt::fptable_path(store);
-  const int in = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) return errno == ENOENT ? Status::NotFound("missing") : Status::FromErrno(errno, "open " + path);
-  struct stat st;
-  if (::fstat(in, &st) != 0) {
-    const int e = errno;
-    ::close(in);
-    return Status::FromErrno(e, "stat " + path);
-  }
-  const uint64_t size = uint64_t(st.st_size);
+  int in = -1;
+  uint64_t size = 0;
+  s = open_table(path, &in, &size);
+  if (!s.ok()) return s;
   s = fmt::make_dirs(fmt::tmp_dir(store));
   const std::string tmp = fmt::tmp_dir(store) + "/fptable." + process_unique_name();
   const int fd = s.ok() ? ::open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
