@@ -33,7 +33,7 @@ TEST(BenchIndex, TinyRunReportsEveryPhase) {
   EXPECT_EQ(r.inspect.exit_code, 0);
   EXPECT_EQ(r.gc.exit_code, 0);
   EXPECT_GT(r.gc_evicted, 0u);
-  EXPECT_EQ(r.gc_replayed, r.gc_evicted);  // the open after gc replays exactly gc's removals
+  EXPECT_EQ(r.gc_replayed, 0u);  // gc brought the table up to its removals: the next open replays none
   EXPECT_GT(r.gc.peak_rss_bytes, 0u);
   EXPECT_GT(r.gc.peak_anon_bytes, 0u);
   const auto j = nlohmann::json::parse(r.to_json());
