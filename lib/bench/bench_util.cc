@@ -62,4 +62,23 @@ void make_chains(const NamespaceId& ns, uint64_t n, uint32_t chain_len, uint32_t
   }
 }
 
+NamespaceDesc payload_namespace(uint64_t block_bytes, const std::string& model_id, const std::string& name) {
+  NamespaceDesc d;
+  d.model_id = model_id;
+  d.weights_digest = "00000000000000000000000000000000";
+  d.dtype = DType::kBF16;
+  d.block_size = 16;
+  if (block_bytes == 368640) {
+    d.num_layers = 30;
+    d.num_kv_heads = 3;
+    d.head_dim = 64;
+  } else {
+    d.num_layers = 1;
+    d.num_kv_heads = 1;
+    d.head_dim = static_cast<uint32_t>(block_bytes / 64);
+  }
+  d.name = name;
+  return d;
+}
+
 }  // namespace ucm::bench

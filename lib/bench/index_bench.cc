@@ -32,25 +32,6 @@ constexpr double kOpenTarget = 1.0;
 constexpr double kLookupTarget = 20e6;
 constexpr uint64_t kGcRssTarget = 256ull << 20;
 
-NamespaceDesc model_namespace(uint64_t block_bytes) {
-  NamespaceDesc d;
-  d.model_id = "ucm-bench-index";
-  d.weights_digest = "00000000000000000000000000000000";
-  d.dtype = DType::kBF16;
-  d.block_size = 16;
-  if (block_bytes == 368640) {
-    d.num_layers = 30;
-    d.num_kv_heads = 3;
-    d.head_dim = 64;
-  } else {
-    d.num_layers = 1;
-    d.num_kv_heads = 1;
-    d.head_dim = static_cast<uint32_t>(block_bytes / 64);
-  }
-  d.name = "bench-index";
-  return d;
-}
-
 uint64_t dir_bytes(const std::string& d) {
   uint64_t n = 0;
   std::error_code ec;
@@ -232,7 +213,7 @@ Status run_index_bench(const IndexBenchOptions& o, IndexBenchReport* r) {
   std::mt19937_64 rng(o.seed);
 
   // ---- the store: namespace through the API, then the index written directly.
-  const NamespaceDesc d = model_namespace(o.block_bytes);
+  const NamespaceDesc d = payload_namespace(o.block_bytes, "ucm-bench-index", "bench-index");
   NamespaceId ns{};
   {
     OpenOptions w;

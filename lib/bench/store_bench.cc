@@ -75,27 +75,6 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-/// Namespace whose payload is exactly `block_bytes`: SmolLM2-135M's dims for 368,640, else
-/// 1 layer x 16 tokens x 1 head x (block_bytes / 64) dims of bf16.
-NamespaceDesc data_namespace(uint64_t block_bytes) {
-  NamespaceDesc d;
-  d.model_id = "ucm-bench";
-  d.weights_digest = "00000000000000000000000000000000";
-  d.dtype = DType::kBF16;
-  d.block_size = 16;
-  if (block_bytes == 368640) {
-    d.num_layers = 30;
-    d.num_kv_heads = 3;
-    d.head_dim = 64;
-  } else {
-    d.num_layers = 1;
-    d.num_kv_heads = 1;
-    d.head_dim = static_cast<uint32_t>(block_bytes / 64);
-  }
-  d.name = "bench";
-  return d;
-}
-
 /// Tiny-payload namespace of the lookup index: 1 layer x 16 tokens x 1 head x 1 dim (64 bytes).
 NamespaceDesc lookup_namespace() {
   NamespaceDesc d;
@@ -498,7 +477,7 @@ Status run_store_bench(const StoreBenchOptions& o, StoreBenchReport* r) {
   }
 
   // ---- dump
-  NamespaceDesc desc = data_namespace(o.block_bytes);
+  NamespaceDesc desc = payload_namespace(o.block_bytes, "ucm-bench", "bench");
   NamespaceId ns{};
   s = store->register_namespace(desc, &ns);
   if (!s.ok()) {

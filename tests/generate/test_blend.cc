@@ -25,24 +25,23 @@
 #include "ucm/blend.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
+#include "real_data.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using ucm::test::run_shell;
 using ucm::test::shell_quote;
 
+using ucm::test::model_dir;
+using ucm::test::have_model;
+using ucm::test::kDocsDir;
+
 namespace {
 
-const char* kDocsDir = "/usr/share/doc/python3.11/html/_sources/library";
 const std::vector<std::string> kDocs = {"codeop.rst.txt", "copy.rst.txt", "linecache.rst.txt", "netrc.rst.txt"};
 const char* kQuestion =
     "\n\nWhich of these modules reads a line of a source file by its number?<|im_end|>\n<|im_start|>assistant\n";
 
-std::string model_dir() {
-  if (const char* e = std::getenv("UCM_MODEL_DIR")) return e;
-  return std::string(UCM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct";
-}
-bool have_model() { return fs::exists(fs::path(model_dir()) / "model.safetensors"); }
 
 TEST(BlendRope, ShiftedKeysEqualTheKeysComputedThere) {
   if (!have_model()) GTEST_SKIP() << "model not fetched";

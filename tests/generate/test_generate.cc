@@ -29,32 +29,25 @@
 #include "corrupt_block.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
+#include "real_data.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using ucm::test::run_shell;
 using ucm::test::shell_quote;
 
+using ucm::test::model_dir;
+using ucm::test::read_file;
+using ucm::test::write_file;
+using ucm::test::kDocsDir;
+
 namespace {
 
-const char* kDocsDir = "/usr/share/doc/python3.11/html/_sources/library";
 // Real documents of 2.5-6 KB (about 600-1500 tokens with the template), in corpus order.
 const std::vector<std::string> kDocs = {"codeop.rst.txt", "copy.rst.txt",  "linecache.rst.txt", "netrc.rst.txt",
                                         "pwd.rst.txt",    "grp.rst.txt",   "fnmatch.rst.txt"};
 const char* kQuestion = "\n\nIn two sentences, what is this module for?<|im_end|>\n<|im_start|>assistant\n";
 
-std::string model_dir() {
-  if (const char* e = std::getenv("UCM_MODEL_DIR")) return e;
-  return std::string(UCM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct";
-}
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-void write_file(const fs::path& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary);
-  f << s;
-}
 std::string tmpl() { return std::string(UCM_SOURCE_DIR) + "/configs/template_chat.txt"; }
 
 class Generate : public ::testing::Test {

@@ -22,29 +22,25 @@
 #include "ucm/precompute/repr.h"
 #include "ucm/store.h"
 #include "ucm/tok/tokenizer.h"
+#include "real_data.h"
 
 namespace fs = std::filesystem;
 using namespace ucm;
 using namespace ucm::precompute;
 
+using ucm::test::model_dir;
+using ucm::test::read_file;
+using ucm::test::kDocsDir;
+
 namespace {
 
-const char* kDocsDir = "/usr/share/doc/python3.11/html/_sources/library";
 // filesys: > 256 tokens with the template (cut at --max-doc-tokens 256); windows: < 128 tokens.
 const std::vector<std::string> kDocNames = {"filesys.rst.txt", "numeric.rst.txt", "windows.rst.txt"};
 const std::string kPrefix =
     "<|im_start|>system\nYou are a helpful assistant. Answer using the document below.<|im_end|>\n"
     "<|im_start|>user\n";
 
-std::string model_dir() {
-  if (const char* e = std::getenv("UCM_MODEL_DIR")) return e;
-  return std::string(UCM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct";
-}
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 fs::path make_tmp(const std::string& tag) {
   fs::path p = fs::temp_directory_path() / ("ucm-test-precompute-" + tag + "-" + std::to_string(::getpid()));

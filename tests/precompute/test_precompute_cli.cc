@@ -30,6 +30,7 @@
 #include "ucm/hash.h"
 #include "ucm/store.h"
 #include "ucm/tok/tokenizer.h"
+#include "real_data.h"
 
 extern char** environ;
 
@@ -37,23 +38,18 @@ namespace fs = std::filesystem;
 using namespace ucm;
 using nlohmann::json;
 
+using ucm::test::model_dir;
+using ucm::test::read_file;
+using ucm::test::kDocsDir;
+
 namespace {
 
-const char* kDocsDir = "/usr/share/doc/python3.11/html/_sources/library";
 // Six documents of 2.5-3.5 KB (> 256 tokens each with the template), in corpus (sorted) order.
 const std::vector<std::string> kDocs = {"codeop.rst.txt", "copy.rst.txt", "linecache.rst.txt",
                                         "netrc.rst.txt",  "pwd.rst.txt",  "quopri.rst.txt"};
 constexpr uint32_t kMaxTokens = 256, kBlock = 16;
 
-std::string model_dir() {
-  if (const char* e = std::getenv("UCM_MODEL_DIR")) return e;
-  return std::string(UCM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct";
-}
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 // The template prefix of configs/template_chat.txt (text before "{document}").
 std::string chat_prefix() {

@@ -30,18 +30,17 @@
 #include "ucm/precompute/precompute.h"
 #include "ucm/store.h"
 #include "ucm/tok/tokenizer.h"
+#include "real_data.h"
 
 namespace fs = std::filesystem;
 using namespace ucm;
 using namespace ucm::precompute;
 using nlohmann::json;
 
+using ucm::test::model_dir;
+
 namespace {
 
-std::string model_dir() {
-  if (const char* e = std::getenv("UCM_MODEL_DIR")) return e;
-  return std::string(UCM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct";
-}
 
 fs::path fresh_dir(const std::string& name) {
   static int n = 0;

@@ -2,8 +2,10 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "ucm/namespace.h"
 #include "ucm/types.h"
 
 namespace ucm::bench {
@@ -18,5 +20,9 @@ int pin_to_one_cpu();
 /// blocks, `n` blocks in all. parents[i] is the previous block's hash or root_hash(ns).
 void make_chains(const NamespaceId& ns, uint64_t n, uint32_t chain_len, uint32_t block_size, std::mt19937_64& rng,
                  std::vector<BlockHash>* hashes, std::vector<BlockHash>* parents);
+
+/// A bf16 namespace whose payload is exactly `block_bytes`: SmolLM2-135M's dims (30 layers x 16
+/// tokens x 3 KV heads x 64) for 368,640, else 1 layer x 16 tokens x 1 head x (block_bytes / 64).
+NamespaceDesc payload_namespace(uint64_t block_bytes, const std::string& model_id, const std::string& name);
 
 }  // namespace ucm::bench
