@@ -69,10 +69,14 @@ int exec_torch_binary(const char* relative_path, int argc, char** argv) {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   const std::string target = (self.parent_path() / relative_path).lexically_normal().string();
-  if (!ec) ::execv(target.c_str(), argv);
+  int err = 0;
+  if (!ec) {
+    ::execv(target.c_str(), argv);
+    err = errno;  // execv returns only on failure
+  }
   const Status st = Status::NotSupported(
       "this command needs ucm's libtorch binary " + target + ", which cannot be run (" +
-      (ec ? ec.message() : std::string(std::strerror(errno))) +
+      (ec ? ec.message() : std::string(std::strerror(err))) +
       "); reinstall ucm (cmake --install) or run it from the build tree that built this ucm");
   if (has_json(argc, argv)) print_json("", st);
   const TorchCommand* c = torch_command_of(argc, argv);
