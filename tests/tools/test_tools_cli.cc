@@ -40,6 +40,38 @@ TEST(Cli, Version) {
   EXPECT_NE(r.out.find("CUDA support: "), std::string::npos);
 }
 
+TEST(Cli, UcmLinksNoLibtorchAndRunsItsModelCommandsThroughUcmTorch) {
+  // ucm itself needs no libtorch (the dynamic loader's list: ELF NEEDED entries).
+  CliRun d = run_shell("objdump -p " + std::string(UCM_BIN) + " | grep NEEDED");
+  ASSERT_EQ(d.code, 0) << d.err;
+  EXPECT_NE(d.out.find("libc.so"), std::string::npos) << d.out;
+  EXPECT_EQ(d.out.find("libtorch"), std::string::npos) << d.out;
+  EXPECT_EQ(d.out.find("libc10"), std::string::npos) << d.out;
+  // Its model commands run in ucm-torch (when built): their --help comes from the real parsers.
+  if (std::filesystem::exists(std::filesystem::path(UCM_BIN).parent_path() / "../libexec/ucm/ucm-torch")) {
+    CliRun h = run("precompute --help");
+    EXPECT_EQ(h.code, 0) << h.err;
+    EXPECT_NE(h.out.find("Usage: ucm precompute"), std::string::npos) << h.out;
+    EXPECT_NE(h.out.find("--corpus"), std::string::npos) << h.out;
+    CliRun b = run("bench --json generate --help");
+    EXPECT_EQ(b.code, 0) << b.err;
+    EXPECT_NE(b.out.find("Usage: ucm bench generate"), std::string::npos) << b.out;
+  }
+  // A ucm with no ucm-torch beside it: exit 1, the missing path named, one JSON object.
+  const auto dir = std::filesystem::temp_directory_path() / ("ucm-alone-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "bin");
+  std::filesystem::copy_file(UCM_BIN, dir / "bin/ucm");
+  CliRun r = run_shell((dir / "bin/ucm").string() + " precompute --corpus x --store y --json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find((dir / "libexec/ucm/ucm-torch").lexically_normal().string()), std::string::npos) << r.err;
+  const auto j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["error"]["code"], "NOT_SUPPORTED");
+  // Its admin commands do not need it.
+  EXPECT_EQ(run_shell((dir / "bin/ucm").string() + " --version").code, 0);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Cli, UsageErrorsExit2) {
   EXPECT_EQ(run("").code, 2);
   EXPECT_EQ(run("inspect").code, 2);  // STORE missing
