@@ -42,28 +42,37 @@ Status fptable_scan(const Index& ix, FpTable* t, uint64_t* seq) {
   return Status::OK();
 }
 
-Status fptable_replay(const Index& ix, FpTable* t, uint64_t* seq, uint64_t* replayed) {
+Status fptable_replay(const Index& ix, FpTable* t, uint64_t* seq, uint64_t* replayed, const FpReplayHooks& hooks) {
   uint64_t at = *seq, n = 0;
-  bool gap = false;
+  bool gap = false, full = false;
   Status s = ix.for_each_journal(at, [&](uint64_t q, const fmt::JournalEntry& e) {
     if (q != at + 1) {
       gap = true;
       return false;
     }
     const uint64_t fp = fmt::block_fingerprint(e.ns, e.hash);
-    if (e.op == fmt::JournalOp::kAdd) t->insert(fp);
-    else t->erase(fp);
+    if (e.op == fmt::JournalOp::kAdd) {
+      if (hooks.no_grow && 2 * (t->size() + 1) > t->capacity()) {
+        full = true;
+        return false;
+      }
+      t->insert(fp);
+    } else {
+      t->erase(fp);
+    }
     at = q;
     ++n;
+    if (hooks.after_entry) hooks.after_entry(n);
     return true;
   });
   if (!s.ok()) return s;
-  if (!gap && ix.journal_seq() > at) gap = true;
+  if (!gap && !full && ix.journal_seq() > at) gap = true;
   *seq = at;
   if (replayed) *replayed += n;
   if (gap)
     return Status::Corruption("stale: the journal no longer holds the entries after sequence " + std::to_string(at) +
                               " (trimmed by gc)");
+  if (full) return Status::NotSupported("full: the journal's additions would fill the table past half its slots");
   return Status::OK();
 }
 
@@ -82,6 +91,18 @@ Status open_table(const std::string& path, int* fd, uint64_t* size) {
     return Status::FromErrno(e, "stat " + path);
   }
   *size = uint64_t(st.st_size);
+  return Status::OK();
+}
+
+/// fptable.md §4 step 1 after the header and slots checksums: the table belongs to this index
+/// and is not newer than it.
+Status check_table_index(const fmt::FpTableHeader& h, const std::string& identity, uint64_t index_seq) {
+  if (h.index_identity != identity)
+    return Status::Corruption("stale: written for index " + h.index_identity + ", the index is " + identity +
+                              " (rebuilt or replaced since)");
+  if (h.journal_seq > index_seq)
+    return Status::Corruption("stale: reflects journal sequence " + std::to_string(h.journal_seq) +
+                              ", newer than the index's " + std::to_string(index_seq));
   return Status::OK();
 }
 
@@ -114,12 +135,8 @@ Status fptable_load(const std::string& store, const std::string& identity, uint6
   if (!s.ok()) return fail(s);
   if (fmt::xxh3(p + fmt::kFpTableHeaderBytes, 8 * h.capacity) != h.slots_checksum)
     return fail(Status::Corruption("corrupt: slots checksum mismatch"));
-  if (h.index_identity != identity)
-    return fail(Status::Corruption("stale: written for index " + h.index_identity + ", the index is " + identity +
-                                   " (rebuilt or replaced since)"));
-  if (h.journal_seq > index_seq)
-    return fail(Status::Corruption("stale: reflects journal sequence " + std::to_string(h.journal_seq) +
-                                   ", newer than the index's " + std::to_string(index_seq)));
+  s = check_table_index(h, identity, index_seq);
+  if (!s.ok()) return fail(s);
   ::madvise(m, size, MADV_RANDOM);
   auto* slots = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(m) + fmt::kFpTableHeaderBytes);
   *t = FpTable::Adopt(m, size, slots, h.capacity, h.count);
@@ -240,10 +257,8 @@ Status fptable_update_file(const std::string& store, Index& ix, uint64_t* replay
   s = checksum_range(fd, fmt::kFpTableHeaderBytes, 8 * h.capacity, tmp, &sum);
   if (!s.ok()) return fail(s);
   if (sum != h.slots_checksum) return fail(Status::Corruption("corrupt: slots checksum mismatch"));
-  if (h.index_identity != identity) return fail(Status::Corruption("stale: written for another index"));
-  if (h.journal_seq > ix.journal_seq())
-    return fail(Status::Corruption("stale: reflects journal sequence " + std::to_string(h.journal_seq) +
-                                   ", newer than the index's " + std::to_string(ix.journal_seq())));
+  s = check_table_index(h, identity, ix.journal_seq());
+  if (!s.ok()) return fail(s);
   // 3. Replay into a shared mapping of the copy. Every slot touched maps pages of the page cache
   // into this process (a fault maps up to 16 pages around it: fault-around); MADV_DONTNEED every
   // kBatch entries takes them out again (a shared file mapping's dirty pages stay dirty in the
@@ -255,32 +270,13 @@ Status fptable_update_file(const std::string& store, Index& ix, uint64_t* replay
   FpTable t = FpTable::Adopt(nullptr, 0, slots, h.capacity, h.count);  // the mapping stays ours
   constexpr uint64_t kBatch = 256;
   uint64_t at = h.journal_seq;
-  bool gap = false, full = false;
-  s = ix.for_each_journal(at, [&](uint64_t q, const fmt::JournalEntry& e) {
-    if (q != at + 1) {
-      gap = true;
-      return false;
-    }
-    const uint64_t fp = fmt::block_fingerprint(e.ns, e.hash);
-    if (e.op == fmt::JournalOp::kAdd) {
-      if (2 * (t.size() + 1) > t.capacity()) {
-        full = true;
-        return false;
-      }
-      t.insert(fp);
-    } else {
-      t.erase(fp);
-    }
-    at = q;
-    if (++*replayed % kBatch == 0) ::madvise(m, size, MADV_DONTNEED);
-    return true;
-  });
+  FpReplayHooks hooks;
+  hooks.no_grow = true;  // growing would move the table onto the heap
+  hooks.after_entry = [&](uint64_t n) {
+    if (n % kBatch == 0) ::madvise(m, size, MADV_DONTNEED);
+  };
+  s = fptable_replay(ix, &t, &at, replayed, hooks);
   if (!s.ok()) return fail(s);
-  if (!gap && ix.journal_seq() > at) gap = true;
-  if (gap)
-    return fail(Status::Corruption("stale: the journal no longer holds the entries after sequence " +
-                                   std::to_string(at)));
-  if (full) return fail(Status::NotSupported("full: the journal's additions would fill the table past half its slots"));
   const uint64_t count = t.size();
   t = FpTable(0);
   if (::munmap(m, size) != 0) return fail(Status::FromErrno(errno, "unmap " + tmp));

@@ -4,6 +4,7 @@
 // the admin commands.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "ucm/core/fptable.h"
@@ -14,9 +15,18 @@ namespace ucm {
 
 /// Rebuilds `t` by a scan of the `blocks` family (O(N)); *seq = the journal sequence it reflects.
 Status fptable_scan(const Index& ix, FpTable* t, uint64_t* seq);
+/// Options of fptable_replay.
+struct FpReplayHooks {
+  /// Stop with NotSupported ("full: ...") before an addition would grow the table (a table
+  /// mapped from a file must stay where it is).
+  bool no_grow = false;
+  /// Called after each entry applied, with the count applied so far by this call.
+  std::function<void(uint64_t)> after_entry;
+};
 /// Replays the journal entries after *seq into `t`, advancing *seq; *replayed counts them.
 /// Corruption ("stale: ...") when the journal has a gap after *seq (entries trimmed by gc).
-Status fptable_replay(const Index& ix, FpTable* t, uint64_t* seq, uint64_t* replayed);
+Status fptable_replay(const Index& ix, FpTable* t, uint64_t* seq, uint64_t* replayed,
+                      const FpReplayHooks& hooks = {});
 /// Maps STORE/fptable (private, copy on write) and checks it (fptable.md §4 step 1) against the
 /// index's identity and journal sequence. NotFound when missing; Corruption / Version with the
 /// reason ("corrupt: ...", "stale: ...", "version N unknown") otherwise.
