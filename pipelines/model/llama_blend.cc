@@ -50,7 +50,7 @@ torch::Tensor LlamaModel::blend(const torch::Tensor& tokens, KvCache* cache, con
     // with K|V.
     auto sidx = torch::tensor(stored_idx, lopt);
     auto old = cache->v[size_t(li)].index_select(0, sidx).to(torch::kFloat).reshape({-1, nkv * hd}).contiguous().cpu();
-    std::vector<int64_t> rows;
+    torch::Tensor rows;  // int64 [kept], defined when fewer than T are kept
     auto choose = [&](const torch::Tensor&, const torch::Tensor& v) {
       auto fresh =
           v.index_select(0, sidx).to(cache->dtype).to(torch::kFloat).reshape({-1, nkv * hd}).contiguous().cpu();
@@ -65,15 +65,17 @@ torch::Tensor LlamaModel::blend(const torch::Tensor& tokens, KvCache* cache, con
         if (recomputed) recomputed->push_back(stored_idx[j]);
       }
       keep[size_t(T - 1)] = 1;  // its logits are the answer
+      std::vector<int64_t> kept;
       for (int64_t i = 0; i < T; ++i)
-        if (keep[size_t(i)]) rows.push_back(i);
-      return int64_t(rows.size()) < T ? torch::tensor(rows, lopt) : torch::Tensor();
+        if (keep[size_t(i)]) kept.push_back(i);
+      if (int64_t(kept.size()) < T) rows = torch::tensor(kept, lopt);
+      return rows;
     };
     // Layers [0, check_layer] wrote fresh K/V for every token. Later layers: stored K/V for the
     // tokens left out, fresh for the rows kept.
-    layer_forward(li, x, pos, rope, cache, T, {}, nullptr, nullptr, choose);
-    if (int64_t(rows.size()) < T) {
-      pos = pos.index_select(0, torch::tensor(rows, lopt));
+    layer_forward(li, x, pos, rope, cache, T, {}, choose);
+    if (rows.defined()) {
+      pos = pos.index_select(0, rows);
       rope = rope_at(pos);
     }
   }

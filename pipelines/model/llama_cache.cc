@@ -64,8 +64,8 @@ LlamaModel::Rope LlamaModel::rope_at(const torch::Tensor& pos) const {
 }
 
 void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor& pos_in, const Rope& rope,
-                               KvCache* cache, int64_t S, const KeyMaskFn& mask, torch::Tensor* k_out,
-                               torch::Tensor* v_out, const RowsFn& rows_after_kv) const {
+                               KvCache* cache, int64_t S, const KeyMaskFn& mask,
+                               const RowsFn& rows_after_kv) const {
   const auto& c = cfg_;
   int64_t T = x.size(0);
   torch::Tensor pos = pos_in;
@@ -89,8 +89,6 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor
   auto q = ops::apply_rope(qkv.narrow(1, 0, nh * hd).view({1, T, nh, hd}), rope.cos, rope.sin).view({T, nh, hd});
   auto k = ops::apply_rope(qkv.narrow(1, nh * hd, nkv * hd).view({1, T, nkv, hd}), rope.cos, rope.sin).view({T, nkv, hd});
   auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({T, nkv, hd});
-  if (k_out) *k_out = k;
-  if (v_out) *v_out = v;
   if (contiguous) {
     cache->k[size_t(li)].narrow(0, S0, T).copy_(k);
     cache->v[size_t(li)].narrow(0, S0, T).copy_(v);

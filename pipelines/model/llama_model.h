@@ -185,15 +185,14 @@ class LlamaModel {
   Rope rope_at(const torch::Tensor& pos) const;
   /// One decoder layer for the rows x (fp32 [A, H], updated in place) at positions pos (int64
   /// [A], ascending): writes their K/V into cache rows pos (rounded to its dtype), attends over
-  /// cache keys [0, S) causally (and through mask), adds attention and MLP to x. k_out/v_out
-  /// (optional): the rows' fresh fp32 K/V [A, nkv, hd]. rows_after_kv (optional): called with
-  /// those K/V once every row's K/V is in the cache; when it returns int64 row indices [A'] (A' <
-  /// A, ascending), attention and MLP run for those rows only and x becomes their rows [A', H]
-  /// (blend's check layer). Shared by extend() and blend().
+  /// cache keys [0, S) causally (and through mask), adds attention and MLP to x. rows_after_kv
+  /// (optional): called with the rows' fresh fp32 K/V [A, nkv, hd] once every row's K/V is in the
+  /// cache; when it returns int64 row indices [A'] (A' < A, ascending), attention and MLP run for
+  /// those rows only and x becomes their rows [A', H] (blend's check layer). Shared by extend()
+  /// and blend().
   using RowsFn = std::function<torch::Tensor(const torch::Tensor& k, const torch::Tensor& v)>;
   void layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor& pos, const Rope& rope, KvCache* cache,
-                     int64_t S, const KeyMaskFn& mask, torch::Tensor* k_out = nullptr,
-                     torch::Tensor* v_out = nullptr, const RowsFn& rows_after_kv = {}) const;
+                     int64_t S, const KeyMaskFn& mask, const RowsFn& rows_after_kv = {}) const;
 
   struct Layer {
     torch::Tensor ln1, ln2;    // [H]
