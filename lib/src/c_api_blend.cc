@@ -84,11 +84,44 @@ UCM_API int ucm_blend_select(const float* stored, const float* fresh, size_t n_t
       return fail(UCM_E_INVALID, "ucm_blend_select: stored, fresh and n_out must not be NULL");
     if (!(ratio >= 0.0 && ratio <= 1.0))
       return fail(UCM_E_INVALID, "ucm_blend_select: ratio must be in [0, 1]");
-    auto idx = ucm::blend::select_tokens(stored, fresh, n_tokens, row, ratio, deviation);
+    auto idx = ucm::blend::select_tokens(stored, fresh, n_tokens, row, ratio, nullptr, 0, deviation);
     *n_out = idx.size();
     if (idx.size() > cap || (!out_idx && !idx.empty()))
       return fail(UCM_E_INVALID, "ucm_blend_select: " + std::to_string(idx.size()) + " tokens selected, out_idx holds " +
                                      std::to_string(cap));
+    if (!idx.empty()) std::memcpy(out_idx, idx.data(), idx.size() * sizeof(uint32_t));
+    return ok();
+  });
+}
+
+UCM_API ucm_blend_select_params ucm_blend_select_default_params(void) {
+  ucm_blend_select_params p{};
+  p.struct_size = sizeof(ucm_blend_select_params);
+  p.ratio = 0.15;
+  p.position_decay = 128;
+  return p;
+}
+
+UCM_API int ucm_blend_select_weighted(const ucm_blend_select_params* params, const float* stored, const float* fresh,
+                                      const uint32_t* doc_pos, size_t n_tokens, size_t row, uint32_t* out_idx,
+                                      size_t cap, size_t* n_out, float* score) {
+  return guarded("ucm_blend_select_weighted", [&] {
+    if (!params || !n_out || (n_tokens && (!stored || !fresh)))
+      return fail(UCM_E_INVALID, "ucm_blend_select_weighted: params, stored, fresh and n_out must not be NULL");
+    if (params->struct_size < sizeof(ucm_blend_select_params))
+      return fail(UCM_E_INVALID, "ucm_blend_select_weighted: params->struct_size " +
+                                     std::to_string(params->struct_size) + " is smaller than " +
+                                     std::to_string(sizeof(ucm_blend_select_params)));
+    if (!(params->ratio >= 0.0 && params->ratio <= 1.0))
+      return fail(UCM_E_INVALID, "ucm_blend_select_weighted: ratio must be in [0, 1]");
+    if (!(params->position_decay >= 0.0) || std::isinf(params->position_decay))
+      return fail(UCM_E_INVALID, "ucm_blend_select_weighted: position_decay must be a finite number >= 0 (0: no prior)");
+    auto idx = ucm::blend::select_tokens(stored, fresh, n_tokens, row, params->ratio, doc_pos, params->position_decay,
+                                         score);
+    *n_out = idx.size();
+    if (idx.size() > cap || (!out_idx && !idx.empty()))
+      return fail(UCM_E_INVALID, "ucm_blend_select_weighted: " + std::to_string(idx.size()) +
+                                     " tokens selected, out_idx holds " + std::to_string(cap));
     if (!idx.empty()) std::memcpy(out_idx, idx.data(), idx.size() * sizeof(uint32_t));
     return ok();
   });

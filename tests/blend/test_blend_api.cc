@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ucm/blend.h"
@@ -172,6 +173,81 @@ TEST(BlendApi, SelectErrors) {
   EXPECT_EQ(ucm_blend_select(a.data(), b.data(), 4, 2, 0.5, idx.data(), 4, nullptr, nullptr), UCM_E_INVALID);
   EXPECT_EQ(ucm_blend_select(a.data(), b.data(), 4, 2, 1.0, idx.data(), 3, &n, nullptr), UCM_E_INVALID);
   EXPECT_EQ(n, 4u);  // the count needed
+}
+
+TEST(BlendApi, WeightedSelectScoresDeviationTimesThePositionPrior) {
+  // Same deviations as above, 0 9 1 9 4 25, at document positions 0 0 0 0 0 256: with tau 128
+  // the last token scores 25 * e^-2 = 3.38, below the 4 at position 0.
+  const std::vector<float> stored(12, 0.f);
+  const std::vector<float> fresh = {0, 0, 3, 0, 1, 0, 0, 3, 2, 0, 3, 4};
+  const std::vector<uint32_t> pos = {0, 0, 0, 0, 0, 256};
+  ucm_blend_select_params p = ucm_blend_select_default_params();
+  EXPECT_EQ(p.struct_size, sizeof(ucm_blend_select_params));
+  EXPECT_DOUBLE_EQ(p.ratio, 0.15);
+  EXPECT_DOUBLE_EQ(p.position_decay, 128);
+  p.ratio = 0.5;
+  std::vector<uint32_t> idx(6);
+  std::vector<float> score(6);
+  size_t n = 0;
+  ASSERT_EQ(ucm_blend_select_weighted(&p, stored.data(), fresh.data(), pos.data(), 6, 2, idx.data(), 6, &n,
+                                      score.data()),
+            UCM_OK);
+  ASSERT_EQ(n, 3u);
+  EXPECT_EQ(std::vector<uint32_t>(idx.begin(), idx.begin() + 3), (std::vector<uint32_t>{1, 3, 4}));
+  EXPECT_FLOAT_EQ(score[5], float(25 * std::exp(-2.0)));
+  EXPECT_FLOAT_EQ(score[1], 9.f);
+  // No prior (decay 0, or no positions): exactly ucm_blend_select.
+  for (int variant = 0; variant < 2; ++variant) {
+    p.position_decay = variant ? 128 : 0;
+    std::vector<uint32_t> a(6), b(6);
+    size_t na = 0, nb = 0;
+    ASSERT_EQ(ucm_blend_select_weighted(&p, stored.data(), fresh.data(), variant ? nullptr : pos.data(), 6, 2,
+                                        a.data(), 6, &na, nullptr),
+              UCM_OK);
+    ASSERT_EQ(ucm_blend_select(stored.data(), fresh.data(), 6, 2, 0.5, b.data(), 6, &nb, nullptr), UCM_OK);
+    EXPECT_EQ(na, nb);
+    EXPECT_EQ(a, b);
+  }
+  // Later in the document, a larger deviation is needed to be chosen: equal deviations at
+  // positions 0, 64, 512 rank in that order.
+  const std::vector<float> s3(3, 0.f), f3 = {2, 2, 2};
+  const std::vector<uint32_t> p3 = {512, 0, 64};
+  p.position_decay = 128;
+  p.ratio = 2.0 / 3;
+  ASSERT_EQ(ucm_blend_select_weighted(&p, s3.data(), f3.data(), p3.data(), 3, 1, idx.data(), 6, &n, nullptr), UCM_OK);
+  ASSERT_EQ(n, 2u);
+  EXPECT_EQ(idx[0], 1u);
+  EXPECT_EQ(idx[1], 2u);
+}
+
+TEST(BlendApi, WeightedSelectErrors) {
+  const std::vector<float> a(8, 0.f), b(8, 1.f);
+  std::vector<uint32_t> idx(4);
+  size_t n = 0;
+  ucm_blend_select_params p = ucm_blend_select_default_params();
+  EXPECT_EQ(ucm_blend_select_weighted(nullptr, a.data(), b.data(), nullptr, 4, 2, idx.data(), 4, &n, nullptr),
+            UCM_E_INVALID);
+  p.struct_size = sizeof(p) - 1;
+  EXPECT_EQ(ucm_blend_select_weighted(&p, a.data(), b.data(), nullptr, 4, 2, idx.data(), 4, &n, nullptr),
+            UCM_E_INVALID);
+  EXPECT_NE(std::string(ucm_last_error()).find("struct_size"), std::string::npos);
+  p = ucm_blend_select_default_params();
+  p.position_decay = -1;
+  EXPECT_EQ(ucm_blend_select_weighted(&p, a.data(), b.data(), nullptr, 4, 2, idx.data(), 4, &n, nullptr),
+            UCM_E_INVALID);
+  p.position_decay = NAN;
+  EXPECT_EQ(ucm_blend_select_weighted(&p, a.data(), b.data(), nullptr, 4, 2, idx.data(), 4, &n, nullptr),
+            UCM_E_INVALID);
+  p = ucm_blend_select_default_params();
+  p.ratio = 1.5;
+  EXPECT_EQ(ucm_blend_select_weighted(&p, a.data(), b.data(), nullptr, 4, 2, idx.data(), 4, &n, nullptr),
+            UCM_E_INVALID);
+  p.ratio = 1.0;
+  EXPECT_EQ(ucm_blend_select_weighted(&p, a.data(), b.data(), nullptr, 4, 2, idx.data(), 3, &n, nullptr),
+            UCM_E_INVALID);
+  EXPECT_EQ(n, 4u);  // the count needed
+  EXPECT_EQ(ucm_blend_select_weighted(&p, nullptr, b.data(), nullptr, 4, 2, idx.data(), 4, &n, nullptr),
+            UCM_E_INVALID);
 }
 
 }  // namespace

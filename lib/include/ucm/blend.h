@@ -14,7 +14,8 @@
  *      stored K/V, the rest is prefilled.
  *   3. ucm_store_load into a staging buffer; per layer, ucm_rope_shift(keys of document token i,
  *      delta = o - P) where o is the document's first position in the prompt.
- *   4. run the first layers of the prompt in full; at the check layer, ucm_blend_select on the
+ *   4. run the first layers of the prompt in full; at the check layer, ucm_blend_select (or
+ *      ucm_blend_select_weighted, with a prior on the token's place in its document) on the
  *      stored and the recomputed K/V picks the tokens the later layers recompute.
  *
  * Conventions are those of ucm/ucm.h (return codes, ucm_last_error, caller-owned buffers). All
@@ -85,6 +86,31 @@ UCM_API int ucm_rope_shift(const ucm_rope_params* rope, void* keys, int dtype, s
  * out of range or NaN, cap too small: *n_out is set to the count needed). */
 UCM_API int ucm_blend_select(const float* stored, const float* fresh, size_t n_tokens, size_t row, double ratio,
                              uint32_t* out_idx, size_t cap, size_t* n_out, float* deviation);
+
+/* Parameters of ucm_blend_select_weighted. */
+typedef struct ucm_blend_select_params {
+  size_t struct_size;    /* sizeof(ucm_blend_select_params) */
+  double ratio;          /* fraction of the tokens to select, [0, 1]; default 0.15 */
+  double position_decay; /* tau, in tokens, > 0; 0 = no prior (ucm_blend_select); default 128 */
+} ucm_blend_select_params;
+
+/* ratio 0.15, position_decay 128 (what `ucm generate --blend` uses, docs/blend.md). */
+UCM_API ucm_blend_select_params ucm_blend_select_default_params(void);
+
+/* ucm_blend_select with a prior on where a token sits in its document: a token's score is its
+ * deviation times exp(-doc_pos[i] / position_decay), and the ceil(ratio * n_tokens) highest
+ * scores are selected. doc_pos: uint32 [n_tokens], each token's position in its own document
+ * (0 = the document's first token), or NULL for no prior. Why: a stored document's first tokens
+ * attended to the chunk prefix only, where the prompt puts other documents; their K/V deviate
+ * more in the deep layers than the check layer shows (the first tokens of each chunk are what EPIC,
+ * Hu et al. 2024, recomputes). Measured against the plain deviation in docs/blend.md ("Position
+ * prior"); position_decay 0 gives exactly ucm_blend_select. score (may be NULL): fp32
+ * [n_tokens], the scores. Errors: UCM_E_INVALID (NULL params / rows / n_out, struct_size too
+ * small, ratio out of [0, 1] or NaN, position_decay negative or NaN, cap too small: *n_out is set
+ * to the count needed). */
+UCM_API int ucm_blend_select_weighted(const ucm_blend_select_params* params, const float* stored, const float* fresh,
+                                      const uint32_t* doc_pos, size_t n_tokens, size_t row, uint32_t* out_idx,
+                                      size_t cap, size_t* n_out, float* score);
 
 #ifdef __cplusplus
 }

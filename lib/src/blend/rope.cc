@@ -156,8 +156,9 @@ void shift_keys(const std::vector<float>& w, void* keys, int dtype, size_t n_tok
 }
 
 std::vector<uint32_t> select_tokens(const float* stored, const float* fresh, size_t n, size_t row, double ratio,
-                                    float* deviation) {
+                                    const uint32_t* doc_pos, double position_decay, float* score) {
   std::vector<float> dev(n);
+  const bool prior = doc_pos && position_decay > 0;
   for (size_t i = 0; i < n; ++i) {
     double acc = 0;
     const float* a = stored + i * row;
@@ -166,9 +167,10 @@ std::vector<uint32_t> select_tokens(const float* stored, const float* fresh, siz
       const double d = double(a[j]) - double(b[j]);
       acc += d * d;
     }
+    if (prior) acc *= std::exp(-double(doc_pos[i]) / position_decay);
     dev[i] = std::isnan(acc) ? INFINITY : float(acc);  // a NaN row deviates most: recompute it
   }
-  if (deviation) std::copy(dev.begin(), dev.end(), deviation);
+  if (score) std::copy(dev.begin(), dev.end(), score);
   const size_t k = std::min(n, size_t(std::ceil(ratio * double(n) - 1e-9)));
   std::vector<uint32_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0u);

@@ -28,9 +28,11 @@ std::vector<float> inv_freq(const ucm_rope_params& p);
 void shift_keys(const std::vector<float>& w, void* keys, int dtype, size_t n_tokens, uint32_t n_heads,
                 uint32_t head_dim, size_t token_stride, int64_t delta);
 
-/// ceil(ratio * n) token indices of largest squared L2 deviation between stored and fresh rows
-/// (ties to the lower index), ascending. deviation: optional [n] output.
+/// ceil(ratio * n) token indices of largest score (ties to the lower index), ascending. Score:
+/// the squared L2 deviation between stored and fresh rows, times exp(-doc_pos[i] / position_decay)
+/// when doc_pos is given and position_decay > 0 (see ucm_blend_select_weighted). score: optional
+/// [n] output.
 std::vector<uint32_t> select_tokens(const float* stored, const float* fresh, size_t n, size_t row, double ratio,
-                                    float* deviation);
+                                    const uint32_t* doc_pos, double position_decay, float* score);
 
 }  // namespace ucm::blend
