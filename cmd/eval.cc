@@ -82,7 +82,7 @@ CLI::App* setup_eval(CLI::App& app) {
   // ucm eval blend
   struct BlendArgs {
     generate::EvalBlendOptions o;
-    std::string documents, sizes = "2,4,8", ratios = "0,0.05,0.15,0.3";
+    std::string documents, sizes = "2,4,8", ratios = "0,0.05,0.15,0.3", decays = "128", prompts = "2";
     CommonFlags common;
   };
   auto b = std::make_shared<BlendArgs>();
@@ -99,10 +99,18 @@ CLI::App* setup_eval(CLI::App& app) {
   bl->add_option("--documents", b->documents, "Document files, comma-separated, in order (each stored as a chunk)")
       ->required();
   bl->add_option("--sizes", b->sizes, "Documents per prompt")->capture_default_str();
-  bl->add_option("--prompts", b->o.prompts, "Prompts per size (consecutive windows of the documents)")
+  bl->add_option("--prompts", b->prompts,
+                 "Prompts per size (consecutive windows of the documents): one number, or one per size")
       ->capture_default_str();
   bl->add_option("--ratios", b->ratios, "Recompute ratios")->capture_default_str();
   bl->add_option("--check-layer", b->o.check_layer, "Layers up to this one run over every token")->capture_default_str();
+  bl->add_option("--position-decays", b->decays,
+                 "Selection priors compared: a token's deviation is weighted by exp(-its position in its document / "
+                 "decay); 0 = CacheBlend's plain deviation (docs/blend.md)")
+      ->capture_default_str();
+  bl->add_flag("--oracle", b->o.oracle,
+               "Also choose the tokens by their deviation over all later layers, measured against the full "
+               "recompute: the upper bound of selection by deviation (not a way to serve)");
   bl->add_option("--new-tokens", b->o.new_tokens, "Teacher-forced steps compared")->capture_default_str();
   bl->add_option("--question", b->o.question, "The text after the documents (used as given)");
   bl->add_option("--csv", b->o.csv, "Write every row and the means here");
@@ -118,6 +126,10 @@ CLI::App* setup_eval(CLI::App& app) {
     if (!split_list(b->sizes, &b->o.sizes, to_u)) st = Status::InvalidArgument("--sizes: expected numbers like 2,4,8");
     if (st.ok() && !split_list(b->ratios, &b->o.ratios, to_d))
       st = Status::InvalidArgument("--ratios: expected numbers like 0,0.15");
+    if (st.ok() && !split_list(b->prompts, &b->o.prompts, to_u))
+      st = Status::InvalidArgument("--prompts: expected numbers like 2 or 2,8,2");
+    if (st.ok() && !split_list(b->decays, &b->o.position_decays, to_d))
+      st = Status::InvalidArgument("--position-decays: expected numbers like 0,128");
     if (st.ok() && !split_list(b->documents, &b->o.documents, to_s)) st = Status::InvalidArgument("--documents: empty");
     if (st.ok()) st = generate::eval_blend(b->o, &r);
     finish("eval blend", b->common, st, r, st.ok());

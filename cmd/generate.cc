@@ -63,6 +63,12 @@ CLI::App* setup_generate(CLI::App& app) {
                   "--blend: layers up to this one run over every token; the tokens to recompute are chosen here")
       ->capture_default_str()
       ->needs(bl);
+  sub->add_option("--position-decay", a->o.position_decay,
+                  "--blend: the selection weighs a token's deviation by exp(-its position in its document / this); "
+                  "0 = CacheBlend's plain deviation (docs/blend.md)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->needs(bl);
   add_common_flags(sub, &a->common);
   sub->callback([a] {
     a->o.stop_at_eos = !a->ignore_eos;

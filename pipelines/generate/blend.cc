@@ -3,7 +3,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -44,6 +46,29 @@ Status text_of_source(const std::string& source, std::string* text) {
       break;
     }
   return Status::InvalidArgument("document source " + source + " has no JSONL line with a \"text\"");
+}
+
+// BlendSettings::oracle: the stored tokens whose V, still the stored one in the layers after the
+// check layer, is farthest from the full recompute's, summed over those layers.
+std::vector<uint32_t> oracle_select(const KvCache& ref, const KvCache& cache, const int64_t* tokens, size_t n,
+                                    uint32_t check_layer, double ratio) {
+  std::vector<int64_t> t(tokens, tokens + n);
+  auto idx = torch::tensor(t, torch::kLong);
+  auto dev = torch::zeros({int64_t(n)}, torch::kDouble);
+  for (size_t l = size_t(check_layer) + 1; l < cache.v.size(); ++l) {
+    auto r = ref.v[l].index_select(0, idx).to(torch::kDouble).reshape({int64_t(n), -1});
+    auto c = cache.v[l].index_select(0, idx).to(torch::kDouble).reshape({int64_t(n), -1});
+    dev += (r - c).pow(2).sum(1) / r.pow(2).sum(1).mean().clamp_min(1e-30);
+  }
+  const size_t k = std::min(n, size_t(std::ceil(ratio * double(n) - 1e-9)));
+  auto d = dev.contiguous();
+  const double* dp = d.data_ptr<double>();
+  std::vector<uint32_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = uint32_t(i);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t x, uint32_t y) { return dp[x] > dp[y]; });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  return order;
 }
 
 }  // namespace
@@ -99,7 +124,7 @@ Status make_blend_prompt(const tok::Tokenizer& tk, const StoreClient& store, con
 }
 
 Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope_params& rope, const BlendPrompt& p,
-                     double ratio, uint32_t check_layer, int64_t capacity, Prefill* out, BlendPrefillStats* stats) {
+                     const BlendSettings& s, int64_t capacity, Prefill* out, BlendPrefillStats* stats) {
   *out = Prefill{};
   *stats = BlendPrefillStats{};
   const auto& m = eng.model();
@@ -158,15 +183,25 @@ Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope
     }
     stats->load_ms += ms_since(tl);
   }
-  for (uint8_t s : stored) stats->stored_tokens += s;
+  for (uint8_t x : stored) stats->stored_tokens += x;
+  // Each token's position in its own document, for the selection's prior (the chunk prefix and
+  // free text: 0; they are either exact or not stored).
+  std::vector<uint32_t> doc_pos(N, 0);
+  for (const auto& doc : p.docs)
+    for (size_t i = 0; i < doc.tokens.size() && doc.offset + i < N; ++i) doc_pos[doc.offset + i] = uint32_t(i);
+  ucm_blend_select_params sp = ucm_blend_select_default_params();
+  sp.ratio = s.ratio;
+  sp.position_decay = s.position_decay;
   model::LlamaModel::BlendSpec spec;
   spec.stored = stored;
-  spec.check_layer = check_layer;
-  spec.select = [ratio](const float* a, const float* b, size_t n, size_t row) {
-    std::vector<uint32_t> idx(n);
+  spec.check_layer = s.check_layer;
+  spec.select = [&](const float* a, const float* b, const int64_t* tokens, size_t n, size_t row) {
+    if (s.oracle) return oracle_select(*s.oracle, out->cache, tokens, n, s.check_layer, s.ratio);
+    std::vector<uint32_t> pos(n), idx(n);
+    for (size_t i = 0; i < n; ++i) pos[i] = doc_pos[size_t(tokens[i])];
     size_t k = 0;
-    if (ucm_blend_select(a, b, n, row, ratio, idx.data(), n, &k, nullptr) != UCM_OK)
-      throw model::ModelError(std::string("ucm_blend_select: ") + ucm_last_error());
+    if (ucm_blend_select_weighted(&sp, a, b, pos.data(), n, row, idx.data(), n, &k, nullptr) != UCM_OK)
+      throw model::ModelError(std::string("ucm_blend_select_weighted: ") + ucm_last_error());
     idx.resize(k);
     return idx;
   };

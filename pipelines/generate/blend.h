@@ -37,24 +37,38 @@ struct BlendPrefillStats {
   double load_ms = 0;
 };
 
+/// How the blend prefill chooses the tokens it recomputes.
+struct BlendSettings {
+  double ratio = 0.15;          ///< share of the stored tokens recomputed (CacheBlend §4.3)
+  uint32_t check_layer = 1;     ///< layers [0, check_layer] run over every token; selection there
+  double position_decay = 128;  ///< ucm_blend_select_weighted's prior (tokens); 0 = plain deviation
+  /// `ucm eval blend --oracle` only: the full recompute's cache of the same prompt. Tokens are then
+  /// chosen by how far their stored V is from the recomputed V over all the layers after the check
+  /// layer (squared L2, each layer divided by its mean squared norm), which needs the full
+  /// recompute blending avoids: an upper bound for selection by deviation, not a way to serve.
+  const KvCache* oracle = nullptr;
+};
+
 /// The blend prefill: every document's stored chunk blocks loaded (a block that fails is left
 /// to be computed), its keys moved by ucm_rope_shift to the document's position, then
-/// LlamaModel::blend with ucm_blend_select choosing `ratio` of the stored tokens at check_layer.
-/// rope: the namespace's (ucm_store_rope_params). out->ttft_ms runs from hashing to first token.
+/// LlamaModel::blend with ucm_blend_select_weighted choosing `s.ratio` of the stored tokens at
+/// s.check_layer. rope: the namespace's (ucm_store_rope_params). out->ttft_ms runs from hashing
+/// to first token.
 Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope_params& rope, const BlendPrompt& p,
-                     double ratio, uint32_t check_layer, int64_t capacity, Prefill* out, BlendPrefillStats* stats);
+                     const BlendSettings& s, int64_t capacity, Prefill* out, BlendPrefillStats* stats);
 
 /// Full recompute (the reference decode of n_new tokens, logits kept) and prefix caching
 /// (teacher-forced against it) of one blend prompt.
 struct BlendBaselines {
   Decode ref;
+  KvCache recompute_cache;  ///< full recompute's cache: rows [0, prompt) are the prompt's K/V
   double ttft_recompute_ms = 0, ttft_prefix_ms = 0, prefix_served_fraction = 0;
   Agreement prefix;
 };
 Status measure_baselines(const Engine& eng, const BlendPrompt& p, int64_t capacity, uint32_t n_new,
                          BlendBaselines* out);
 
-/// The blend prefill of p at `ratio`, then teacher-forced (against ref) and free-running decodes.
+/// The blend prefill of p with s, then teacher-forced (against ref) and free-running decodes.
 struct BlendOutcome {
   BlendPrefillStats stats;
   double ttft_ms = 0, served_fraction = 0;
@@ -63,7 +77,7 @@ struct BlendOutcome {
   std::vector<int32_t> tokens;
 };
 Status measure_blend(const Engine& eng, const StoreClient& store, const ucm_rope_params& rope, const BlendPrompt& p,
-                     const Decode& ref, double ratio, uint32_t check_layer, int64_t capacity, BlendOutcome* out);
+                     const Decode& ref, const BlendSettings& s, int64_t capacity, BlendOutcome* out);
 
 /// The namespace's RoPE (ucm_store_rope_params), checked against the model: NotSupported for a
 /// scaling the library cannot move exactly, InvalidArgument when it is another model's.

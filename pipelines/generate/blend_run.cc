@@ -32,6 +32,7 @@ Status measure_baselines(const Engine& eng, const BlendPrompt& p, int64_t capaci
   Prefill full;
   UCM_RETURN_IF_ERROR(eng.prefill_recompute(p.ids, capacity, &full));
   out->ttft_recompute_ms = full.ttft_ms;
+  out->recompute_cache = full.cache;  // shares the tensors; decoding writes rows past the prompt only
   eng.decode(&full, n_new, -1, nullptr, {}, true, &out->ref);
   Prefill pre;
   UCM_RETURN_IF_ERROR(eng.prefill_cached(p.ids, capacity, &pre));
@@ -44,10 +45,10 @@ Status measure_baselines(const Engine& eng, const BlendPrompt& p, int64_t capaci
 }
 
 Status measure_blend(const Engine& eng, const StoreClient& store, const ucm_rope_params& rope, const BlendPrompt& p,
-                     const Decode& ref, double ratio, uint32_t check_layer, int64_t capacity, BlendOutcome* out) {
+                     const Decode& ref, const BlendSettings& s, int64_t capacity, BlendOutcome* out) {
   *out = BlendOutcome{};
   Prefill bl;
-  UCM_RETURN_IF_ERROR(prefill_blend(eng, store, rope, p, ratio, check_layer, capacity, &bl, &out->stats));
+  UCM_RETURN_IF_ERROR(prefill_blend(eng, store, rope, p, s, capacity, &bl, &out->stats));
   out->ttft_ms = bl.ttft_ms;
   out->served_fraction = double(out->stats.stored_tokens - out->stats.recomputed_tokens) / double(p.ids.size());
   // Teacher-forced against the reference, then free-running from a copy of the blend cache.
@@ -71,10 +72,13 @@ Status run_blend(const GenerateOptions& o, BlendReport* r) {
   r->docs = o.docs;
   r->recompute_ratio = o.recompute_ratio;
   r->check_layer = o.check_layer;
+  r->position_decay = o.position_decay;
   if (o.store.empty()) return Status::InvalidArgument("--blend needs --store (the documents' chunks come from it)");
   if (o.docs.empty()) return Status::InvalidArgument("--blend needs --docs ID,ID,... (corpus ids or files)");
   if (!(o.recompute_ratio >= 0 && o.recompute_ratio <= 1))
     return Status::InvalidArgument("--recompute-ratio must be in [0, 1]");
+  if (!(o.position_decay >= 0) || std::isinf(o.position_decay))
+    return Status::InvalidArgument("--position-decay must be a finite number >= 0 (0: no prior)");
   Inputs in;
   UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
   const auto& mc = in.model->config();
@@ -115,7 +119,11 @@ Status run_blend(const GenerateOptions& o, BlendReport* r) {
   r->prefix_top1_agreement = base.prefix.top1_agreement;
   r->prefix_mean_kl = base.prefix.mean_kl;
   BlendOutcome b;
-  UCM_RETURN_IF_ERROR(measure_blend(eng, store, rope, bp, base.ref, o.recompute_ratio, o.check_layer, capacity, &b));
+  BlendSettings bs;
+  bs.ratio = o.recompute_ratio;
+  bs.check_layer = o.check_layer;
+  bs.position_decay = o.position_decay;
+  UCM_RETURN_IF_ERROR(measure_blend(eng, store, rope, bp, base.ref, bs, capacity, &b));
   r->ttft_blend_ms = b.ttft_ms;
   r->load_ms = b.stats.load_ms;
   r->docs_missing = b.stats.docs_missing;
@@ -142,6 +150,7 @@ std::string BlendReport::to_json() const {
                               {"doc_tokens", doc_tokens},
                               {"recompute_ratio", recompute_ratio},
                               {"check_layer", check_layer},
+                              {"position_decay", position_decay},
                               {"stored_tokens", stored_tokens},
                               {"recomputed_tokens", recomputed_tokens},
                               {"chunk_blocks_loaded", chunk_blocks_loaded},
@@ -174,10 +183,10 @@ std::string BlendReport::to_text() const {
                 (unsigned long long)doc_tokens, docs_missing.size());
   s << buf;
   std::snprintf(buf, sizeof buf,
-                "served from the store: blend %.1f%% (%llu stored, %llu recomputed at %.0f%%, check layer %u), "
-                "prefix caching %.1f%%\n",
+                "served from the store: blend %.1f%% (%llu stored, %llu recomputed at %.0f%%, check layer %u, "
+                "position decay %g), prefix caching %.1f%%\n",
                 100 * served_fraction, (unsigned long long)stored_tokens, (unsigned long long)recomputed_tokens,
-                100 * recompute_ratio, check_layer, 100 * prefix_served_fraction);
+                100 * recompute_ratio, check_layer, position_decay, 100 * prefix_served_fraction);
   s << buf;
   if (chunk_blocks_failed) s << chunk_blocks_failed << " chunk blocks failed to load: their tokens were recomputed\n";
   std::snprintf(buf, sizeof buf,

@@ -56,7 +56,8 @@ torch::Tensor LlamaModel::blend(const torch::Tensor& tokens, KvCache* cache, con
           v.index_select(0, sidx).to(cache->dtype).to(torch::kFloat).reshape({-1, nkv * hd}).contiguous().cpu();
       std::vector<uint32_t> sel;
       if (spec.select)
-        sel = spec.select(old.data_ptr<float>(), fresh.data_ptr<float>(), stored_idx.size(), size_t(nkv * hd));
+        sel = spec.select(old.data_ptr<float>(), fresh.data_ptr<float>(), stored_idx.data(), stored_idx.size(),
+                          size_t(nkv * hd));
       std::vector<uint8_t> keep(size_t(T), 0);
       for (int64_t i = 0; i < T; ++i) keep[size_t(i)] = !spec.stored[size_t(i)];
       for (uint32_t j : sel) {

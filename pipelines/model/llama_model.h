@@ -153,10 +153,13 @@ class LlamaModel {
     /// selected, and check_layer's attention and MLP run for the computed tokens only.
     int64_t check_layer = 1;
     /// Selection at check_layer: given the stored and the freshly computed V rows of the stored
-    /// tokens, fp32 [n][nkv * hd] (fresh rounded to the cache dtype), returns the indices (into
-    /// those n) to recompute. Empty function: recompute none. (V alone, as CacheBlend's
-    /// reference implementation compares; docs/blend.md measures it against K|V.)
-    std::function<std::vector<uint32_t>(const float* stored, const float* fresh, size_t n, size_t row)> select;
+    /// tokens, fp32 [n][nkv * hd] (fresh rounded to the cache dtype), and those tokens' prompt
+    /// positions (int64 [n], ascending), returns the indices (into those n) to recompute. Empty
+    /// function: recompute none. (V alone, as CacheBlend's reference implementation compares;
+    /// docs/blend.md measures it against K|V.)
+    std::function<std::vector<uint32_t>(const float* stored, const float* fresh, const int64_t* tokens, size_t n,
+                                         size_t row)>
+        select;
   };
   /// Runs tokens (int64 [T]) at positions 0..T-1 over *cache (cache->len must be 0; rows with
   /// spec.stored hold stored K/V): all tokens through layers 0..check_layer, then only the

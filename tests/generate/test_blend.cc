@@ -159,6 +159,24 @@ TEST_F(Blend, DocumentsServedFromTheStoreAndRatioBuysQuality) {
               r30["top1_agreement"].get<double>(), r30["mean_kl"].get<double>());
 }
 
+TEST_F(Blend, PositionPriorIsTheSelectionsAndOnlyChangesWhichTokens) {
+  // ucm_blend_select_weighted with the default decay (128) and with none (CacheBlend's plain
+  // deviation): the same number of tokens recomputed, reported as asked; a negative decay is a
+  // usage error naming the option.
+  const std::string docs = "netrc.rst.txt,codeop.rst.txt";
+  const json with = blend(root_ / "store", docs, "--recompute-ratio 0.15");
+  const json without = blend(root_ / "store", docs, "--recompute-ratio 0.15 --position-decay 0");
+  ASSERT_TRUE(with.contains("tokens") && without.contains("tokens"));
+  EXPECT_DOUBLE_EQ(with["position_decay"].get<double>(), 128.0);
+  EXPECT_DOUBLE_EQ(without["position_decay"].get<double>(), 0.0);
+  EXPECT_EQ(with["recomputed_tokens"], without["recomputed_tokens"]);
+  EXPECT_NEAR(double(with["recomputed_tokens"].get<uint64_t>()), 0.15 * with["stored_tokens"].get<double>(), 1.0);
+  EXPECT_NE(with["mean_kl"].get<double>(), without["mean_kl"].get<double>());  // other tokens were chosen
+  auto bad = blend_run(root_ / "store", docs, "--position-decay -1");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE((bad.out + bad.err).find("--position-decay"), std::string::npos) << bad.out << bad.err;
+}
+
 TEST_F(Blend, UnknownDocumentIsAnError) {
   auto r = blend_run(root_ / "store", "copy.rst.txt,no-such-doc.rst.txt", "");
   EXPECT_NE(r.code, 0);

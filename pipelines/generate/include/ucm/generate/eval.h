@@ -72,9 +72,15 @@ struct EvalBlendOptions {
   std::string model_dir, tokenizer_file, store, precompute_config;
   std::vector<std::string> documents;       ///< document files, in order (stored with precompute --chunks)
   std::vector<uint32_t> sizes = {2, 4, 8};  ///< documents per prompt
-  uint32_t prompts = 2;                     ///< prompts per size (consecutive windows of the documents)
+  /// Prompts per size (consecutive windows of the documents): one number for every size, or one
+  /// per size, in the order of sizes.
+  std::vector<uint32_t> prompts = {2};
   std::vector<double> ratios = {0.0, 0.05, 0.15, 0.30};
   uint32_t check_layer = 1;
+  std::vector<double> position_decays = {128};  ///< selection priors compared (0 = plain deviation)
+  /// Also an "oracle" row per ratio: tokens chosen by their deviation over all later layers,
+  /// measured against the full recompute (BlendSettings::oracle): what selection could reach.
+  bool oracle = false;
   uint32_t new_tokens = 32;
   std::string question =
       "\n\nWhich of the documents above is the most useful to a new Python programmer, and why?<|im_end|>\n"
@@ -86,14 +92,15 @@ struct EvalBlendOptions {
 struct EvalBlendResult {
   struct Row {                 ///< one (prompt, method)
     uint32_t size = 0, prompt = 0;
-    std::string method;        ///< "recompute" | "prefix" | "blend"
+    std::string method;        ///< "recompute" | "prefix" | "blend" | "oracle"
     double ratio = 0;          ///< blend: recompute ratio
+    double position_decay = 0; ///< blend: the selection's prior (ucm_blend_select_weighted)
     uint64_t prompt_tokens = 0;
     double ttft_ms = 0, served_fraction = 0, top1_agreement = 0, mean_kl = 0;
     uint64_t greedy_match = 0, chunk_blocks_failed = 0;
   };
   std::vector<Row> rows;       ///< per prompt
-  std::vector<Row> means;      ///< per (size, method, ratio): means over the prompts (prompt = count)
+  std::vector<Row> means;      ///< per (size, method, ratio, decay): means over the prompts (prompt = count)
   std::string to_json() const;
   std::string to_text() const;
 };

@@ -39,6 +39,7 @@ struct GenerateOptions {
   std::vector<std::string> docs;  ///< corpus ids (registered as chunk:<id>) or files
   double recompute_ratio = 0.15;  ///< share of the stored tokens recomputed (CacheBlend §4.3: 15%)
   uint32_t check_layer = 1;       ///< layers [0, check_layer] computed for all tokens; selection there
+  double position_decay = 128;    ///< selection prior: deviation * exp(-position in document / this); 0 = none
 };
 
 /// Sparse decode against dense decode on the same prompt (shared/BRIEF.md, "Quality of
@@ -93,6 +94,7 @@ struct BlendReport {
   uint64_t prompt_tokens = 0, chunk_prefix_tokens = 0, doc_tokens = 0;
   double recompute_ratio = 0;
   uint32_t check_layer = 0;
+  double position_decay = 0;
   uint64_t stored_tokens = 0;       ///< prompt tokens whose K/V came from the store (all layers)
   uint64_t recomputed_tokens = 0;   ///< of those, recomputed after the check layer
   uint64_t chunk_blocks_loaded = 0, chunk_blocks_failed = 0;  ///< failed: recomputed, never used
