@@ -92,12 +92,17 @@ CLI::App* setup_eval(CLI::App& app) {
       "RAG reuse (CacheBlend): prompts of 2, 4 and 8 stored documents plus a question served by full recompute, "
       "prefix caching and blending at each recompute ratio, in one run; TTFT, share of the prompt served from "
       "the store, and top-1 agreement and KL against full recompute (docs/blend.md)");
-  bl->add_option("--store", b->o.store, "A store whose documents were precomputed with --chunks")->required();
+  auto* store_opt = bl->add_option("--store", b->o.store, "A store whose documents were precomputed with --chunks");
   bl->add_option("--model", b->o.model_dir, "Model directory")->capture_default_str();
   bl->add_option("--config", b->o.precompute_config, "The precompute YAML the store was built with (fingerprint)")
       ->check(CLI::ExistingFile);
-  bl->add_option("--documents", b->documents, "Document files, comma-separated, in order (each stored as a chunk)")
-      ->required();
+  auto* docs_opt =
+      bl->add_option("--documents", b->documents, "Document files, comma-separated, in order (each stored as a chunk)");
+  bl->add_option("--from-csv", b->o.from_csv,
+                 "Run nothing: read the rows of an earlier --csv and draw --png from them (and print the means)")
+      ->check(CLI::ExistingFile)
+      ->excludes(store_opt)
+      ->excludes(docs_opt);
   bl->add_option("--sizes", b->sizes, "Documents per prompt")->capture_default_str();
   bl->add_option("--prompts", b->prompts,
                  "Prompts per size (consecutive windows of the documents): one number, or one per size")
@@ -130,7 +135,8 @@ CLI::App* setup_eval(CLI::App& app) {
       st = Status::InvalidArgument("--prompts: expected numbers like 2 or 2,8,2");
     if (st.ok() && !split_list(b->decays, &b->o.position_decays, to_d))
       st = Status::InvalidArgument("--position-decays: expected numbers like 0,128");
-    if (st.ok() && !split_list(b->documents, &b->o.documents, to_s)) st = Status::InvalidArgument("--documents: empty");
+    if (st.ok() && b->o.from_csv.empty() && !split_list(b->documents, &b->o.documents, to_s))
+      st = Status::InvalidArgument("--documents: required (document files, comma-separated)");
     if (st.ok()) st = generate::eval_blend(b->o, &r);
     finish("eval blend", b->common, st, r, st.ok());
   });

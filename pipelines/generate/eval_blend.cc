@@ -36,54 +36,70 @@ Status write_csv(const std::string& path, const EvalBlendResult& r) {
   return f ? Status::OK() : Status::IOError("writing " + path);
 }
 
-// Quality (top-1 agreement, KL) and TTFT against the recompute ratio, one line per prompt size;
-// prefix caching as a horizontal reference on the TTFT panel.
+// Quality (top-1 agreement, KL) and TTFT against the recompute ratio: one colour per prompt size,
+// solid for each position prior (dashed when there is no prior, dotted for the oracle); prefix
+// caching as a horizontal reference on the TTFT panel (log scale). One legend under the panels.
 Status draw_png(const std::string& path, const EvalBlendResult& r) {
   FILE* g = ::popen("gnuplot 2>&1", "w");
   if (!g) return Status::IOError("cannot run gnuplot (apt-get install gnuplot-nox)");
   std::ostringstream s;
   std::map<uint32_t, std::vector<const EvalBlendResult::Row*>> by_size;
-  std::vector<double> decays;
+  std::vector<std::pair<std::string, double>> series;  // (method, decay) of the blend lines
+  double max_ratio = 0;
   for (const auto& x : r.means) {
     by_size[x.size].push_back(&x);
-    if (x.method == "blend" && std::find(decays.begin(), decays.end(), x.position_decay) == decays.end())
-      decays.push_back(x.position_decay);
+    if (x.method != "blend" && x.method != "oracle") continue;
+    max_ratio = std::max(max_ratio, x.ratio);
+    const auto key = std::make_pair(x.method, x.position_decay);
+    if (std::find(series.begin(), series.end(), key) == series.end()) series.push_back(key);
   }
-  auto blend_title = [&](uint32_t size, double decay) {
-    std::string t = std::to_string(size) + " docs blend";
-    if (decays.size() > 1) t += decay > 0 ? " (prior " + std::to_string(int(decay)) + ")" : " (no prior)";
-    return t;
+  auto title = [&](uint32_t size, const std::pair<std::string, double>& k) {
+    std::string t = std::to_string(size) + " docs ";
+    if (k.first == "oracle") return t + "oracle selection";
+    return t + (k.second > 0 ? "blend, prior " + std::to_string(int(k.second)) : "blend, no prior");
   };
-  s << "set terminal pngcairo size 1200,500 noenhanced\nset output '" << path << "'\n"
-    << "set multiplot layout 1,3 title 'CacheBlend on SmolLM2-135M, python3.11-doc (against full recompute)'\n"
-    << "set grid\nset xlabel 'recompute ratio'\nset key bottom right\n";
-  auto panel = [&](const std::string& title, const std::string& ylabel, auto value, bool with_prefix) {
-    s << "set title '" << title << "'\nset ylabel '" << ylabel << "'\nplot ";
+  auto style = [](const std::pair<std::string, double>& k) {
+    return k.first == "oracle" ? std::string(" dt 3") : k.second > 0 ? std::string(" dt 1") : std::string(" dt 2");
+  };
+  s << "set terminal pngcairo size 1400,620 noenhanced\nset output '" << path << "'\n"
+    << "set multiplot title 'CacheBlend on SmolLM2-135M, python3.11-doc (against full recompute)'\n"
+    << "set grid\nset xlabel 'recompute ratio'\nset key off\nset xrange [0:" << std::max(max_ratio, 0.05) << "]\n";
+  auto panel = [&](int i, const std::string& ptitle, const std::string& ylabel, auto value, bool ttft) {
+    s << "set size 0.333,0.72\nset origin " << 0.333 * i << ",0.24\n"
+      << (ttft ? "set logscale y\n" : "unset logscale y\n") << "set title '" << ptitle << "'\nset ylabel '" << ylabel
+      << "'\nplot ";
     bool first = true;
+    int colour = 0;
     for (const auto& [size, rows] : by_size) {
-      for (double d : decays) {
-        s << (first ? "" : ", ") << "'-' using 1:2 with linespoints lw 2 title '" << blend_title(size, d) << "'";
+      ++colour;
+      for (const auto& k : series) {
+        s << (first ? "" : ", ") << "'-' using 1:2 with linespoints lw 2 lc " << colour << style(k) << " title '"
+          << title(size, k) << "'";
         first = false;
       }
-      if (with_prefix) s << ", '-' using 1:2 with lines dt 2 title '" << size << " docs prefix caching'";
+      if (ttft) s << ", '-' using 1:2 with lines lw 1 lc " << colour << " dt 4 title '" << size << " docs prefix caching'";
     }
     s << "\n";
     for (const auto& [size, rows] : by_size) {
-      for (double d : decays) {
+      for (const auto& k : series) {
         for (const auto* x : rows)
-          if (x->method == "blend" && x->position_decay == d) s << x->ratio << " " << value(*x) << "\n";
+          if (x->method == k.first && x->position_decay == k.second) s << x->ratio << " " << value(*x) << "\n";
         s << "e\n";
       }
-      if (with_prefix) {
+      if (ttft) {
         for (const auto* x : rows)
-          if (x->method == "prefix") s << "0 " << value(*x) << "\n1 " << value(*x) << "\n";
+          if (x->method == "prefix") s << "0 " << value(*x) << "\n" << max_ratio << " " << value(*x) << "\n";
         s << "e\n";
       }
     }
   };
-  panel("teacher-forced top-1 agreement", "agreement", [](const EvalBlendResult::Row& x) { return x.top1_agreement; }, false);
-  panel("mean KL of next-token distributions", "KL (nats)", [](const EvalBlendResult::Row& x) { return x.mean_kl; }, false);
-  panel("TTFT", "ms", [](const EvalBlendResult::Row& x) { return x.ttft_ms; }, true);
+  panel(0, "teacher-forced top-1 agreement", "agreement", [](const EvalBlendResult::Row& x) { return x.top1_agreement; },
+        false);
+  panel(1, "mean KL of next-token distributions", "KL (nats)", [](const EvalBlendResult::Row& x) { return x.mean_kl; },
+        false);
+  // The third panel draws the legend for all three, in the band under them.
+  s << "set key at screen 0.5,0.2 center top horizontal maxrows 4 width 2 font ',10'\n";
+  panel(2, "TTFT", "ms (log scale)", [](const EvalBlendResult::Row& x) { return x.ttft_ms; }, true);
   s << "unset multiplot\n";
   const std::string script = s.str();
   std::fwrite(script.data(), 1, script.size(), g);
@@ -92,10 +108,54 @@ Status draw_png(const std::string& path, const EvalBlendResult& r) {
   return Status::OK();
 }
 
+// The rows of a CSV that write_csv wrote.
+Status read_csv(const std::string& path, EvalBlendResult* r) {
+  std::ifstream f(path);
+  if (!f) return Status::NotFound("cannot read " + path);
+  std::string line;
+  std::getline(f, line);
+  if (line.rfind("kind,size,prompt,method,ratio,position_decay,", 0) != 0)
+    return Status::InvalidArgument(path + ": not a CSV of `ucm eval blend` (header: " + line + ")");
+  size_t n = 1;
+  while (std::getline(f, line)) {
+    ++n;
+    if (line.empty()) continue;
+    std::vector<std::string> c;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, ',');) c.push_back(x);
+    if (c.size() != 12 || (c[0] != "prompt" && c[0] != "mean"))
+      return Status::InvalidArgument(path + ":" + std::to_string(n) + ": expected 12 fields, kind prompt or mean");
+    EvalBlendResult::Row x;
+    try {
+      x.size = uint32_t(std::stoul(c[1]));
+      x.prompt = uint32_t(std::stoul(c[2]));
+      x.method = c[3];
+      x.ratio = std::stod(c[4]);
+      x.position_decay = std::stod(c[5]);
+      x.prompt_tokens = std::stoull(c[6]);
+      x.ttft_ms = std::stod(c[7]);
+      x.served_fraction = std::stod(c[8]);
+      x.top1_agreement = std::stod(c[9]);
+      x.mean_kl = std::stod(c[10]);
+      x.greedy_match = std::stoull(c[11]);
+    } catch (const std::exception&) {
+      return Status::InvalidArgument(path + ":" + std::to_string(n) + ": a field is not a number");
+    }
+    (c[0] == "mean" ? r->means : r->rows).push_back(x);
+  }
+  if (r->means.empty()) return Status::InvalidArgument(path + ": no mean rows");
+  return Status::OK();
+}
+
 }  // namespace
 
 Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
   *out = EvalBlendResult{};
+  if (!o.from_csv.empty()) {  // redraw only
+    UCM_RETURN_IF_ERROR(read_csv(o.from_csv, out));
+    if (!o.png.empty()) UCM_RETURN_IF_ERROR(draw_png(o.png, *out));
+    return Status::OK();
+  }
   if (o.store.empty()) return Status::InvalidArgument("--store is required (documents precomputed with --chunks)");
   if (o.documents.empty()) return Status::InvalidArgument("--documents: no document files");
   for (double r : o.ratios)

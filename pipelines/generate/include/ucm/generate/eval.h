@@ -86,6 +86,7 @@ struct EvalBlendOptions {
       "\n\nWhich of the documents above is the most useful to a new Python programmer, and why?<|im_end|>\n"
       "<|im_start|>assistant\n";
   std::string csv, png;  ///< outputs ("" = none); the PNG is drawn with gnuplot
+  std::string from_csv;  ///< set: no run; the rows are read from this CSV (of --csv) and the PNG drawn
   bool progress = false;
 };
 
