@@ -53,15 +53,15 @@ Status text_of_source(const std::string& source, std::string* text) {
 std::vector<uint32_t> oracle_select(const KvCache& ref, const KvCache& cache, const int64_t* tokens, size_t n,
                                     uint32_t check_layer, double ratio) {
   std::vector<int64_t> t(tokens, tokens + n);
-  auto idx = torch::tensor(t, torch::kLong);
-  auto dev = torch::zeros({int64_t(n)}, torch::kDouble);
+  auto idx = torch::tensor(t, torch::kLong).to(cache.v[0].device());
+  auto dev = torch::zeros({int64_t(n)}, torch::TensorOptions().dtype(torch::kDouble).device(cache.v[0].device()));
   for (size_t l = size_t(check_layer) + 1; l < cache.v.size(); ++l) {
     auto r = ref.v[l].index_select(0, idx).to(torch::kDouble).reshape({int64_t(n), -1});
     auto c = cache.v[l].index_select(0, idx).to(torch::kDouble).reshape({int64_t(n), -1});
     dev += (r - c).pow(2).sum(1) / r.pow(2).sum(1).mean().clamp_min(1e-30);
   }
   const size_t k = std::min(n, size_t(std::ceil(ratio * double(n) - 1e-9)));
-  auto d = dev.contiguous();
+  auto d = dev.cpu().contiguous();
   const double* dp = d.data_ptr<double>();
   std::vector<uint32_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = uint32_t(i);
