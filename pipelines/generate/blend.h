@@ -49,6 +49,10 @@ struct BlendSettings {
   const KvCache* oracle = nullptr;
 };
 
+/// InvalidArgument naming `option` unless decay is finite and >= 0 (what ucm_blend_select_weighted
+/// accepts), so that a bad value fails before the model is loaded.
+Status check_position_decay(double decay, const std::string& option);
+
 /// The blend prefill: every document's stored chunk blocks loaded (a block that fails is left
 /// to be computed), its keys moved by ucm_rope_shift to the document's position, then
 /// LlamaModel::blend with ucm_blend_select_weighted choosing `s.ratio` of the stored tokens at

@@ -26,6 +26,12 @@ Status blend_rope(const StoreClient& store, const model::LlamaModel& m, ucm_rope
   return Status::OK();
 }
 
+Status check_position_decay(double decay, const std::string& option) {
+  if (decay >= 0 && !std::isinf(decay)) return Status::OK();
+  return Status::InvalidArgument(option + ": " + std::to_string(decay) +
+                                 " is not a finite number >= 0 (the selection's position prior; 0: none)");
+}
+
 Status measure_baselines(const Engine& eng, const BlendPrompt& p, int64_t capacity, uint32_t n_new,
                          BlendBaselines* out) {
   *out = BlendBaselines{};
@@ -77,8 +83,7 @@ Status run_blend(const GenerateOptions& o, BlendReport* r) {
   if (o.docs.empty()) return Status::InvalidArgument("--blend needs --docs ID,ID,... (corpus ids or files)");
   if (!(o.recompute_ratio >= 0 && o.recompute_ratio <= 1))
     return Status::InvalidArgument("--recompute-ratio must be in [0, 1]");
-  if (!(o.position_decay >= 0) || std::isinf(o.position_decay))
-    return Status::InvalidArgument("--position-decay must be a finite number >= 0 (0: no prior)");
+  UCM_RETURN_IF_ERROR(check_position_decay(o.position_decay, "--position-decay"));
   Inputs in;
   UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
   const auto& mc = in.model->config();

@@ -2,7 +2,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -27,8 +26,8 @@ Status write_csv(const std::string& path, const EvalBlendResult& r) {
   auto row = [&](const char* kind, const EvalBlendResult::Row& x) {
     char buf[256];
     std::snprintf(buf, sizeof buf, "%s,%u,%u,%s,%.2f,%g,%llu,%.1f,%.4f,%.4f,%.5f,%llu\n", kind, x.size, x.prompt,
-                  x.method.c_str(), x.ratio, x.position_decay, (unsigned long long)x.prompt_tokens, x.ttft_ms, x.served_fraction,
-                  x.top1_agreement, x.mean_kl, (unsigned long long)x.greedy_match);
+                  x.method.c_str(), x.ratio, x.position_decay, (unsigned long long)x.prompt_tokens, x.ttft_ms,
+                  x.served_fraction, x.top1_agreement, x.mean_kl, (unsigned long long)x.greedy_match);
     f << buf;
   };
   for (const auto& x : r.rows) row("prompt", x);
@@ -161,9 +160,7 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
   for (double r : o.ratios)
     if (!(r >= 0 && r <= 1)) return Status::InvalidArgument("--ratios: each must be in [0, 1]");
   if (o.position_decays.empty()) return Status::InvalidArgument("--position-decays: none given");
-  for (double d : o.position_decays)
-    if (!(d >= 0) || std::isinf(d))
-      return Status::InvalidArgument("--position-decays: each must be a finite number >= 0 (0: no prior)");
+  for (double d : o.position_decays) UCM_RETURN_IF_ERROR(check_position_decay(d, "--position-decays"));
   Inputs in;
   UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
   std::string desc_json;
@@ -213,18 +210,25 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
       row.top1_agreement = base.prefix.top1_agreement;
       row.mean_kl = base.prefix.mean_kl;
       out->rows.push_back(row);
-      std::vector<double> decays = o.position_decays;
-      if (o.oracle) decays.push_back(-1);  // the oracle's rows
-      for (double decay : decays)
+      // One selection per position decay, then the oracle's.
+      std::vector<BlendSettings> selections;
+      for (double decay : o.position_decays) {
+        selections.emplace_back();
+        selections.back().check_layer = o.check_layer;
+        selections.back().position_decay = decay;
+      }
+      if (o.oracle) {
+        selections.emplace_back();
+        selections.back().check_layer = o.check_layer;
+        selections.back().position_decay = 0;
+        selections.back().oracle = &base.recompute_cache;
+      }
+      for (BlendSettings bs : selections)
       for (double ratio : o.ratios) {
         BlendOutcome b;
-        BlendSettings bs;
         bs.ratio = ratio;
-        bs.check_layer = o.check_layer;
-        bs.position_decay = decay < 0 ? 0 : decay;
-        if (decay < 0) bs.oracle = &base.recompute_cache;
         UCM_RETURN_IF_ERROR(measure_blend(eng, store, rope, bp, base.ref, bs, capacity, &b));
-        row.method = decay < 0 ? "oracle" : "blend";
+        row.method = bs.oracle ? "oracle" : "blend";
         row.ratio = ratio;
         row.position_decay = bs.position_decay;
         row.ttft_ms = b.ttft_ms;
@@ -237,7 +241,8 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
         if (o.progress)
           spdlog::info("eval blend: {} docs, ratio {:.2f}, {}: top-1 {:.3f}, KL {:.4f}, TTFT {:.0f} ms "
                        "(prefix {:.0f}, recompute {:.0f})",
-                       k, ratio, decay < 0 ? std::string("oracle") : "position decay " + std::to_string(int(decay)), b.vs_ref.top1_agreement, b.vs_ref.mean_kl, b.ttft_ms, base.ttft_prefix_ms,
+                       k, ratio, bs.oracle ? std::string("oracle") : fmt::format("position decay {}", bs.position_decay),
+                       b.vs_ref.top1_agreement, b.vs_ref.mean_kl, b.ttft_ms, base.ttft_prefix_ms,
                        base.ttft_recompute_ms);
       }
     }
