@@ -82,7 +82,8 @@ CLI::App* setup_eval(CLI::App& app) {
   // ucm eval blend
   struct BlendArgs {
     generate::EvalBlendOptions o;
-    std::string documents, sizes = "2,4,8", ratios = "0,0.05,0.15,0.3", decays = "128", prompts = "2";
+    std::string documents, sizes = "2,4,8", ratios = "0,0.05,0.15,0.3", decays = "128", prompts = "2",
+                selections = "relevance,deviation";
     CommonFlags common;
   };
   auto b = std::make_shared<BlendArgs>();
@@ -108,11 +109,21 @@ CLI::App* setup_eval(CLI::App& app) {
                  "Prompts per size (consecutive windows of the documents): one number, or one per size")
       ->capture_default_str();
   bl->add_option("--ratios", b->ratios, "Recompute ratios")->capture_default_str();
-  bl->add_option("--check-layer", b->o.check_layer, "Layers up to this one run over every token")->capture_default_str();
-  bl->add_option("--position-decays", b->decays,
-                 "Selection priors compared: a token's deviation is weighted by exp(-its position in its document / "
-                 "decay); 0 = CacheBlend's plain deviation (docs/blend.md)")
+  bl->add_option("--selections", b->selections,
+                 "Selections compared: relevance (the question's attention), deviation (CacheBlend's V deviation), "
+                 "both (docs/blend.md)")
       ->capture_default_str();
+  bl->add_option("--check-layer", b->o.check_layer,
+                 "Layers before this one run over every token (default: 0 for relevance, 1 for deviation and both)")
+      ->check(CLI::NonNegativeNumber);
+  bl->add_option("--position-decays", b->decays,
+                 "Selection priors compared: a token's score is weighted by exp(-its position in its document / "
+                 "decay); 0 = no prior (docs/blend.md)")
+      ->capture_default_str();
+  bl->add_option("--relevance-exponent", b->o.relevance_exponent,
+                 "relevance and both: the score is the question's attention to the token to this power")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   bl->add_flag("--oracle", b->o.oracle,
                "Also choose the tokens by their deviation over all later layers, measured against the full "
                "recompute: the upper bound of selection by deviation (not a way to serve)");
@@ -135,6 +146,8 @@ CLI::App* setup_eval(CLI::App& app) {
       st = Status::InvalidArgument("--prompts: expected numbers like 2 or 2,8,2");
     if (st.ok() && !split_list(b->decays, &b->o.position_decays, to_d))
       st = Status::InvalidArgument("--position-decays: expected numbers like 0,128");
+    if (st.ok() && !split_list(b->selections, &b->o.selections, to_s))
+      st = Status::InvalidArgument("--selections: expected names like relevance,deviation");
     if (st.ok() && b->o.from_csv.empty() && !split_list(b->documents, &b->o.documents, to_s))
       st = Status::InvalidArgument("--documents: required (document files, comma-separated)");
     if (st.ok()) st = generate::eval_blend(b->o, &r);

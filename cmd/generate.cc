@@ -59,13 +59,26 @@ CLI::App* setup_generate(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0))
       ->needs(bl);
-  sub->add_option("--check-layer", a->o.check_layer,
-                  "--blend: layers up to this one run over every token; the tokens to recompute are chosen here")
+  sub->add_option("--selection", a->o.selection,
+                  "--blend: what ranks the stored tokens to recompute: relevance (how much the question attends "
+                  "to them), deviation (CacheBlend's V deviation at the check layer) or both (docs/blend.md)")
       ->capture_default_str()
+      ->check(CLI::IsMember({"relevance", "deviation", "both"}))
+      ->needs(bl);
+  sub->add_option("--check-layer", a->o.check_layer,
+                  "--blend: layers before this one run over every token; the tokens to recompute are chosen here "
+                  "(default: 0 for relevance, 1 for deviation and both)")
+      ->check(CLI::NonNegativeNumber)
       ->needs(bl);
   sub->add_option("--position-decay", a->o.position_decay,
-                  "--blend: the selection weighs a token's deviation by exp(-its position in its document / this); "
-                  "0 = CacheBlend's plain deviation (docs/blend.md)")
+                  "--blend: the selection weighs a token's score by exp(-its position in its document / this); "
+                  "0 = no prior")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber)
+      ->needs(bl);
+  sub->add_option("--relevance-exponent", a->o.relevance_exponent,
+                  "--blend, selection relevance or both: the score is the question's attention to the token to "
+                  "this power; 0 = attention ignored")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber)
       ->needs(bl);

@@ -3,6 +3,7 @@
 #include "ucm/blend.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -84,7 +85,7 @@ UCM_API int ucm_blend_select(const float* stored, const float* fresh, size_t n_t
       return fail(UCM_E_INVALID, "ucm_blend_select: stored, fresh and n_out must not be NULL");
     if (!(ratio >= 0.0 && ratio <= 1.0))
       return fail(UCM_E_INVALID, "ucm_blend_select: ratio must be in [0, 1]");
-    auto idx = ucm::blend::select_tokens(stored, fresh, n_tokens, row, ratio, nullptr, 0, deviation);
+    auto idx = ucm::blend::select_tokens(stored, fresh, n_tokens, row, ratio, nullptr, 0, nullptr, 0, deviation);
     *n_out = idx.size();
     if (idx.size() > cap || (!out_idx && !idx.empty()))
       return fail(UCM_E_INVALID, "ucm_blend_select: " + std::to_string(idx.size()) + " tokens selected, out_idx holds " +
@@ -99,32 +100,68 @@ UCM_API ucm_blend_select_params ucm_blend_select_default_params(void) {
   p.struct_size = sizeof(ucm_blend_select_params);
   p.ratio = 0.15;
   p.position_decay = 128;
+  p.relevance_exponent = 2;
   return p;
 }
+
+}  // extern "C"
+
+namespace {
+
+// ucm_blend_select_weighted (relevance NULL) and ucm_blend_select_relevant.
+int select_scored(const char* fn, const ucm_blend_select_params* params, const float* stored, const float* fresh,
+                  const uint32_t* doc_pos, const float* relevance, bool deviation_optional, size_t n_tokens,
+                  size_t row, uint32_t* out_idx, size_t cap, size_t* n_out, float* score) {
+  return guarded(fn, [&] {
+    const std::string f = fn;
+    const bool no_rows = !stored && !fresh;
+    if (!params || !n_out || (n_tokens && (deviation_optional ? (!stored != !fresh) : (!stored || !fresh))))
+      return fail(UCM_E_INVALID, f + (deviation_optional ? ": params and n_out must not be NULL, and stored and fresh "
+                                                           "are both given or both NULL"
+                                                         : ": params, stored, fresh and n_out must not be NULL"));
+    // 0.4's struct ended at position_decay; relevance_exponent is read only when it is there.
+    constexpr size_t v04 = offsetof(ucm_blend_select_params, position_decay) + sizeof(double);
+    if (params->struct_size < v04)
+      return fail(UCM_E_INVALID, f + ": params->struct_size " + std::to_string(params->struct_size) +
+                                     " is smaller than " + std::to_string(v04));
+    const double beta = params->struct_size >= sizeof(ucm_blend_select_params) ? params->relevance_exponent : 2.0;
+    if (!(params->ratio >= 0.0 && params->ratio <= 1.0)) return fail(UCM_E_INVALID, f + ": ratio must be in [0, 1]");
+    if (!(params->position_decay >= 0.0) || std::isinf(params->position_decay))
+      return fail(UCM_E_INVALID, f + ": position_decay must be a finite number >= 0 (0: no prior)");
+    if (relevance) {
+      if (!(beta >= 0.0) || std::isinf(beta))
+        return fail(UCM_E_INVALID, f + ": relevance_exponent must be a finite number >= 0 (0: relevance ignored)");
+      for (size_t i = 0; i < n_tokens; ++i)
+        if (!(relevance[i] >= 0.0f))
+          return fail(UCM_E_INVALID, f + ": relevance[" + std::to_string(i) + "] is negative or NaN");
+    }
+    auto idx = ucm::blend::select_tokens(no_rows ? nullptr : stored, no_rows ? nullptr : fresh, n_tokens, row,
+                                         params->ratio, doc_pos, params->position_decay, relevance, beta, score);
+    *n_out = idx.size();
+    if (idx.size() > cap || (!out_idx && !idx.empty()))
+      return fail(UCM_E_INVALID, f + ": " + std::to_string(idx.size()) + " tokens selected, out_idx holds " +
+                                     std::to_string(cap));
+    if (!idx.empty()) std::memcpy(out_idx, idx.data(), idx.size() * sizeof(uint32_t));
+    return ok();
+  });
+}
+
+}  // namespace
+
+extern "C" {
 
 UCM_API int ucm_blend_select_weighted(const ucm_blend_select_params* params, const float* stored, const float* fresh,
                                       const uint32_t* doc_pos, size_t n_tokens, size_t row, uint32_t* out_idx,
                                       size_t cap, size_t* n_out, float* score) {
-  return guarded("ucm_blend_select_weighted", [&] {
-    if (!params || !n_out || (n_tokens && (!stored || !fresh)))
-      return fail(UCM_E_INVALID, "ucm_blend_select_weighted: params, stored, fresh and n_out must not be NULL");
-    if (params->struct_size < sizeof(ucm_blend_select_params))
-      return fail(UCM_E_INVALID, "ucm_blend_select_weighted: params->struct_size " +
-                                     std::to_string(params->struct_size) + " is smaller than " +
-                                     std::to_string(sizeof(ucm_blend_select_params)));
-    if (!(params->ratio >= 0.0 && params->ratio <= 1.0))
-      return fail(UCM_E_INVALID, "ucm_blend_select_weighted: ratio must be in [0, 1]");
-    if (!(params->position_decay >= 0.0) || std::isinf(params->position_decay))
-      return fail(UCM_E_INVALID, "ucm_blend_select_weighted: position_decay must be a finite number >= 0 (0: no prior)");
-    auto idx = ucm::blend::select_tokens(stored, fresh, n_tokens, row, params->ratio, doc_pos, params->position_decay,
-                                         score);
-    *n_out = idx.size();
-    if (idx.size() > cap || (!out_idx && !idx.empty()))
-      return fail(UCM_E_INVALID, "ucm_blend_select_weighted: " + std::to_string(idx.size()) +
-                                     " tokens selected, out_idx holds " + std::to_string(cap));
-    if (!idx.empty()) std::memcpy(out_idx, idx.data(), idx.size() * sizeof(uint32_t));
-    return ok();
-  });
+  return select_scored("ucm_blend_select_weighted", params, stored, fresh, doc_pos, nullptr, false, n_tokens, row,
+                       out_idx, cap, n_out, score);
+}
+
+UCM_API int ucm_blend_select_relevant(const ucm_blend_select_params* params, const float* stored, const float* fresh,
+                                      const uint32_t* doc_pos, const float* relevance, size_t n_tokens, size_t row,
+                                      uint32_t* out_idx, size_t cap, size_t* n_out, float* score) {
+  return select_scored("ucm_blend_select_relevant", params, stored, fresh, doc_pos, relevance, true, n_tokens, row,
+                       out_idx, cap, n_out, score);
 }
 
 }  // extern "C"

@@ -73,6 +73,41 @@ std::vector<uint32_t> oracle_select(const KvCache& ref, const KvCache& cache, co
 
 }  // namespace
 
+const char* selection_name(BlendSelection s) {
+  switch (s) {
+    case BlendSelection::kRelevance: return "relevance";
+    case BlendSelection::kDeviation: return "deviation";
+    case BlendSelection::kBoth: return "both";
+  }
+  return "?";
+}
+
+Status parse_selection(const std::string& name, const std::string& option, BlendSelection* out) {
+  for (auto s : {BlendSelection::kRelevance, BlendSelection::kDeviation, BlendSelection::kBoth})
+    if (name == selection_name(s)) {
+      *out = s;
+      return Status::OK();
+    }
+  return Status::InvalidArgument(option + ": '" + name + "' is not a selection (relevance, deviation or both)");
+}
+
+uint32_t default_check_layer(BlendSelection s) { return s == BlendSelection::kRelevance ? 0 : 1; }
+
+Status check_blend_settings(const BlendSettings& s, int64_t n_layers) {
+  if (!(s.ratio >= 0 && s.ratio <= 1)) return Status::InvalidArgument("the recompute ratio must be in [0, 1]");
+  if (int64_t(s.check_layer) >= n_layers)
+    return Status::InvalidArgument("--check-layer " + std::to_string(s.check_layer) + ": the model has " +
+                                   std::to_string(n_layers) + " layers");
+  if (s.check_layer == 0 && s.selection != BlendSelection::kRelevance)
+    return Status::InvalidArgument(std::string("--check-layer 0 with the ") + selection_name(s.selection) +
+                                   " selection: layer 0's stored and fresh V both come from the token's embedding, "
+                                   "so they never deviate; use a check layer >= 1");
+  if (!(s.relevance_exponent >= 0) || std::isinf(s.relevance_exponent))
+    return Status::InvalidArgument("--relevance-exponent: " + std::to_string(s.relevance_exponent) +
+                                   " is not a finite number >= 0 (0: relevance ignored)");
+  return check_position_decay(s.position_decay, "--position-decay");
+}
+
 Status make_blend_prompt(const tok::Tokenizer& tk, const StoreClient& store, const std::vector<std::string>& names,
                          const std::string& question, BlendPrompt* out) {
   *out = BlendPrompt{};
@@ -189,19 +224,46 @@ Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope
   std::vector<uint32_t> doc_pos(N, 0);
   for (const auto& doc : p.docs)
     for (size_t i = 0; i < doc.tokens.size() && doc.offset + i < N; ++i) doc_pos[doc.offset + i] = uint32_t(i);
+  // Query-driven selection: how much the question (everything after the last document) attends
+  // to each stored token when it runs over the loaded cache. Its K/V rows are overwritten by
+  // the blend below, which starts from len 0 again.
+  std::vector<float> relevance;
+  const bool by_relevance = s.selection != BlendSelection::kDeviation && s.relevance_exponent > 0 && !s.oracle;
+  const size_t q0 = p.docs.empty() ? N : p.docs.back().offset + p.docs.back().tokens.size();
+  if (by_relevance && stats->stored_tokens > 0 && q0 < N) {
+    auto tr = Clock::now();
+    auto keep = torch::zeros({int64_t(N)}, torch::kBool);
+    auto* kp = keep.data_ptr<bool>();
+    for (size_t i = 0; i < N; ++i) kp[i] = stored[i] != 0;
+    out->cache.len = int64_t(q0);
+    try {
+      auto a = m.key_attention(to_tensor(p.ids, q0, N), &out->cache, keep).contiguous();
+      relevance.assign(a.data_ptr<float>(), a.data_ptr<float>() + N);
+    } catch (const std::exception& e) {
+      out->cache.len = 0;
+      return Status::InvalidArgument(e.what());
+    }
+    out->cache.len = 0;
+    stats->relevance_ms = ms_since(tr);
+  }
+  const bool by_deviation = s.selection != BlendSelection::kRelevance;
   ucm_blend_select_params sp = ucm_blend_select_default_params();
   sp.ratio = s.ratio;
   sp.position_decay = s.position_decay;
+  sp.relevance_exponent = s.relevance_exponent;
   model::LlamaModel::BlendSpec spec;
   spec.stored = stored;
   spec.check_layer = s.check_layer;
   spec.select = [&](const float* a, const float* b, const int64_t* tokens, size_t n, size_t row) {
     if (s.oracle) return oracle_select(*s.oracle, out->cache, tokens, n, s.check_layer, s.ratio);
     std::vector<uint32_t> pos(n), idx(n);
+    std::vector<float> rel(relevance.empty() ? 0 : n);
     for (size_t i = 0; i < n; ++i) pos[i] = doc_pos[size_t(tokens[i])];
+    for (size_t i = 0; i < rel.size(); ++i) rel[i] = relevance[size_t(tokens[i])];
     size_t k = 0;
-    if (ucm_blend_select_weighted(&sp, a, b, pos.data(), n, row, idx.data(), n, &k, nullptr) != UCM_OK)
-      throw model::ModelError(std::string("ucm_blend_select_weighted: ") + ucm_last_error());
+    if (ucm_blend_select_relevant(&sp, by_deviation ? a : nullptr, by_deviation ? b : nullptr, pos.data(),
+                                  rel.empty() ? nullptr : rel.data(), n, row, idx.data(), n, &k, nullptr) != UCM_OK)
+      throw model::ModelError(std::string("ucm_blend_select_relevant: ") + ucm_last_error());
     idx.resize(k);
     return idx;
   };

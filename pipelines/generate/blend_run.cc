@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -77,19 +78,26 @@ Status run_blend(const GenerateOptions& o, BlendReport* r) {
   *r = BlendReport{};
   r->docs = o.docs;
   r->recompute_ratio = o.recompute_ratio;
-  r->check_layer = o.check_layer;
   r->position_decay = o.position_decay;
+  r->relevance_exponent = o.relevance_exponent;
   if (o.store.empty()) return Status::InvalidArgument("--blend needs --store (the documents' chunks come from it)");
   if (o.docs.empty()) return Status::InvalidArgument("--blend needs --docs ID,ID,... (corpus ids or files)");
   if (!(o.recompute_ratio >= 0 && o.recompute_ratio <= 1))
     return Status::InvalidArgument("--recompute-ratio must be in [0, 1]");
-  UCM_RETURN_IF_ERROR(check_position_decay(o.position_decay, "--position-decay"));
+  BlendSettings bs;
+  bs.ratio = o.recompute_ratio;
+  UCM_RETURN_IF_ERROR(parse_selection(o.selection, "--selection", &bs.selection));
+  if (o.check_layer < -1) return Status::InvalidArgument("--check-layer must be >= 0");
+  bs.check_layer = o.check_layer < 0 ? default_check_layer(bs.selection) : uint32_t(o.check_layer);
+  bs.position_decay = o.position_decay;
+  bs.relevance_exponent = o.relevance_exponent;
+  r->selection = selection_name(bs.selection);
+  r->check_layer = bs.check_layer;
+  UCM_RETURN_IF_ERROR(check_blend_settings(bs, std::numeric_limits<int64_t>::max()));  // before the model loads
   Inputs in;
   UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
   const auto& mc = in.model->config();
-  if (o.check_layer >= mc.num_hidden_layers)
-    return Status::InvalidArgument("--check-layer " + std::to_string(o.check_layer) + ": the model has " +
-                                   std::to_string(mc.num_hidden_layers) + " layers");
+  UCM_RETURN_IF_ERROR(check_blend_settings(bs, mc.num_hidden_layers));
   std::string desc_json;
   precompute::PrecomputeOptions po;
   UCM_RETURN_IF_ERROR(fingerprint(*in.model, o.precompute_config, &desc_json, &po));
@@ -124,13 +132,10 @@ Status run_blend(const GenerateOptions& o, BlendReport* r) {
   r->prefix_top1_agreement = base.prefix.top1_agreement;
   r->prefix_mean_kl = base.prefix.mean_kl;
   BlendOutcome b;
-  BlendSettings bs;
-  bs.ratio = o.recompute_ratio;
-  bs.check_layer = o.check_layer;
-  bs.position_decay = o.position_decay;
   UCM_RETURN_IF_ERROR(measure_blend(eng, store, rope, bp, base.ref, bs, capacity, &b));
   r->ttft_blend_ms = b.ttft_ms;
   r->load_ms = b.stats.load_ms;
+  r->relevance_ms = b.stats.relevance_ms;
   r->docs_missing = b.stats.docs_missing;
   r->stored_tokens = b.stats.stored_tokens;
   r->recomputed_tokens = b.stats.recomputed_tokens;
@@ -154,8 +159,10 @@ std::string BlendReport::to_json() const {
                               {"chunk_prefix_tokens", chunk_prefix_tokens},
                               {"doc_tokens", doc_tokens},
                               {"recompute_ratio", recompute_ratio},
+                              {"selection", selection},
                               {"check_layer", check_layer},
                               {"position_decay", position_decay},
+                              {"relevance_exponent", relevance_exponent},
                               {"stored_tokens", stored_tokens},
                               {"recomputed_tokens", recomputed_tokens},
                               {"chunk_blocks_loaded", chunk_blocks_loaded},
@@ -164,6 +171,7 @@ std::string BlendReport::to_json() const {
                               {"prefix_served_fraction", prefix_served_fraction},
                               {"ttft_blend_ms", ttft_blend_ms},
                               {"load_ms", load_ms},
+                              {"relevance_ms", relevance_ms},
                               {"ttft_prefix_ms", ttft_prefix_ms},
                               {"ttft_recompute_ms", ttft_recompute_ms},
                               {"steps", steps},
@@ -188,16 +196,17 @@ std::string BlendReport::to_text() const {
                 (unsigned long long)doc_tokens, docs_missing.size());
   s << buf;
   std::snprintf(buf, sizeof buf,
-                "served from the store: blend %.1f%% (%llu stored, %llu recomputed at %.0f%%, check layer %u, "
-                "position decay %g), prefix caching %.1f%%\n",
+                "served from the store: blend %.1f%% (%llu stored, %llu recomputed at %.0f%%, selection %s, "
+                "check layer %u, position decay %g, relevance exponent %g), prefix caching %.1f%%\n",
                 100 * served_fraction, (unsigned long long)stored_tokens, (unsigned long long)recomputed_tokens,
-                100 * recompute_ratio, check_layer, position_decay, 100 * prefix_served_fraction);
+                100 * recompute_ratio, selection.c_str(), check_layer, position_decay, relevance_exponent,
+                100 * prefix_served_fraction);
   s << buf;
   if (chunk_blocks_failed) s << chunk_blocks_failed << " chunk blocks failed to load: their tokens were recomputed\n";
   std::snprintf(buf, sizeof buf,
-                "TTFT blend %.1f ms (load %.1f ms), prefix caching %.1f ms, full recompute %.1f ms: %.2fx vs prefix, "
+                "TTFT blend %.1f ms (load %.1f ms, relevance %.1f ms), prefix caching %.1f ms, full recompute %.1f ms: %.2fx vs prefix, "
                 "%.2fx vs recompute\n",
-                ttft_blend_ms, load_ms, ttft_prefix_ms, ttft_recompute_ms,
+                ttft_blend_ms, load_ms, relevance_ms, ttft_prefix_ms, ttft_recompute_ms,
                 ttft_blend_ms > 0 ? ttft_prefix_ms / ttft_blend_ms : 0,
                 ttft_blend_ms > 0 ? ttft_recompute_ms / ttft_blend_ms : 0);
   s << buf;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -36,7 +37,7 @@ Status write_csv(const std::string& path, const EvalBlendResult& r) {
 }
 
 // Quality (top-1 agreement, KL) and TTFT against the recompute ratio: one colour per prompt size,
-// solid for each position prior (dashed when there is no prior, dotted for the oracle); prefix
+// a dash per selection (see style); prefix
 // caching as a horizontal reference on the TTFT panel (log scale). One legend under the panels.
 Status draw_png(const std::string& path, const EvalBlendResult& r) {
   FILE* g = ::popen("gnuplot 2>&1", "w");
@@ -47,7 +48,7 @@ Status draw_png(const std::string& path, const EvalBlendResult& r) {
   double max_ratio = 0;
   for (const auto& x : r.means) {
     by_size[x.size].push_back(&x);
-    if (x.method != "blend" && x.method != "oracle") continue;
+    if (x.method.rfind("blend", 0) != 0 && x.method != "oracle") continue;
     max_ratio = std::max(max_ratio, x.ratio);
     const auto key = std::make_pair(x.method, x.position_decay);
     if (std::find(series.begin(), series.end(), key) == series.end()) series.push_back(key);
@@ -55,10 +56,16 @@ Status draw_png(const std::string& path, const EvalBlendResult& r) {
   auto title = [&](uint32_t size, const std::pair<std::string, double>& k) {
     std::string t = std::to_string(size) + " docs ";
     if (k.first == "oracle") return t + "oracle selection";
-    return t + (k.second > 0 ? "blend, prior " + std::to_string(int(k.second)) : "blend, no prior");
+    return t + k.first + (k.second > 0 ? ", prior " + std::to_string(int(k.second)) : ", no prior");
   };
+  // Solid: the relevance selection; dashed: deviation; dash-dot: both; dotted: the oracle. Thinner
+  // without a prior.
   auto style = [](const std::pair<std::string, double>& k) {
-    return k.first == "oracle" ? std::string(" dt 3") : k.second > 0 ? std::string(" dt 1") : std::string(" dt 2");
+    const std::string dt = k.first == "oracle"            ? " dt 3"
+                           : k.first == "blend-deviation" ? " dt 2"
+                           : k.first == "blend-both"      ? " dt 4"
+                                                          : " dt 1";
+    return dt + (k.second > 0 || k.first == "oracle" ? " lw 2" : " lw 1");
   };
   s << "set terminal pngcairo size 1400,620 noenhanced\nset output '" << path << "'\n"
     << "set multiplot title 'CacheBlend on SmolLM2-135M, python3.11-doc (against full recompute)'\n"
@@ -72,7 +79,7 @@ Status draw_png(const std::string& path, const EvalBlendResult& r) {
     for (const auto& [size, rows] : by_size) {
       ++colour;
       for (const auto& k : series) {
-        s << (first ? "" : ", ") << "'-' using 1:2 with linespoints lw 2 lc " << colour << style(k) << " title '"
+        s << (first ? "" : ", ") << "'-' using 1:2 with linespoints lc " << colour << style(k) << " title '"
           << title(size, k) << "'";
         first = false;
       }
@@ -160,9 +167,30 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
   for (double r : o.ratios)
     if (!(r >= 0 && r <= 1)) return Status::InvalidArgument("--ratios: each must be in [0, 1]");
   if (o.position_decays.empty()) return Status::InvalidArgument("--position-decays: none given");
-  for (double d : o.position_decays) UCM_RETURN_IF_ERROR(check_position_decay(d, "--position-decays"));
+  if (o.selections.empty()) return Status::InvalidArgument("--selections: none given");
+  if (o.check_layer < -1) return Status::InvalidArgument("--check-layer must be >= 0");
+  // One selection per (selection, position decay), then the oracle's.
+  std::vector<BlendSettings> settings;
+  for (const auto& name : o.selections)
+    for (double decay : o.position_decays) {
+      BlendSettings bs;
+      UCM_RETURN_IF_ERROR(parse_selection(name, "--selections", &bs.selection));
+      bs.check_layer = o.check_layer < 0 ? default_check_layer(bs.selection) : uint32_t(o.check_layer);
+      bs.position_decay = decay;
+      bs.relevance_exponent = o.relevance_exponent;
+      UCM_RETURN_IF_ERROR(check_blend_settings(bs, std::numeric_limits<int64_t>::max()));
+      settings.push_back(bs);
+    }
+  if (o.oracle) {
+    BlendSettings bs;
+    bs.selection = BlendSelection::kDeviation;
+    bs.check_layer = o.check_layer < 0 ? 1 : uint32_t(o.check_layer);
+    bs.position_decay = 0;
+    settings.push_back(bs);  // .oracle is set per prompt
+  }
   Inputs in;
   UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
+  for (const auto& bs : settings) UCM_RETURN_IF_ERROR(check_blend_settings(bs, in.model->config().num_hidden_layers));
   std::string desc_json;
   precompute::PrecomputeOptions po;
   UCM_RETURN_IF_ERROR(fingerprint(*in.model, o.precompute_config, &desc_json, &po));
@@ -210,25 +238,14 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
       row.top1_agreement = base.prefix.top1_agreement;
       row.mean_kl = base.prefix.mean_kl;
       out->rows.push_back(row);
-      // One selection per position decay, then the oracle's.
-      std::vector<BlendSettings> selections;
-      for (double decay : o.position_decays) {
-        selections.emplace_back();
-        selections.back().check_layer = o.check_layer;
-        selections.back().position_decay = decay;
-      }
-      if (o.oracle) {
-        selections.emplace_back();
-        selections.back().check_layer = o.check_layer;
-        selections.back().position_decay = 0;
-        selections.back().oracle = &base.recompute_cache;
-      }
-      for (BlendSettings bs : selections)
+      for (size_t si = 0; si < settings.size(); ++si)
       for (double ratio : o.ratios) {
+        BlendSettings bs = settings[si];
+        if (o.oracle && si + 1 == settings.size()) bs.oracle = &base.recompute_cache;
         BlendOutcome b;
         bs.ratio = ratio;
         UCM_RETURN_IF_ERROR(measure_blend(eng, store, rope, bp, base.ref, bs, capacity, &b));
-        row.method = bs.oracle ? "oracle" : "blend";
+        row.method = bs.oracle ? "oracle" : std::string("blend-") + selection_name(bs.selection);
         row.ratio = ratio;
         row.position_decay = bs.position_decay;
         row.ttft_ms = b.ttft_ms;
@@ -241,7 +258,9 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
         if (o.progress)
           spdlog::info("eval blend: {} docs, ratio {:.2f}, {}: top-1 {:.3f}, KL {:.4f}, TTFT {:.0f} ms "
                        "(prefix {:.0f}, recompute {:.0f})",
-                       k, ratio, bs.oracle ? std::string("oracle") : fmt::format("position decay {}", bs.position_decay),
+                       k, ratio,
+                       bs.oracle ? std::string("oracle")
+                                 : fmt::format("{}, position decay {}", selection_name(bs.selection), bs.position_decay),
                        b.vs_ref.top1_agreement, b.vs_ref.mean_kl, b.ttft_ms, base.ttft_prefix_ms,
                        base.ttft_recompute_ms);
       }
@@ -303,10 +322,10 @@ std::string EvalBlendResult::to_json() const {
 std::string EvalBlendResult::to_text() const {
   std::ostringstream s;
   char buf[256];
-  s << "docs  method     ratio  decay  prompt_tokens  TTFT_ms  served  top1_agreement  mean_KL  greedy_match  "
+  s << "docs  method           ratio  decay  prompt_tokens  TTFT_ms  served  top1_agreement  mean_KL  greedy_match  "
        "prompts\n";
   for (const auto& x : means) {
-    std::snprintf(buf, sizeof buf, "%4u  %-9s  %5.2f  %5g  %13llu  %7.0f  %6.3f  %14.3f  %7.4f  %12llu  %7u\n", x.size,
+    std::snprintf(buf, sizeof buf, "%4u  %-15s  %5.2f  %5g  %13llu  %7.0f  %6.3f  %14.3f  %7.4f  %12llu  %7u\n", x.size,
                   x.method.c_str(), x.ratio, x.position_decay, (unsigned long long)x.prompt_tokens, x.ttft_ms, x.served_fraction,
                   x.top1_agreement, x.mean_kl, (unsigned long long)x.greedy_match, x.prompt);
     s << buf;

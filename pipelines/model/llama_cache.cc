@@ -65,7 +65,7 @@ LlamaModel::Rope LlamaModel::rope_at(const torch::Tensor& pos) const {
 
 void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor& pos_in, const Rope& rope,
                                KvCache* cache, int64_t S, const KeyMaskFn& mask,
-                               const RowsFn& rows_after_kv) const {
+                               const RowsFn& rows_after_kv, const ProbsFn& observe) const {
   const auto& c = cfg_;
   int64_t T = x.size(0);
   torch::Tensor pos = pos_in;
@@ -134,6 +134,7 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor
     sc.masked_fill_(hide, ninf);
     if (keep.defined()) sc.masked_fill_(keep.narrow(1, 0, e).logical_not().view({nkv, 1, 1, e}), ninf);
     auto p = sc.view({nkv, G * n, e}).softmax(-1);
+    if (observe) observe(p);
     auto o = torch::matmul(p, vh.narrow(1, 0, e));  // [nkv, G*n, hd]
     attn.narrow(0, s, n).copy_(o.view({nkv, G, n, hd}).permute({2, 0, 1, 3}));
   }

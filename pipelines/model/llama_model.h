@@ -170,6 +170,17 @@ class LlamaModel {
   torch::Tensor blend(const torch::Tensor& tokens, KvCache* cache, const BlendSpec& spec,
                       std::vector<int64_t>* recomputed = nullptr) const;
 
+  /// The attention that tokens (int64 [Q], Q >= 1) at positions cache->len .. cache->len + Q - 1
+  /// pay to each key of *cache: fp32 [S] on the CPU (S = cache->len + Q), the softmax
+  /// probabilities averaged over the query heads, the Q queries and every layer (so the entries
+  /// sum to 1). keep (bool [S], optional): the keys that may be attended; the others get 0 (each
+  /// query must keep one key). The tokens run through every layer over the cache as extend()
+  /// would (their K/V are written into rows [len, S)) but cache->len is left as it was, so the
+  /// cache can still be filled from len. Used by the blend prefill to rank stored tokens by how
+  /// much the question attends to them (query-driven selection: ProphetKV, Wang et al. 2026,
+  /// arXiv:2602.02579; docs/blend.md). Throws ModelError like extend().
+  torch::Tensor key_attention(const torch::Tensor& tokens, KvCache* cache, const torch::Tensor& keep = {}) const;
+
   /// Default score-block budget (floats) for chunked attention; see the header comment.
   /// 16 MiB keeps the block under glibc's largest mmap threshold (32 MiB), so it is
   /// recycled by malloc instead of being mapped and page-faulted anew for every chunk.
@@ -193,9 +204,13 @@ class LlamaModel {
   /// cache; when it returns int64 row indices [A'] (A' < A, ascending), attention and MLP run for
   /// those rows only and x becomes their rows [A', H] (blend's check layer). Shared by extend()
   /// and blend().
+  /// observe (optional): called with each query chunk's attention probabilities, fp32
+  /// [nkv, G * n, e] (keys [0, e)), before they weigh the values (key_attention()).
   using RowsFn = std::function<torch::Tensor(const torch::Tensor& k, const torch::Tensor& v)>;
+  using ProbsFn = std::function<void(const torch::Tensor& p)>;
   void layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor& pos, const Rope& rope, KvCache* cache,
-                     int64_t S, const KeyMaskFn& mask, const RowsFn& rows_after_kv = {}) const;
+                     int64_t S, const KeyMaskFn& mask, const RowsFn& rows_after_kv = {},
+                     const ProbsFn& observe = {}) const;
 
   struct Layer {
     torch::Tensor ln1, ln2;    // [H]

@@ -92,9 +92,13 @@ typedef struct ucm_blend_select_params {
   size_t struct_size;    /* sizeof(ucm_blend_select_params) */
   double ratio;          /* fraction of the tokens to select, [0, 1]; default 0.15 */
   double position_decay; /* tau, in tokens, > 0; 0 = no prior (ucm_blend_select); default 128 */
+  /* Added in 0.5.0 (a caller built against 0.4 passes a smaller struct_size: then 2 is used).
+   * beta of ucm_blend_select_relevant, >= 0; 0 = relevance ignored; default 2. */
+  double relevance_exponent;
 } ucm_blend_select_params;
 
-/* ratio 0.15, position_decay 128 (what `ucm generate --blend` uses, docs/blend.md). */
+/* ratio 0.15, position_decay 128, relevance_exponent 2 (what `ucm generate --blend` uses,
+ * docs/blend.md). */
 UCM_API ucm_blend_select_params ucm_blend_select_default_params(void);
 
 /* ucm_blend_select with a prior on where a token sits in its document: a token's score is its
@@ -111,6 +115,23 @@ UCM_API ucm_blend_select_params ucm_blend_select_default_params(void);
 UCM_API int ucm_blend_select_weighted(const ucm_blend_select_params* params, const float* stored, const float* fresh,
                                       const uint32_t* doc_pos, size_t n_tokens, size_t row, uint32_t* out_idx,
                                       size_t cap, size_t* n_out, float* score);
+
+/* Query-driven selection (the default of `ucm generate --blend`): ucm_blend_select_weighted's
+ * score times relevance[i]^relevance_exponent, where relevance (fp32 [n_tokens], >= 0) is how
+ * much the prompt's question attends to each token: the server runs the question's tokens over
+ * the loaded (not yet blended) cache through every layer and averages their attention
+ * probabilities on each key over heads, question tokens and layers (the reference engine:
+ * LlamaModel::key_attention). Why: deviation ranks tokens by how wrong their K/V are, not by
+ * whether the answer reads them; a stale token the question ignores costs nothing (ProphetKV,
+ * Wang et al. 2026, arXiv:2602.02579, the "crowding-out effect"). Measured in docs/blend.md.
+ * stored and fresh may both be NULL: no deviation factor (then no layer needs to run over every
+ * token before the selection: check layer 0). relevance NULL or exponent 0: exactly
+ * ucm_blend_select_weighted. Errors: those of ucm_blend_select_weighted, and UCM_E_INVALID for
+ * only one of stored / fresh NULL, a relevance_exponent negative or not finite, a relevance
+ * negative or NaN. */
+UCM_API int ucm_blend_select_relevant(const ucm_blend_select_params* params, const float* stored, const float* fresh,
+                                      const uint32_t* doc_pos, const float* relevance, size_t n_tokens, size_t row,
+                                      uint32_t* out_idx, size_t cap, size_t* n_out, float* score);
 
 #ifdef __cplusplus
 }

@@ -156,21 +156,28 @@ void shift_keys(const std::vector<float>& w, void* keys, int dtype, size_t n_tok
 }
 
 std::vector<uint32_t> select_tokens(const float* stored, const float* fresh, size_t n, size_t row, double ratio,
-                                    const uint32_t* doc_pos, double position_decay, float* score) {
-  std::vector<float> dev(n);
+                                    const uint32_t* doc_pos, double position_decay, const float* relevance,
+                                    double relevance_exponent, float* score) {
+  std::vector<double> dev(n);
   const bool prior = doc_pos && position_decay > 0;
+  const bool relevant = relevance && relevance_exponent > 0;
   for (size_t i = 0; i < n; ++i) {
-    double acc = 0;
-    const float* a = stored + i * row;
-    const float* b = fresh + i * row;
-    for (size_t j = 0; j < row; ++j) {
-      const double d = double(a[j]) - double(b[j]);
-      acc += d * d;
+    double acc = 1;
+    if (stored && fresh) {
+      acc = 0;
+      const float* a = stored + i * row;
+      const float* b = fresh + i * row;
+      for (size_t j = 0; j < row; ++j) {
+        const double d = double(a[j]) - double(b[j]);
+        acc += d * d;
+      }
     }
     if (prior) acc *= std::exp(-double(doc_pos[i]) / position_decay);
-    dev[i] = std::isnan(acc) ? INFINITY : float(acc);  // a NaN row deviates most: recompute it
+    if (relevant) acc *= std::pow(double(relevance[i]), relevance_exponent);
+    dev[i] = std::isnan(acc) ? INFINITY : acc;  // a NaN row deviates most: recompute it
   }
-  if (score) std::copy(dev.begin(), dev.end(), score);
+  if (score)
+    for (size_t i = 0; i < n; ++i) score[i] = float(dev[i]);
   const size_t k = std::min(n, size_t(std::ceil(ratio * double(n) - 1e-9)));
   std::vector<uint32_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0u);

@@ -76,8 +76,12 @@ struct EvalBlendOptions {
   /// per size, in the order of sizes.
   std::vector<uint32_t> prompts = {2};
   std::vector<double> ratios = {0.0, 0.05, 0.15, 0.30};
-  uint32_t check_layer = 1;
-  std::vector<double> position_decays = {128};  ///< selection priors compared (0 = plain deviation)
+  /// Selections compared ("relevance", "deviation", "both": BlendSelection), each with every
+  /// position decay; a row's method is "blend-<selection>".
+  std::vector<std::string> selections = {"relevance", "deviation"};
+  int64_t check_layer = -1;  ///< -1: each selection's default (0 for relevance, 1 otherwise)
+  std::vector<double> position_decays = {128};  ///< selection priors compared (0 = none)
+  double relevance_exponent = 2;
   /// Also an "oracle" row per ratio: tokens chosen by their deviation over all later layers,
   /// measured against the full recompute (BlendSettings::oracle): what selection could reach.
   bool oracle = false;
@@ -93,7 +97,7 @@ struct EvalBlendOptions {
 struct EvalBlendResult {
   struct Row {                 ///< one (prompt, method)
     uint32_t size = 0, prompt = 0;
-    std::string method;        ///< "recompute" | "prefix" | "blend" | "oracle"
+    std::string method;        ///< "recompute" | "prefix" | "blend-<selection>" | "oracle"
     double ratio = 0;          ///< blend: recompute ratio
     double position_decay = 0; ///< blend: the selection's prior (ucm_blend_select_weighted)
     uint64_t prompt_tokens = 0;

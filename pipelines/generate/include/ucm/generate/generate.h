@@ -38,8 +38,12 @@ struct GenerateOptions {
   bool blend = false;
   std::vector<std::string> docs;  ///< corpus ids (registered as chunk:<id>) or files
   double recompute_ratio = 0.15;  ///< share of the stored tokens recomputed (CacheBlend §4.3: 15%)
-  uint32_t check_layer = 1;       ///< layers [0, check_layer] computed for all tokens; selection there
-  double position_decay = 128;    ///< selection prior: deviation * exp(-position in document / this); 0 = none
+  /// What ranks the stored tokens: "relevance" (how much the question attends to them, the
+  /// default), "deviation" (CacheBlend's V deviation at the check layer) or "both".
+  std::string selection = "relevance";
+  int64_t check_layer = -1;       ///< layers [0, check_layer) run over every token; -1: 0 for relevance, else 1
+  double position_decay = 128;    ///< selection prior: score * exp(-position in document / this); 0 = none
+  double relevance_exponent = 2;  ///< score * relevance^this (relevance and both); 0 = relevance ignored
 };
 
 /// Sparse decode against dense decode on the same prompt (shared/BRIEF.md, "Quality of
@@ -93,8 +97,10 @@ struct BlendReport {
   std::vector<std::string> docs_missing;   ///< not stored (prefilled normally)
   uint64_t prompt_tokens = 0, chunk_prefix_tokens = 0, doc_tokens = 0;
   double recompute_ratio = 0;
+  std::string selection;
   uint32_t check_layer = 0;
-  double position_decay = 0;
+  double position_decay = 0, relevance_exponent = 0;
+  double relevance_ms = 0;          ///< the question's pass over the loaded cache (part of TTFT)
   uint64_t stored_tokens = 0;       ///< prompt tokens whose K/V came from the store (all layers)
   uint64_t recomputed_tokens = 0;   ///< of those, recomputed after the check layer
   uint64_t chunk_blocks_loaded = 0, chunk_blocks_failed = 0;  ///< failed: recomputed, never used

@@ -29,10 +29,12 @@ void shift_keys(const std::vector<float>& w, void* keys, int dtype, size_t n_tok
                 uint32_t head_dim, size_t token_stride, int64_t delta);
 
 /// ceil(ratio * n) token indices of largest score (ties to the lower index), ascending. Score:
-/// the squared L2 deviation between stored and fresh rows, times exp(-doc_pos[i] / position_decay)
-/// when doc_pos is given and position_decay > 0 (see ucm_blend_select_weighted). score: optional
-/// [n] output.
+/// the squared L2 deviation between stored and fresh rows (1 when both are NULL), times
+/// exp(-doc_pos[i] / position_decay) when doc_pos is given and position_decay > 0, times
+/// relevance[i]^relevance_exponent when relevance is given and the exponent > 0 (see
+/// ucm_blend_select_relevant). A NaN score ranks first. score: optional [n] output.
 std::vector<uint32_t> select_tokens(const float* stored, const float* fresh, size_t n, size_t row, double ratio,
-                                    const uint32_t* doc_pos, double position_decay, float* score);
+                                    const uint32_t* doc_pos, double position_decay, const float* relevance,
+                                    double relevance_exponent, float* score);
 
 }  // namespace ucm::blend
