@@ -245,6 +245,9 @@ Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope
     }
     out->cache.len = 0;
     stats->relevance_ms = ms_since(tr);
+  } else if (by_relevance && stats->stored_tokens > 0) {
+    spdlog::warn("no text after the last document: the relevance selection has no question to follow and "
+                 "ranks by the position prior alone");
   }
   const bool by_deviation = s.selection != BlendSelection::kRelevance;
   ucm_blend_select_params sp = ucm_blend_select_default_params();

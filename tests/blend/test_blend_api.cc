@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <string>
@@ -227,7 +228,11 @@ TEST(BlendApi, WeightedSelectErrors) {
   ucm_blend_select_params p = ucm_blend_select_default_params();
   EXPECT_EQ(ucm_blend_select_weighted(nullptr, a.data(), b.data(), nullptr, 4, 2, idx.data(), 4, &n, nullptr),
             UCM_E_INVALID);
-  p.struct_size = sizeof(p) - 1;
+  // 0.4's struct (ratio, position_decay) is still accepted; anything shorter is not.
+  const size_t v04 = offsetof(ucm_blend_select_params, position_decay) + sizeof(double);
+  p.struct_size = v04;
+  EXPECT_EQ(ucm_blend_select_weighted(&p, a.data(), b.data(), nullptr, 4, 2, idx.data(), 4, &n, nullptr), UCM_OK);
+  p.struct_size = v04 - 1;
   EXPECT_EQ(ucm_blend_select_weighted(&p, a.data(), b.data(), nullptr, 4, 2, idx.data(), 4, &n, nullptr),
             UCM_E_INVALID);
   EXPECT_NE(std::string(ucm_last_error()).find("struct_size"), std::string::npos);
@@ -248,6 +253,97 @@ TEST(BlendApi, WeightedSelectErrors) {
   EXPECT_EQ(n, 4u);  // the count needed
   EXPECT_EQ(ucm_blend_select_weighted(&p, nullptr, b.data(), nullptr, 4, 2, idx.data(), 4, &n, nullptr),
             UCM_E_INVALID);
+}
+
+TEST(BlendApi, RelevantSelectScoresDeviationPriorAndRelevance) {
+  // Deviations 0 9 1 9 4 25 (rows of 2), positions 0 0 0 0 0 256, relevance .1 .1 .5 .2 .3 .4:
+  // with beta 2 and tau 128 the scores are 0, 0.09, 0.25, 0.36, 0.36, 25 e^-2 0.16 = 0.541.
+  const std::vector<float> stored(12, 0.f);
+  const std::vector<float> fresh = {0, 0, 3, 0, 1, 0, 0, 3, 2, 0, 3, 4};
+  const std::vector<uint32_t> pos = {0, 0, 0, 0, 0, 256};
+  const std::vector<float> rel = {.1f, .1f, .5f, .2f, .3f, .4f};
+  ucm_blend_select_params p = ucm_blend_select_default_params();
+  EXPECT_DOUBLE_EQ(p.relevance_exponent, 2);
+  p.ratio = 0.5;
+  std::vector<uint32_t> idx(6);
+  std::vector<float> score(6);
+  size_t n = 0;
+  ASSERT_EQ(ucm_blend_select_relevant(&p, stored.data(), fresh.data(), pos.data(), rel.data(), 6, 2, idx.data(), 6,
+                                      &n, score.data()),
+            UCM_OK);
+  for (size_t i = 0; i < 6; ++i) {
+    const double d = std::pow(fresh[2 * i], 2) + std::pow(fresh[2 * i + 1], 2);
+    EXPECT_FLOAT_EQ(score[i], float(d * std::exp(-double(pos[i]) / 128.0) * double(rel[i]) * double(rel[i]))) << i;
+  }
+  ASSERT_EQ(n, 3u);  // 0.541 (5), then the tie 0.36 (3, 4): the lower index first, both fit
+  EXPECT_EQ(std::vector<uint32_t>(idx.begin(), idx.begin() + 3), (std::vector<uint32_t>{3, 4, 5}));
+  // Without the rows (no deviation): prior x relevance^2 = .01 .01 .25 .04 .09 .16 e^-2 = .022.
+  ASSERT_EQ(ucm_blend_select_relevant(&p, nullptr, nullptr, pos.data(), rel.data(), 6, 2, idx.data(), 6, &n,
+                                      score.data()),
+            UCM_OK);
+  EXPECT_FLOAT_EQ(score[2], 0.25f);
+  EXPECT_FLOAT_EQ(score[5], float(0.16 * std::exp(-2.0)));
+  ASSERT_EQ(n, 3u);
+  EXPECT_EQ(std::vector<uint32_t>(idx.begin(), idx.begin() + 3), (std::vector<uint32_t>{2, 3, 4}));
+  // No relevance, or exponent 0: exactly ucm_blend_select_weighted.
+  for (int variant = 0; variant < 2; ++variant) {
+    ucm_blend_select_params q = p;
+    if (variant) q.relevance_exponent = 0;
+    std::vector<uint32_t> a(6), b(6);
+    size_t na = 0, nb = 0;
+    ASSERT_EQ(ucm_blend_select_relevant(&q, stored.data(), fresh.data(), pos.data(), variant ? rel.data() : nullptr,
+                                        6, 2, a.data(), 6, &na, nullptr),
+              UCM_OK);
+    ASSERT_EQ(ucm_blend_select_weighted(&q, stored.data(), fresh.data(), pos.data(), 6, 2, b.data(), 6, &nb, nullptr),
+              UCM_OK);
+    EXPECT_EQ(na, nb);
+    EXPECT_EQ(a, b);
+  }
+  // A 0.4 caller (struct without relevance_exponent) gets the default exponent, 2.
+  ucm_blend_select_params old = p;
+  old.struct_size = offsetof(ucm_blend_select_params, position_decay) + sizeof(double);
+  old.relevance_exponent = 7;  // not read
+  std::vector<float> s_old(6);
+  ASSERT_EQ(ucm_blend_select_relevant(&old, nullptr, nullptr, pos.data(), rel.data(), 6, 2, idx.data(), 6, &n,
+                                      s_old.data()),
+            UCM_OK);
+  EXPECT_FLOAT_EQ(s_old[2], 0.25f);
+}
+
+TEST(BlendApi, RelevantSelectErrors) {
+  const std::vector<float> a(8, 0.f), b(8, 1.f);
+  std::vector<float> rel(4, 0.25f);
+  std::vector<uint32_t> idx(4);
+  size_t n = 0;
+  ucm_blend_select_params p = ucm_blend_select_default_params();
+  EXPECT_EQ(ucm_blend_select_relevant(nullptr, a.data(), b.data(), nullptr, rel.data(), 4, 2, idx.data(), 4, &n,
+                                      nullptr),
+            UCM_E_INVALID);
+  // Rows: both or neither.
+  EXPECT_EQ(ucm_blend_select_relevant(&p, a.data(), nullptr, nullptr, rel.data(), 4, 2, idx.data(), 4, &n, nullptr),
+            UCM_E_INVALID);
+  EXPECT_EQ(ucm_blend_select_relevant(&p, nullptr, b.data(), nullptr, rel.data(), 4, 2, idx.data(), 4, &n, nullptr),
+            UCM_E_INVALID);
+  for (float bad : {-0.1f, NAN}) {
+    rel[2] = bad;
+    EXPECT_EQ(ucm_blend_select_relevant(&p, a.data(), b.data(), nullptr, rel.data(), 4, 2, idx.data(), 4, &n, nullptr),
+              UCM_E_INVALID);
+    EXPECT_NE(std::string(ucm_last_error()).find("relevance[2]"), std::string::npos) << ucm_last_error();
+  }
+  rel[2] = 0.25f;
+  for (double beta : {-1.0, double(INFINITY), double(NAN)}) {
+    p.relevance_exponent = beta;
+    EXPECT_EQ(ucm_blend_select_relevant(&p, a.data(), b.data(), nullptr, rel.data(), 4, 2, idx.data(), 4, &n, nullptr),
+              UCM_E_INVALID);
+  }
+  p = ucm_blend_select_default_params();
+  EXPECT_EQ(ucm_blend_select_relevant(&p, a.data(), b.data(), nullptr, rel.data(), 4, 2, idx.data(), 4, &n, nullptr),
+            UCM_OK);
+  EXPECT_EQ(n, 1u);  // ceil(0.15 * 4)
+  p.ratio = 1.0;
+  EXPECT_EQ(ucm_blend_select_relevant(&p, nullptr, nullptr, nullptr, rel.data(), 4, 2, idx.data(), 3, &n, nullptr),
+            UCM_E_INVALID);
+  EXPECT_EQ(n, 4u);  // the count needed
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 //   * Recompute ratio 100% is full recompute exactly (KL 0, same tokens).
 //   * Blending several documents serves most of the prompt from the store and tracks full
 //     recompute better as the ratio grows.
+//   * The question's attention (LlamaModel::key_attention) is a distribution over the kept keys;
+//     the relevance and deviation selections recompute as many tokens, different ones.
 //   * Bad input: an unknown document id, a namespace whose RoPE is not the model's or cannot be
 //     moved (yarn), and a corrupted chunk block, which is recomputed, never served.
 // Model dir: $UCM_MODEL_DIR or <repo>/models/SmolLM2-135M-Instruct.
@@ -78,6 +80,47 @@ TEST(BlendRope, ShiftedKeysEqualTheKeysComputedThere) {
                   dtype == torch::kFloat ? "fp32" : "bf16", err, scale);
     }
   }
+}
+
+TEST(BlendRelevance, KeyAttentionIsADistributionOverTheKeptKeys) {
+  // LlamaModel::key_attention, what the relevance selection ranks by: the question's softmax
+  // mass on each key, averaged over heads, question tokens and layers. It sums to 1, masked keys
+  // get exactly 0, the cache's length is left alone, and the question's K/V rows are extend()'s.
+  if (!have_model()) GTEST_SKIP() << "model not fetched";
+  auto m = ucm::model::LlamaModel::load(model_dir());
+  const auto& c = m->config();
+  const int64_t n = 60, Q = 5;
+  auto doc = torch::arange(500, 500 + n, torch::kLong) * 11 % c.vocab_size;
+  auto q = torch::arange(900, 900 + Q, torch::kLong) * 17 % c.vocab_size;
+  auto cache = m->make_cache(n + Q, torch::kFloat);
+  m->extend(doc, &cache);
+  auto keep = torch::ones({n + Q}, torch::kBool);
+  keep.narrow(0, 10, 10).fill_(false);
+  keep.narrow(0, n, Q).fill_(false);  // the question's own rows are kept whatever keep says
+  auto a = m->key_attention(q, &cache, keep);
+  ASSERT_EQ(a.dim(), 1);
+  ASSERT_EQ(a.size(0), n + Q);
+  EXPECT_EQ(cache.len, n);
+  EXPECT_NEAR(a.sum().item<double>(), 1.0, 1e-5);
+  EXPECT_GE(a.min().item<double>(), 0.0);
+  EXPECT_EQ(a.narrow(0, 10, 10).abs().max().item<double>(), 0.0);
+  EXPECT_GT(a.narrow(0, n, Q).min().item<double>(), 0.0);
+  // The last key is seen by the last question token alone: at most 1/Q of the mass.
+  EXPECT_LE(a[n + Q - 1].item<double>(), 1.0 / Q + 1e-6);
+  // Its K/V rows are those extend() writes (no mask in either: the mask only hides keys).
+  auto ref = m->make_cache(n + Q, torch::kFloat);
+  m->extend(doc, &ref);
+  m->extend(q, &ref);
+  auto open = m->make_cache(n + Q, torch::kFloat);
+  m->extend(doc, &open);
+  (void)m->key_attention(q, &open);
+  for (size_t l = 0; l < cache.k.size(); ++l)
+    EXPECT_TRUE(torch::equal(open.k[l].narrow(0, n, Q), ref.k[l].narrow(0, n, Q))) << "layer " << l;
+  // Errors like extend(): a keep of the wrong length, a cache too small.
+  EXPECT_THROW(m->key_attention(q, &cache, torch::ones({n}, torch::kBool)), ucm::model::ModelError);
+  auto small = m->make_cache(n, torch::kFloat);
+  m->extend(doc, &small);
+  EXPECT_THROW(m->key_attention(q, &small), ucm::model::ModelError);
 }
 
 class Blend : public ::testing::Test {
@@ -175,6 +218,36 @@ TEST_F(Blend, PositionPriorIsTheSelectionsAndOnlyChangesWhichTokens) {
   auto bad = blend_run(root_ / "store", docs, "--position-decay -1");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE((bad.out + bad.err).find("--position-decay"), std::string::npos) << bad.out << bad.err;
+}
+
+TEST_F(Blend, SelectionsRankByTheQuestionsAttentionOrByDeviation) {
+  // The default selection ranks by how much the question attends to a token (check layer 0,
+  // the question's pass reported as relevance_ms); --selection deviation is CacheBlend's V
+  // deviation at layer 1. Same number of tokens recomputed, other tokens chosen. A deviation at
+  // layer 0 (always 0) and an unknown selection are usage errors.
+  const std::string docs = "linecache.rst.txt,codeop.rst.txt,netrc.rst.txt,copy.rst.txt";
+  const json rel = blend(root_ / "store", docs, "--recompute-ratio 0.15");
+  const json dev = blend(root_ / "store", docs, "--recompute-ratio 0.15 --selection deviation");
+  ASSERT_TRUE(rel.contains("tokens") && dev.contains("tokens"));
+  EXPECT_EQ(rel["selection"], "relevance");
+  EXPECT_EQ(rel["check_layer"].get<int>(), 0);
+  EXPECT_DOUBLE_EQ(rel["relevance_exponent"].get<double>(), 2.0);
+  EXPECT_GT(rel["relevance_ms"].get<double>(), 0.0);
+  EXPECT_EQ(dev["selection"], "deviation");
+  EXPECT_EQ(dev["check_layer"].get<int>(), 1);
+  EXPECT_EQ(dev["relevance_ms"].get<double>(), 0.0);
+  EXPECT_EQ(rel["recomputed_tokens"], dev["recomputed_tokens"]);
+  EXPECT_NE(rel["mean_kl"].get<double>(), dev["mean_kl"].get<double>());
+  std::printf("[ blend ] 4 docs at 15%%: relevance top-1 %.3f KL %.4f (question pass %.0f ms); deviation top-1 %.3f "
+              "KL %.4f\n",
+              rel["top1_agreement"].get<double>(), rel["mean_kl"].get<double>(), rel["relevance_ms"].get<double>(),
+              dev["top1_agreement"].get<double>(), dev["mean_kl"].get<double>());
+  auto bad = blend_run(root_ / "store", docs, "--selection deviation --check-layer 0");
+  EXPECT_NE(bad.code, 0) << bad.out << bad.err;
+  EXPECT_NE((bad.out + bad.err).find("--check-layer 0"), std::string::npos) << bad.out << bad.err;
+  bad = blend_run(root_ / "store", docs, "--selection sideways");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE((bad.out + bad.err).find("--selection"), std::string::npos) << bad.out << bad.err;
 }
 
 TEST_F(Blend, UnknownDocumentIsAnError) {

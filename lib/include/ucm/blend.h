@@ -14,9 +14,13 @@
  *      stored K/V, the rest is prefilled.
  *   3. ucm_store_load into a staging buffer; per layer, ucm_rope_shift(keys of document token i,
  *      delta = o - P) where o is the document's first position in the prompt.
- *   4. run the first layers of the prompt in full; at the check layer, ucm_blend_select (or
- *      ucm_blend_select_weighted, with a prior on the token's place in its document) on the
- *      stored and the recomputed K/V picks the tokens the later layers recompute.
+ *   4. choose the tokens to recompute. Query-driven (what `ucm generate --blend` does): run the
+ *      question over the loaded cache once, take its attention on each stored token, and
+ *      ucm_blend_select_relevant(stored = fresh = NULL, relevance) picks them before layer 0.
+ *      CacheBlend's: run the first layers of the prompt in full; at the check layer,
+ *      ucm_blend_select (or ucm_blend_select_weighted, with a prior on the token's place in its
+ *      document) on the stored and the recomputed V picks them.
+ *   5. the later layers recompute the picked tokens and the free text over the mixed cache.
  *
  * Conventions are those of ucm/ucm.h (return codes, ucm_last_error, caller-owned buffers). All
  * calls run on the caller's thread and are thread-safe (no shared state but the store's).
