@@ -228,7 +228,8 @@ Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope
   // to each stored token when it runs over the loaded cache. Its K/V rows are overwritten by
   // the blend below, which starts from len 0 again.
   std::vector<float> relevance;
-  const bool by_relevance = s.selection != BlendSelection::kDeviation && s.relevance_exponent > 0 && !s.oracle;
+  const bool by_relevance =
+      s.selection != BlendSelection::kDeviation && s.relevance_exponent > 0 && s.ratio > 0 && !s.oracle;
   const size_t q0 = p.docs.empty() ? N : p.docs.back().offset + p.docs.back().tokens.size();
   if (by_relevance && stats->stored_tokens > 0 && q0 < N) {
     auto tr = Clock::now();
@@ -245,7 +246,7 @@ Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope
     }
     out->cache.len = 0;
     stats->relevance_ms = ms_since(tr);
-  } else if (by_relevance && stats->stored_tokens > 0) {
+  } else if (by_relevance && stats->stored_tokens > 0) {  // q0 == N
     spdlog::warn("no text after the last document: the relevance selection has no question to follow and "
                  "ranks by the position prior alone");
   }
