@@ -114,7 +114,6 @@ int select_scored(const char* fn, const ucm_blend_select_params* params, const f
                   size_t row, uint32_t* out_idx, size_t cap, size_t* n_out, float* score) {
   return guarded(fn, [&] {
     const std::string f = fn;
-    const bool no_rows = !stored && !fresh;
     if (!params || !n_out || (n_tokens && (deviation_optional ? (!stored != !fresh) : (!stored || !fresh))))
       return fail(UCM_E_INVALID, f + (deviation_optional ? ": params and n_out must not be NULL, and stored and fresh "
                                                            "are both given or both NULL"
@@ -135,8 +134,8 @@ int select_scored(const char* fn, const ucm_blend_select_params* params, const f
         if (!(relevance[i] >= 0.0f))
           return fail(UCM_E_INVALID, f + ": relevance[" + std::to_string(i) + "] is negative or NaN");
     }
-    auto idx = ucm::blend::select_tokens(no_rows ? nullptr : stored, no_rows ? nullptr : fresh, n_tokens, row,
-                                         params->ratio, doc_pos, params->position_decay, relevance, beta, score);
+    auto idx = ucm::blend::select_tokens(stored, fresh, n_tokens, row, params->ratio, doc_pos, params->position_decay,
+                                         relevance, beta, score);
     *n_out = idx.size();
     if (idx.size() > cap || (!out_idx && !idx.empty()))
       return fail(UCM_E_INVALID, f + ": " + std::to_string(idx.size()) + " tokens selected, out_idx holds " +

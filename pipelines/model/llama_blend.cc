@@ -84,30 +84,15 @@ torch::Tensor LlamaModel::blend(const torch::Tensor& tokens, KvCache* cache, con
   return torch::mm(ops::rms_norm(x.narrow(0, x.size(0) - 1, 1), norm_, c.rms_norm_eps), lm_head_.t());
 }
 
-}  // namespace ucm::model
-
-namespace ucm::model {
-
 torch::Tensor LlamaModel::key_attention(const torch::Tensor& tokens, KvCache* cache, const torch::Tensor& keep) const {
   const auto& c = cfg_;
-  auto bad = [&](const std::string& what) { throw ModelError("LlamaModel::key_attention (" + dir_ + "): " + what); };
-  if (!cache) bad("no cache");
-  if (tokens.dim() != 1 || tokens.scalar_type() != torch::kLong || tokens.size(0) < 1)
-    bad("tokens must be int64 [Q] with Q >= 1");
+  check_append("key_attention", tokens, cache);
+  if (keep.defined() && (keep.dim() != 1 || keep.size(0) != cache->len + tokens.size(0) ||
+                         keep.scalar_type() != torch::kBool))
+    throw ModelError("LlamaModel::key_attention (" + dir_ + "): keep must be bool [" +
+                     std::to_string(cache->len + tokens.size(0)) + "]");
   const int64_t Q = tokens.size(0), S0 = cache->len, S = S0 + Q, nkv = c.num_key_value_heads;
-  if (int64_t(cache->k.size()) != c.num_hidden_layers || cache->k[0].size(1) != nkv ||
-      cache->k[0].size(2) != c.head_dim)
-    bad("the cache was not made for this model");
-  if (S > cache->capacity()) bad("the cache holds " + std::to_string(cache->capacity()) + " tokens; " + std::to_string(S) + " needed");
-  if (S > c.max_position_embeddings) bad("the tokens exceed max_position_embeddings");
-  if (keep.defined() && (keep.dim() != 1 || keep.size(0) != S || keep.scalar_type() != torch::kBool))
-    bad("keep must be bool [" + std::to_string(S) + "]");
   c10::InferenceMode guard;
-  {
-    auto tc = tokens.cpu();
-    if (tc.min().item<int64_t>() < 0 || tc.max().item<int64_t>() >= c.vocab_size)
-      bad("token ids must be in [0, vocab_size=" + std::to_string(c.vocab_size) + ")");
-  }
   const auto lopt = torch::TensorOptions().dtype(torch::kLong).device(dev_);
   auto pos = torch::arange(S0, S, lopt);
   auto x = embed_.index_select(0, tokens.to(dev_));  // [Q, H]

@@ -26,17 +26,17 @@ LlamaModel::KvCache LlamaModel::make_cache(int64_t capacity, torch::ScalarType d
   return c;
 }
 
-torch::Tensor LlamaModel::extend(const torch::Tensor& tokens, KvCache* cache, bool all_logits,
-                                 const KeyMaskFn& mask) const {
+void LlamaModel::check_append(const char* fn, const torch::Tensor& tokens, const KvCache* cache) const {
   const auto& c = cfg_;
-  auto bad = [&](const std::string& what) { throw ModelError("LlamaModel::extend (" + dir_ + "): " + what); };
+  auto bad = [&](const std::string& what) {
+    throw ModelError("LlamaModel::" + std::string(fn) + " (" + dir_ + "): " + what);
+  };
   if (!cache) bad("no cache");
   if (tokens.dim() != 1 || tokens.scalar_type() != torch::kLong || tokens.size(0) < 1)
     bad("tokens must be int64 [T] with T >= 1");
-  const int64_t T = tokens.size(0), S0 = cache->len, S = S0 + T;
-  const int64_t hd = c.head_dim, nkv = c.num_key_value_heads;
+  const int64_t S = cache->len + tokens.size(0);
   if (int64_t(cache->k.size()) != c.num_hidden_layers || int64_t(cache->v.size()) != c.num_hidden_layers ||
-      cache->k[0].size(1) != nkv || cache->k[0].size(2) != hd)
+      cache->k[0].size(1) != c.num_key_value_heads || cache->k[0].size(2) != c.head_dim)
     bad("the cache was not made for this model");
   if (S > cache->capacity())
     bad("the cache holds " + std::to_string(cache->capacity()) + " tokens; " + std::to_string(S) + " needed");
@@ -44,11 +44,17 @@ torch::Tensor LlamaModel::extend(const torch::Tensor& tokens, KvCache* cache, bo
     bad("position " + std::to_string(S - 1) + " exceeds max_position_embeddings " +
         std::to_string(c.max_position_embeddings));
   c10::InferenceMode guard;
-  {
-    auto tc = tokens.cpu();
-    if (tc.min().item<int64_t>() < 0 || tc.max().item<int64_t>() >= c.vocab_size)
-      bad("token ids must be in [0, vocab_size=" + std::to_string(c.vocab_size) + ")");
-  }
+  auto tc = tokens.cpu();
+  if (tc.min().item<int64_t>() < 0 || tc.max().item<int64_t>() >= c.vocab_size)
+    bad("token ids must be in [0, vocab_size=" + std::to_string(c.vocab_size) + ")");
+}
+
+torch::Tensor LlamaModel::extend(const torch::Tensor& tokens, KvCache* cache, bool all_logits,
+                                 const KeyMaskFn& mask) const {
+  const auto& c = cfg_;
+  check_append("extend", tokens, cache);
+  const int64_t T = tokens.size(0), S0 = cache->len, S = S0 + T;
+  c10::InferenceMode guard;
   auto pos = torch::arange(S0, S, torch::TensorOptions().dtype(torch::kLong).device(dev_));  // [T]
   auto x = embed_.index_select(0, tokens.to(dev_));  // [T, H]
   const Rope rope = rope_at(pos);

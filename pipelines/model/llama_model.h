@@ -192,6 +192,10 @@ class LlamaModel {
   void set_score_budget(int64_t floats) { score_budget_ = std::max<int64_t>(1, floats); }
 
  private:
+  /// Throws ModelError ("LlamaModel::<fn> (dir): ...") unless tokens (int64 [T], T >= 1, ids in
+  /// the vocabulary) can be appended to *cache at cache->len: a cache of this model, with room,
+  /// within max_position_embeddings. Shared by extend() and key_attention().
+  void check_append(const char* fn, const torch::Tensor& tokens, const KvCache* cache) const;
   struct Rope {
     torch::Tensor cos, sin;  // fp32 [A, hd/2]
   };
