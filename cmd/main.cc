@@ -18,6 +18,7 @@
 #include "gc.h"
 #include "inspect.h"
 #include "migrate.h"
+#include "tokenize.h"
 #include "torch_commands.h"
 #include "ucm/admin.h"
 #include "ucm/version.h"
@@ -58,6 +59,7 @@ const SubcommandEntry kSubcommands[] = {
     {"inspect", ucm::cli::setup_inspect, nullptr, nullptr},
     {"gc", ucm::cli::setup_gc, nullptr, nullptr},
     {"migrate", ucm::cli::setup_migrate, nullptr, nullptr},
+    {"tokenize", ucm::cli::setup_tokenize, nullptr, nullptr},
 #if UCM_CLI_HAVE_BENCH
     {"bench", ucm::cli::setup_bench, nullptr, nullptr},
 #else
@@ -75,7 +77,7 @@ const SubcommandEntry kSubcommands[] = {
 constexpr const char* kFooter =
     "Exit codes: 0 ok; 1 error (stderr says what was wrong and what to do); 2 usage error; "
     "3 corruption found (inspect --verify); 4 store busy (locked by another writer); "
-    "5 store format version newer than this ucm supports.\n"
+    "5 store format version newer than this ucm supports; 6 token ids differ (tokenize --compare).\n"
     "Every subcommand accepts --json (report on stdout as JSON) and --progress (progress lines "
     "on stderr even when it is not a terminal). Reference: docs/cli.md.";
 

@@ -262,6 +262,7 @@ Status inspect_single(const std::string& path, const InspectOptions& opts, Inspe
           e["source"] = d.source;
           e["created_ms"] = d.created_ms;
           e["created"] = format_time_ms(d.created_ms);
+          e["input"] = d.input.empty() ? "text" : d.input;
         } else {
           e["error"] = ds.message();
         }

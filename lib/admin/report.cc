@@ -246,7 +246,9 @@ std::string InspectReport::to_text() const {
     o << "documents        " << d.size() << "\n";
     for (const auto& e : d)
       o << "  " << e.value("id", std::string()) << "  " << e.value("blocks", 0) << " blocks, "
-        << e.value("tokens", 0) << " tokens, last " << e.value("last_block", std::string())
+        << e.value("tokens", 0) << " tokens"
+        << (e.value("input", std::string("text")) == "token_ids" ? " (from token ids)" : "") << ", last "
+        << e.value("last_block", std::string())
         << (e.value("source", std::string()).empty() ? "" : "  " + e.value("source", std::string()))
         << "\n";
   }

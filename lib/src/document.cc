@@ -31,6 +31,7 @@ std::string document_to_json(const DocumentEntry& doc) {
   j["tokens"] = doc.tokens;
   j["source"] = doc.source;
   j["created_ms"] = doc.created_ms ? doc.created_ms : fmt::now_ms();
+  if (!doc.input.empty()) j["input"] = doc.input;  // absent = "text" (store_v1.md §5.6)
   return j.dump();
 }
 
@@ -59,6 +60,7 @@ Status document_from_json(const std::string& json, DocumentEntry* d) {
     d->tokens = counter(j, "tokens", UINT64_MAX);
     d->source = j.value("source", std::string());
     d->created_ms = counter(j, "created_ms", UINT64_MAX);
+    d->input = j.value("input", std::string());
   } catch (const std::exception& e) {
     return Status::Corruption(std::string("document registry entry is malformed: ") + e.what());
   }

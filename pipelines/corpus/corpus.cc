@@ -113,8 +113,41 @@ struct Reader::Impl {
     doc.text = opt.tmpl ? opt.tmpl->apply(text) : std::string(text);
     doc.source = std::move(source);
     doc.index = index;
+    doc.has_token_ids = false;
+    doc.token_ids.clear();
+    doc.prefix_tokens = 0;
     ++stats.documents;
     return true;
+  }
+
+  // An entry that gives token ids: no template (the ids are template + document already).
+  bool emit_ids(Document& doc, std::string id, std::string text, std::vector<int32_t> ids, uint32_t prefix_tokens,
+                std::string source, uint64_t index) {
+    doc.id = std::move(id);
+    doc.text = std::move(text);
+    doc.source = std::move(source);
+    doc.index = index;
+    doc.has_token_ids = true;
+    doc.token_ids = std::move(ids);
+    doc.prefix_tokens = prefix_tokens;
+    ++stats.documents;
+    return true;
+  }
+
+  // "token_ids" of a JSONL entry: an array of integers in [0, 2^31). "" = fine, else the reason.
+  static std::string parse_ids(const nlohmann::json& a, std::vector<int32_t>* out) {
+    if (!a.is_array()) return std::string("\"token_ids\" is a ") + a.type_name() + ", not an array of integers";
+    out->clear();
+    out->reserve(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      const auto& v = a[i];
+      if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(INT32_MAX)
+                                                             : v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX))
+        return "\"token_ids\"[" + std::to_string(i) + "] is " + (v.is_primitive() ? v.dump() : std::string("a ") + v.type_name()) +
+               ", not a token id (an integer in [0, 2^31))";
+      out->push_back(int32_t(v.get<int64_t>()));
+    }
+    return {};
   }
 
   bool next_dir(Document& doc) {
@@ -165,11 +198,12 @@ struct Reader::Impl {
         continue;
       }
       auto t = j.find("text");
-      if (t == j.end()) {
-        issue(Issue::Kind::Malformed, loc, "missing \"text\"");
+      auto ti = j.find("token_ids");
+      if (t == j.end() && ti == j.end()) {
+        issue(Issue::Kind::Malformed, loc, "missing \"text\" (or \"token_ids\")");
         continue;
       }
-      if (!t->is_string()) {
+      if (t != j.end() && !t->is_string()) {
         issue(Issue::Kind::Malformed, loc, std::string("\"text\" is a ") + t->type_name() + ", not a string");
         continue;
       }
@@ -184,6 +218,29 @@ struct Reader::Impl {
       } else {
         issue(Issue::Kind::Malformed, loc, std::string("\"id\" is a ") + idj->type_name() + ", not a string or number");
         continue;
+      }
+      if (ti != j.end()) {
+        std::vector<int32_t> ids;
+        if (std::string why = parse_ids(*ti, &ids); !why.empty()) {
+          issue(Issue::Kind::Malformed, loc, why + " (id " + id + ")");
+          continue;
+        }
+        uint64_t prefix = 0;
+        if (auto pj = j.find("prefix_tokens"); pj != j.end()) {
+          if (!pj->is_number_unsigned() || pj->get<uint64_t>() > ids.size()) {
+            issue(Issue::Kind::Malformed, loc,
+                  "\"prefix_tokens\" is " + pj->dump() + ", not an integer in [0, " + std::to_string(ids.size()) +
+                      "] (the number of leading token_ids that are the template's prefix; id " + id + ")");
+            continue;
+          }
+          prefix = pj->get<uint64_t>();
+        }
+        if (ids.empty()) {
+          issue(Issue::Kind::Empty, loc, "empty \"token_ids\" (id " + id + ")");
+          continue;
+        }
+        return emit_ids(doc, std::move(id), t == j.end() ? std::string() : t->get<std::string>(), std::move(ids),
+                        uint32_t(prefix), loc, index);
       }
       const std::string& text = t->get_ref<const std::string&>();
       if (text.empty()) {

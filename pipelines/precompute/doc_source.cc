@@ -54,6 +54,9 @@ class CorpusDocSource : public DocSource {
     doc->id = std::move(d.id);
     doc->text = std::move(d.text);
     doc->source = std::move(d.source);
+    doc->has_token_ids = d.has_token_ids;
+    doc->token_ids = std::move(d.token_ids);
+    doc->prefix_tokens = d.prefix_tokens;
   }
 
   bool drain(SkippedEntry* skipped) {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ucm/status.h"
 
@@ -10,6 +11,9 @@ namespace ucm::precompute {
 
 struct SourceDoc {
   std::string id, text, source;
+  bool has_token_ids = false;      ///< the entry gave "token_ids" (docs/corpus.md): no template, no tokenizer
+  std::vector<int32_t> token_ids;  ///< template + document as the server tokenizes them
+  uint32_t prefix_tokens = 0;      ///< leading token_ids that are the template's prefix (chunk mode)
 };
 
 /// A corpus entry that was skipped, and why.

@@ -51,18 +51,32 @@ Status load_tokenizer(const PrecomputeOptions& o, const Resources& res, std::uni
 Status setup_namespace(Store* store, const model::LlamaModel& m, const PrecomputeOptions& o, PrecomputeSummary* sum,
                        NamespaceId* ns, NamespaceDesc* desc, std::vector<float>* proj);
 
-/// Chunk mode (store_v1.md §4.4): tokenizes the chunk prefix (the template's prefix, on its own)
-/// into *prefix_ids and stores the namespace's `chunk_prefix` and `rope` attachments, or checks
-/// them against what is stored (another prefix is refused). namespace_setup.cc.
-Status setup_chunks(Store* store, const model::LlamaModel& m, const tok::Tokenizer& tk, const std::string& prefix,
-                    const std::string& suffix, const NamespaceId& ns, std::vector<int32_t>* prefix_ids);
+/// Chunk mode (store_v1.md §4.4), namespace_setup.cc. The template's prefix tokenized on its own
+/// (text entries' chunk prefix); InvalidArgument for a template with a suffix.
+Status template_chunk_prefix(const tok::Tokenizer& tk, const std::string& prefix, const std::string& suffix,
+                             std::vector<int32_t>* prefix_ids);
+/// The namespace's stored `chunk_prefix` attachment; *found false (and OK) when it has none.
+Status stored_chunk_prefix(Store* store, const NamespaceId& ns, std::vector<int32_t>* ids, bool* found);
+/// Stores the namespace's `chunk_prefix` (ids) and `rope` attachments, or checks them against what
+/// is stored: another prefix is InvalidArgument (a namespace has one chunk prefix).
+Status put_chunk_attachments(Store* store, const model::LlamaModel& m, const NamespaceId& ns,
+                             const std::vector<int32_t>& ids);
+
+/// The chunk prefix of a run in chunk mode. Known once the namespace has one: stored by an earlier
+/// run, put at the start from --template, or put by the run's first document (a token-ids entry
+/// gives its own: its first prefix_tokens ids, docs/precompute.md).
+struct ChunkPrefix {
+  bool known = false;
+  std::vector<int32_t> ids;           ///< the namespace's chunk prefix, when known
+  std::vector<int32_t> template_ids;  ///< the template's prefix as ucm tokenizes it (text entries)
+};
 
 /// Runs the pipeline over `src` into `store` (runner.cc). total_docs: for the progress line
 /// (0 = unknown). Fills the summary, prefill_seconds included.
-/// chunk_prefix: the token ids of the chunk prefix in chunk mode (o.chunks), else empty.
+/// chunk: the chunk prefix in chunk mode (o.chunks), else unused.
 Status run_pipeline(const PrecomputeOptions& o, const model::LlamaModel& m, const tok::Tokenizer& tk, Store* store,
                     const NamespaceId& ns, const NamespaceId& hash_seed, const std::vector<float>& proj,
-                    const std::vector<int32_t>& chunk_prefix, DocSource* src, uint64_t total_docs,
+                    const ChunkPrefix& chunk, DocSource* src, uint64_t total_docs,
                     PrecomputeSummary* sum);
 
 }  // namespace ucm::precompute::detail

@@ -149,8 +149,8 @@ Status setup_namespace(Store* store, const model::LlamaModel& mdl, const Precomp
   return Status::OK();
 }
 
-Status setup_chunks(Store* store, const model::LlamaModel& m, const tok::Tokenizer& tk, const std::string& prefix,
-                    const std::string& suffix, const NamespaceId& ns, std::vector<int32_t>* prefix_ids) {
+Status template_chunk_prefix(const tok::Tokenizer& tk, const std::string& prefix, const std::string& suffix,
+                             std::vector<int32_t>* prefix_ids) {
   if (!suffix.empty())
     return Status::InvalidArgument("--chunks: the template has text after the document; a chunk is the template's "
                                    "prefix then the document (store_v1.md §4.4): use a template without a suffix");
@@ -159,9 +159,33 @@ Status setup_chunks(Store* store, const model::LlamaModel& m, const tok::Tokeniz
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("--chunks: tokenizing the template's prefix: ") + e.what());
   }
-  std::string want(prefix_ids->size() * 4, '\0');
-  for (size_t i = 0; i < prefix_ids->size(); ++i) {
-    const uint32_t t = uint32_t((*prefix_ids)[i]);
+  return Status::OK();
+}
+
+Status stored_chunk_prefix(Store* store, const NamespaceId& ns, std::vector<int32_t>* ids, bool* found) {
+  std::string have;
+  Status g = store->get_attachment(ns, "chunk_prefix", &have);
+  *found = false;
+  ids->clear();
+  if (g.code() == Code::kNotFound) return Status::OK();
+  if (!g.ok()) return g;
+  if (have.size() % 4 != 0)
+    return Status::Corruption("the namespace's chunk_prefix attachment is " + std::to_string(have.size()) +
+                              " bytes, not a whole number of u32 token ids");
+  for (size_t i = 0; i < have.size(); i += 4) {
+    uint32_t t = 0;
+    for (int b = 0; b < 4; ++b) t |= uint32_t(uint8_t(have[i + size_t(b)])) << (8 * b);
+    ids->push_back(int32_t(t));
+  }
+  *found = true;
+  return Status::OK();
+}
+
+Status put_chunk_attachments(Store* store, const model::LlamaModel& m, const NamespaceId& ns,
+                             const std::vector<int32_t>& ids) {
+  std::string want(ids.size() * 4, '\0');
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const uint32_t t = uint32_t(ids[i]);
     for (int b = 0; b < 4; ++b) want[4 * i + b] = char((t >> (8 * b)) & 0xff);
   }
   const auto& c = m.config();
@@ -187,7 +211,7 @@ Status setup_chunks(Store* store, const model::LlamaModel& m, const tok::Tokeniz
         return Status::InvalidArgument(
             "--chunks: the namespace's " + name + " differs from this run's (" +
             (name == "chunk_prefix" ? std::to_string(have.size() / 4) + " stored tokens vs " +
-                                          std::to_string(prefix_ids->size()) + "; a namespace has one chunk prefix: use "
+                                          std::to_string(ids.size()) + "; a namespace has one chunk prefix: use "
                                           "the template its chunks were made with, or another store"
                                     : "stored " + have + " vs " + data) +
             ")");

@@ -93,15 +93,24 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
   st = setup_namespace(store.get(), *m, o, sum, &ns, &desc, &proj);
   if (!st.ok()) return st;
 
-  std::vector<int32_t> chunk_prefix;
+  ChunkPrefix chunk;
   if (o.chunks) {
-    st = setup_chunks(store.get(), *m, *tk, src->prefix(), src->suffix(), ns, &chunk_prefix);
+    st = template_chunk_prefix(*tk, src->prefix(), src->suffix(), &chunk.template_ids);
     if (!st.ok()) return st;
+    if (!o.template_file.empty()) {  // the template fixes the prefix: checked (or stored) before any work
+      st = put_chunk_attachments(store.get(), *m, ns, chunk.template_ids);
+      if (!st.ok()) return st;
+      chunk.known = true;
+      chunk.ids = chunk.template_ids;
+    } else {  // token-ids entries may bring it: taken from the store, else from the first document
+      st = stored_chunk_prefix(store.get(), ns, &chunk.ids, &chunk.known);
+      if (!st.ok()) return st;
+    }
   }
 
   const uint64_t total = (o.progress || ::isatty(STDERR_FILENO)) ? count_documents(so) : 0;
   SignalScope sig(o.handle_signals);
-  return run_pipeline(o, *m, *tk, store.get(), ns, desc.hash_seed(), proj, chunk_prefix, src.get(),
+  return run_pipeline(o, *m, *tk, store.get(), ns, desc.hash_seed(), proj, chunk, src.get(),
                       o.limit ? std::min<uint64_t>(o.limit, total) : total, sum);
 }
 

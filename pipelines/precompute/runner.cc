@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -24,6 +25,7 @@
 #include "ucm/hash.h"
 #include "ucm/precompute/repr.h"
 #include "ucm/tok/tokenizer.h"
+#include "ucm/tokenize/tokenize.h"
 
 namespace ucm::precompute::detail {
 namespace {
@@ -50,6 +52,7 @@ struct DocWork {
   std::string id, source;
   std::vector<int32_t> ids;  // exactly n_blocks * block_size tokens (template prefix + document)
   bool truncated = false;
+  bool from_token_ids = false;  // the corpus entry gave the ids (registry "input": "token_ids")
 };
 
 struct DocDump {
@@ -100,8 +103,8 @@ class Runner {
     for (int64_t l = 0; l < L_; ++l) proj_.push_back(P[l].clone());
   }
 
-  /// Chunk mode (o.chunks): documents are tokenized apart and follow these tokens.
-  void set_chunk_prefix(const std::vector<int32_t>& ids) { chunk_prefix_ = ids; }
+  /// Chunk mode (o.chunks): documents are tokenized apart and follow the chunk prefix.
+  void set_chunk_prefix(const ChunkPrefix& c) { chunk_ = c; }
 
   Status run(DocSource* src, uint64_t total_docs) {
     src_ = src;
@@ -220,37 +223,23 @@ class Runner {
                        d.source, to_hex(e.last_block));
         }
       }
-      if (d.text.find_first_not_of(" \t\r\n\f\v") == std::string::npos) {
-        spdlog::warn("corpus: {}: document {} is only white space, skipped (empty)", d.source, d.id);
-        skip("empty", d.id, d.source, "only white space");
-        continue;
-      }
       std::vector<int32_t> ids;
-      try {
-        if (o_.chunks) {  // store_v1.md §4.4: C ++ D, D tokenized on its own
-          ids = chunk_prefix_;
-          const auto doc = tk_.encode(d.text);
-          ids.insert(ids.end(), doc.begin(), doc.end());
-        } else {
-          ids = tk_.encode(src_->prefix() + d.text + src_->suffix());
+      size_t prefix_len = 0;  // chunk mode: tokens of the chunk prefix at the start of ids
+      if (d.has_token_ids) {
+        if (!take_token_ids(d, &ids, &prefix_len)) {
+          if (!src_error_.ok()) break;
+          continue;
         }
-      } catch (const tok::InvalidUtf8Error& e) {
-        const size_t pre = o_.chunks ? 0 : src_->prefix().size();
-        const size_t off = e.offset() >= pre ? e.offset() - pre : e.offset();
-        std::string msg = "document " + d.id + " (" + d.source + "): invalid UTF-8 at byte " +
-                          std::to_string(off) + " of the text";
-        if (o_.strict) {
-          src_error_ = Status::InvalidArgument(msg + " (--strict); fix the corpus or drop --strict to skip it");
-          eof_ = true;
-          break;
+      } else {
+        if (d.text.find_first_not_of(" \t\r\n\f\v") == std::string::npos) {
+          spdlog::warn("corpus: {}: document {} is only white space, skipped (empty)", d.source, d.id);
+          skip("empty", d.id, d.source, "only white space");
+          continue;
         }
-        spdlog::warn("{}: skipped", msg);
-        skip("invalid_utf8", d.id, d.source, "invalid UTF-8 at byte " + std::to_string(off) + " of the text");
-        continue;
-      } catch (const tok::TokenizerError& e) {
-        src_error_ = Status::InvalidArgument("tokenizing document " + d.id + ": " + e.what());
-        eof_ = true;
-        break;
+        if (!tokenize(d, &ids, &prefix_len)) {
+          if (!src_error_.ok()) break;
+          continue;
+        }
       }
       DocWork w;
       if (ids.size() > max_tokens_) {
@@ -258,7 +247,7 @@ class Runner {
         w.truncated = true;
       }
       const size_t full = ids.size() - ids.size() % bs_;
-      if (full == 0 || (o_.chunks && full <= chunk_prefix_.size())) {
+      if (full == 0 || (o_.chunks && full <= prefix_len)) {
         spdlog::info("document {} ({}): {} tokens < one block of {}, skipped", d.id, d.source, ids.size(), bs_);
         skip("short", d.id, d.source,
              std::to_string(ids.size()) + " tokens, fewer than one block of " + std::to_string(bs_));
@@ -268,9 +257,126 @@ class Runner {
       w.id = std::move(d.id);
       w.source = std::move(d.source);
       w.ids = std::move(ids);
+      w.from_token_ids = d.has_token_ids;
       tokens += w.ids.size();
       window_.push_back(std::move(w));
     }
+  }
+
+  // A text entry: ucm's tokenizer over template + document (chunk mode: the chunk prefix, then the
+  // document tokenized on its own, store_v1.md §4.4). False: skipped, or a fatal error in src_error_.
+  bool tokenize(SourceDoc& d, std::vector<int32_t>* ids, size_t* prefix_len) {
+    warn_tokenizer_once();
+    try {
+      if (o_.chunks) {
+        std::string why;
+        if (!ensure_chunk_prefix(chunk_.template_ids, &why)) {
+          src_error_ = Status::InvalidArgument("--chunks: document " + d.id + " (" + d.source + "): " + why);
+          eof_ = true;
+          return false;
+        }
+        *ids = chunk_.ids;
+        *prefix_len = ids->size();
+        const auto doc = tk_.encode(d.text);
+        ids->insert(ids->end(), doc.begin(), doc.end());
+      } else {
+        *ids = tk_.encode(src_->prefix() + d.text + src_->suffix());
+      }
+    } catch (const tok::InvalidUtf8Error& e) {
+      const size_t pre = o_.chunks ? 0 : src_->prefix().size();
+      const size_t off = e.offset() >= pre ? e.offset() - pre : e.offset();
+      std::string msg = "document " + d.id + " (" + d.source + "): invalid UTF-8 at byte " + std::to_string(off) +
+                        " of the text";
+      if (o_.strict) {
+        src_error_ = Status::InvalidArgument(msg + " (--strict); fix the corpus or drop --strict to skip it");
+        eof_ = true;
+        return false;
+      }
+      spdlog::warn("{}: skipped", msg);
+      skip("invalid_utf8", d.id, d.source, "invalid UTF-8 at byte " + std::to_string(off) + " of the text");
+      return false;
+    } catch (const tok::TokenizerError& e) {
+      src_error_ = Status::InvalidArgument("tokenizing document " + d.id + ": " + e.what());
+      eof_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  // A token-ids entry (docs/corpus.md): its ids are stored as given, after a check that each is in
+  // the model's vocabulary; in chunk mode its first prefix_tokens ids must be the namespace's chunk
+  // prefix (the first such entry sets it when the namespace has none). False: skipped, or fatal
+  // (--strict) in src_error_.
+  bool take_token_ids(SourceDoc& d, std::vector<int32_t>* ids, size_t* prefix_len) {
+    auto reject = [&](const std::string& kind, const std::string& reason) {
+      if (o_.strict) {
+        src_error_ = Status::InvalidArgument("document " + d.id + " (" + d.source + "): " + reason +
+                                             " (--strict); fix the corpus or drop --strict to skip it");
+        eof_ = true;
+        return false;
+      }
+      spdlog::warn("corpus: {}: document {}: {}, skipped ({})", d.source, d.id, reason, kind);
+      skip(kind, d.id, d.source, reason);
+      return false;
+    };
+    const int64_t vocab = m_.config().vocab_size;
+    for (size_t i = 0; i < d.token_ids.size(); ++i)
+      if (vocab > 0 && d.token_ids[i] >= vocab)
+        return reject("out_of_vocabulary", "token_ids[" + std::to_string(i) + "] = " + std::to_string(d.token_ids[i]) +
+                                               " is outside the model's vocabulary [0, " + std::to_string(vocab) +
+                                               "): ids from another model's tokenizer?");
+    *prefix_len = 0;
+    if (o_.chunks) {
+      const std::vector<int32_t> prefix(d.token_ids.begin(), d.token_ids.begin() + d.prefix_tokens);
+      std::string why;
+      if (!ensure_chunk_prefix(prefix, &why)) return reject("malformed", why);
+      *prefix_len = prefix.size();
+    }
+    *ids = std::move(d.token_ids);
+    return true;
+  }
+
+  // Once per run, at the first text entry: a server on transformers >= 5 may tokenize this text
+  // differently (its tokenizer class rebuilds the pre-tokenizer), and then finds none of the
+  // blocks after the first difference.
+  void warn_tokenizer_once() {
+    if (tokenizer_warned_) return;
+    tokenizer_warned_ = true;
+    namespace fs = std::filesystem;
+    const fs::path cfg = o_.tokenizer_file.empty() ? fs::path(o_.model_dir) / "tokenizer_config.json"
+                                                   : fs::path(o_.tokenizer_file).parent_path() / "tokenizer_config.json";
+    const std::string cls = tokenize::transformers_rebuilt_tokenizer_class(cfg.string());
+    if (cls.empty()) return;
+    spdlog::warn(
+        "precompute: {} names tokenizer class {}, which transformers >= 5 (and so vLLM) builds with a pre-tokenizer "
+        "of its own: a server may tokenize this text differently from ucm and find only the blocks before the first "
+        "difference. Check with `ucm tokenize --compare`, or give the server's ids: \"token_ids\" corpus entries "
+        "written by `python -m ucm.tokenize` (docs/python.md)",
+        cfg.string(), cls);
+  }
+
+  // Chunk mode: `want` is a document's chunk prefix. The namespace's prefix is set by the first
+  // document when no run has set it; every other document must have the same. False (*why says
+  // where they differ) when it differs, or when storing it failed.
+  bool ensure_chunk_prefix(const std::vector<int32_t>& want, std::string* why) {
+    if (!chunk_.known) {
+      Status st = put_chunk_attachments(store_, m_, ns_, want);
+      if (!st.ok()) {
+        *why = st.message();
+        return false;
+      }
+      chunk_.known = true;
+      chunk_.ids = want;
+      return true;
+    }
+    if (want == chunk_.ids) return true;
+    size_t i = 0;
+    while (i < want.size() && i < chunk_.ids.size() && want[i] == chunk_.ids[i]) ++i;
+    *why = "its chunk prefix (" + std::to_string(want.size()) + " tokens) differs from the namespace's (" +
+           std::to_string(chunk_.ids.size()) + " tokens) at token " + std::to_string(i) +
+           "; a namespace has one chunk prefix: give every entry the same prefix (token-ids entries: the same "
+           "first prefix_tokens ids), or use another store";
+    return false;
   }
 
   // Sorts the window by length (longest first) and cuts it into batches of <= batch_tokens padded
@@ -416,6 +522,7 @@ class Runner {
       e.tokens = doc.ids.size();
       e.source = doc.source;
       e.created_ms = now_ms();
+      if (doc.from_token_ids) e.input = "token_ids";
     }
     Status st = entries.empty() ? Status::OK() : store_->put_documents(ns_, entries.data(), entries.size());
     if (!st.ok())
@@ -477,7 +584,8 @@ class Runner {
   const PrecomputeOptions& o_;
   const model::LlamaModel& m_;
   const tok::Tokenizer& tk_;
-  std::vector<int32_t> chunk_prefix_;
+  ChunkPrefix chunk_;
+  bool tokenizer_warned_ = false;
   Store* store_;
   NamespaceId ns_;
   PrecomputeSummary* sum_;
@@ -504,10 +612,10 @@ class Runner {
 
 Status run_pipeline(const PrecomputeOptions& o, const model::LlamaModel& m, const tok::Tokenizer& tk, Store* store,
                     const NamespaceId& ns, const NamespaceId& hash_seed, const std::vector<float>& proj,
-                    const std::vector<int32_t>& chunk_prefix, DocSource* src, uint64_t total_docs,
+                    const ChunkPrefix& chunk, DocSource* src, uint64_t total_docs,
                     PrecomputeSummary* sum) {
   Runner r(o, m, tk, store, ns, hash_seed, proj, sum);
-  r.set_chunk_prefix(chunk_prefix);
+  r.set_chunk_prefix(chunk);
   Status st = r.run(src, total_docs);
   sum->prefill_seconds = r.prefill_seconds();
   return st;

@@ -129,6 +129,49 @@ TEST(CorpusJsonl, EmptyIsSkippedEvenWhenStrict) {
   EXPECT_EQ(r.stats().empty, 1u);
 }
 
+// "token_ids" entries (a server's tokenizer): ids as given, no template, with prefix_tokens; every
+// bad form skipped with its line and a reason naming the field.
+TEST(CorpusJsonl, TokenIdsEntries) {
+  TempDir t;
+  const fs::path f = t.write("ids.jsonl",
+                             "{\"id\": \"a\", \"token_ids\": [1, 2, 2147483647]}\n"                  // 1
+                             "{\"id\": \"b\", \"text\": \"kept\", \"token_ids\": [5], \"prefix_tokens\": 1}\n"  // 2
+                             "{\"id\": \"c\", \"token_ids\": []}\n"                                  // 3 empty
+                             "{\"id\": \"d\", \"token_ids\": [1, 2.5]}\n"                            // 4
+                             "{\"id\": \"e\", \"token_ids\": [-1]}\n"                                // 5
+                             "{\"id\": \"f\", \"token_ids\": [2147483648]}\n"                        // 6
+                             "{\"id\": \"g\", \"token_ids\": {\"x\": 1}}\n"                          // 7
+                             "{\"id\": \"h\", \"token_ids\": [1], \"prefix_tokens\": 2}\n"           // 8
+                             "{\"id\": \"i\", \"token_ids\": [\"1\"]}\n"                             // 9
+                             "{\"id\": \"j\", \"text\": \"plain\"}\n");                              // 10
+  Options o;
+  o.tmpl = Template::from_string("PRE {document} POST");
+  Reader r = Reader::open(f, o);
+  const auto docs = read_all(r);
+  ASSERT_EQ(docs.size(), 3u);
+  EXPECT_TRUE(docs[0].has_token_ids);
+  EXPECT_EQ(docs[0].token_ids, (std::vector<int32_t>{1, 2, 2147483647}));
+  EXPECT_EQ(docs[0].text, "");  // no template on an ids entry
+  EXPECT_EQ(docs[0].prefix_tokens, 0u);
+  EXPECT_EQ(docs[1].text, "kept");
+  EXPECT_EQ(docs[1].prefix_tokens, 1u);
+  EXPECT_FALSE(docs[2].has_token_ids);
+  EXPECT_TRUE(docs[2].token_ids.empty());
+  EXPECT_EQ(docs[2].text, "PRE plain POST");
+  const Stats& s = r.stats();
+  EXPECT_EQ(s.empty, 1u);
+  EXPECT_EQ(s.malformed, 6u);
+  const std::vector<std::pair<int, std::string>> want = {
+      {3, "empty \"token_ids\""}, {4, "\"token_ids\"[1] is 2.5"}, {5, "\"token_ids\"[0] is -1"},
+      {6, "\"token_ids\"[0] is 2147483648"}, {7, "not an array"}, {8, "\"prefix_tokens\" is 2"},
+      {9, "\"token_ids\"[0] is \"1\""}};
+  ASSERT_EQ(s.issues.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(s.issues[i].location, f.string() + ":" + std::to_string(want[i].first));
+    EXPECT_NE(s.issues[i].reason.find(want[i].second), std::string::npos) << s.issues[i].reason;
+  }
+}
+
 // Found by fuzzing (tests/fuzz/corpus/corpus/repro-number-overflow-*): a number too large for a
 // double makes nlohmann::json throw out_of_range, not parse_error; it escaped the reader.
 TEST(CorpusJsonl, NumberOverflowIsMalformedNotACrash) {

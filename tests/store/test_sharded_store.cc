@@ -136,7 +136,7 @@ TEST(Sharded, WritersGetOwnShardsAndReadersSeeTheUnion) {
   const auto ca = chain_from(r, 4, 1), cb = chain_from(r, 3, 2);
   ASSERT_TRUE(dump_chain(a.get(), ns, r, ca).ok());
   ASSERT_TRUE(dump_chain(b.get(), ns, r, cb).ok());
-  DocumentEntry da{"doc-a", ca.front(), ca.back(), 4, 64, "a.txt", 0}, db{"doc-b", cb.front(), cb.back(), 3, 48, "b.txt", 0};
+  DocumentEntry da{"doc-a", ca.front(), ca.back(), 4, 64, "a.txt", 0, ""}, db{"doc-b", cb.front(), cb.back(), 3, 48, "b.txt", 0, ""};
   ASSERT_TRUE(a->put_document(ns, da).ok());
   ASSERT_TRUE(b->put_document(ns, db).ok());
   EXPECT_TRUE(fs::exists(fmt::superblock_path(fmt::shard_path(root, "node-a"))));
@@ -389,7 +389,7 @@ TEST(Sharded, UpgradeOfASingleStoreKeepsEveryBlockAndAKilledUpgradeIsFinished) {
       ns = reg(s.get());
       hs = chain_from(root_hash(ns), 3, 41);
       ASSERT_TRUE(dump_chain(s.get(), ns, root_hash(ns), hs).ok());
-      ASSERT_TRUE(s->put_document(ns, DocumentEntry{"d", hs.front(), hs.back(), 3, 48, "", 0}).ok());
+      ASSERT_TRUE(s->put_document(ns, DocumentEntry{"d", hs.front(), hs.back(), 3, 48, "", 0, ""}).ok());
     }
     if (killed) {
       // What a kill after moving the index (before the data files and the superblock) leaves.

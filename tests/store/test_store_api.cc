@@ -511,8 +511,8 @@ TEST(StoreIO, PutDocumentsRegistersABatch) {
   ASSERT_TRUE(s->register_namespace(d, &ns).ok());
   auto hs = chain(ns, 2, 12);
   std::vector<DocumentEntry> docs;
-  for (int i = 0; i < 5; ++i) docs.push_back(DocumentEntry{"doc" + std::to_string(i), hs[0], hs[1], 2, 32, "src", 0});
-  docs.push_back(DocumentEntry{"doc0", hs[0], hs[1], 2, 33, "later", 0});  // replaces the first
+  for (int i = 0; i < 5; ++i) docs.push_back(DocumentEntry{"doc" + std::to_string(i), hs[0], hs[1], 2, 32, "src", 0, ""});
+  docs.push_back(DocumentEntry{"doc0", hs[0], hs[1], 2, 33, "later", 0, ""});  // replaces the first
   ASSERT_TRUE(s->put_documents(ns, docs.data(), docs.size()).ok());
   EXPECT_EQ(s->documents(ns).size(), 5u);
   DocumentEntry got;
@@ -773,7 +773,7 @@ TEST(StoreDiskFull, DumpIsRefusedBeforeTheDiskFillsUp) {
     std::vector<std::vector<uint8_t>> k;
     Status again = dump_blocks(s.get(), ns, d, {hs[committed]}, &k);
     EXPECT_EQ(again.code(), Code::kNoSpace) << "a smaller dump slipped into the reserve: " << again.ToString();
-    Status meta = s->put_document(ns, DocumentEntry{"doc", hs[0], hs[1], 2, 32, "src", 0});
+    Status meta = s->put_document(ns, DocumentEntry{"doc", hs[0], hs[1], 2, 32, "src", 0, ""});
     EXPECT_EQ(meta.code(), Code::kNoSpace) << meta.ToString();
   }
   EXPECT_FALSE(fs::exists(p + "/index/LOG"));

@@ -32,6 +32,7 @@ enum ExitCode : int {
   kExitCorruption = 3,   ///< inspect --verify found corrupt blocks (or a corrupt superblock)
   kExitBusy = 4,         ///< another writer holds the store
   kExitVersion = 5,      ///< the store's format version is newer than this ucm supports
+  kExitDiffer = 6,       ///< tokenize --compare: some document's ids differ from (or are missing in) the given ids
 };
 /// OK -> 0, Corruption -> 3, Busy -> 4, Version -> 5, anything else -> 1.
 int exit_code(const Status& s);

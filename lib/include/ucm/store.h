@@ -109,6 +109,9 @@ struct DocumentEntry {
   uint64_t tokens = 0;
   std::string source;
   uint64_t created_ms = 0;
+  /// What precompute tokenized: "" = text (ucm's own tokenizer), "token_ids" = ids given by the
+  /// corpus entry (a server's tokenizer). store_v1.md §5.6, key "input".
+  std::string input;
 };
 
 class Store {

@@ -25,11 +25,19 @@ class CorpusError : public std::runtime_error {
 };
 
 /// One document. `text` is valid UTF-8 and already wrapped by the template, if any.
+/// A JSONL entry with "token_ids" carries the ids a server's tokenizer gave for template +
+/// document: then has_token_ids is set, token_ids holds them and the template is not applied
+/// (text is the entry's "text" as given, or "" without one). docs/corpus.md.
 struct Document {
   std::string id;      ///< JSONL: the "id" value (string as is, number as written); directory: relative path
   std::string text;    ///< template prefix + document + template suffix
   std::string source;  ///< JSONL: "<file>:<line>"; directory: the file's path
   uint64_t index = 0;  ///< position of the entry in the deterministic order (before sharding/skipping)
+  bool has_token_ids = false;
+  std::vector<int32_t> token_ids;  ///< "token_ids": each in [0, 2^31); not empty when has_token_ids
+  /// "prefix_tokens": how many leading token_ids are the template's prefix (the chunk prefix of
+  /// `ucm precompute --chunks`, store_v1.md §4.4); 0 when absent. <= token_ids.size().
+  uint32_t prefix_tokens = 0;
 };
 
 /// A problem with one entry. Malformed entries are skipped (or fatal with strict); empty

@@ -1,0 +1,535 @@
+"""Stores, namespaces, block hashes, lookup, load and dump (ucm/ucm.h).
+
+Shapes and units. A block is ``T = block_size`` tokens. Its payload (store_v1.md §4.2) holds all
+``H`` KV heads of all ``L`` layers, ``[L][2][T][H][D]`` elements of the namespace dtype (bf16: 2
+bytes, store as numpy uint16 or torch.bfloat16), K before V. A load with a KV-head range
+``heads=(h0, h1)`` (a tensor-parallel shard) fills ``[L][2][T][h1-h0][D]`` per block. Block
+hashes and namespace ids are 16 raw bytes; arrays of hashes are uint8 ``[n][16]``.
+"""
+from __future__ import annotations
+
+import ctypes as C
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _lib as L
+from . import errors
+from ._buffers import address, hashes_array, id16, u8ptr
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+DTYPE_CODE = {"bf16": L.DTYPE_BF16, "fp16": L.DTYPE_F16, "fp32": L.DTYPE_F32}
+_MODES = {"r": L.OPEN_READ_ONLY, "read_only": L.OPEN_READ_ONLY, "w": L.OPEN_READ_WRITE,
+          "read_write": L.OPEN_READ_WRITE, "c": L.OPEN_CREATE, "create": L.OPEN_CREATE}
+
+
+def version() -> str:
+    """libucm's version, "MAJOR.MINOR.PATCH"."""
+    return L.lib().ucm_version().decode()
+
+
+def format_version() -> int:
+    """The newest store format version libucm reads and writes."""
+    return int(L.lib().ucm_format_version())
+
+
+def strerror(code: int) -> str:
+    """What a return code means."""
+    return L.lib().ucm_strerror(code).decode()
+
+
+def code_name(code: int) -> str:
+    """The name of a return code, e.g. "UCM_E_CORRUPTION"."""
+    return L.lib().ucm_code_name(code).decode()
+
+
+def hash_root(seed: Any) -> bytes:
+    """root_hash(seed) = MD5("ucm.hash.v1" || seed) (store_v1.md §4.1): the parent of a sequence's
+    first block. seed: 16 bytes, the namespace's hash seed (Namespace.hash_seed)."""
+    s = id16(seed, "seed")
+    out = np.zeros(16, dtype=np.uint8)
+    L.check(L.lib().ucm_hash_root(u8ptr(s), u8ptr(out)), "ucm_hash_root")
+    return out.tobytes()
+
+
+def hash_blocks(seed: Any, token_ids: Any, block_size: int, parent: Any = None) -> np.ndarray:
+    """Chained block hashes (store_v1.md §4.1) of the full blocks of token_ids.
+
+    seed: 16 bytes, the namespace's hash seed (``Namespace.hash_seed``; never its id for a
+    converted namespace). token_ids: a sequence or array of ints in [0, 2^32). block_size: T.
+    parent: 16 bytes to chain from (a continuation), or None for a sequence start.
+    Returns uint8 [floor(n / T)][16]. The same code as precompute, so a server's hashes of the same
+    ids are the stored ones. Pure: no store is looked at."""
+    s = id16(seed, "seed")
+    toks = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int64))
+    if toks.ndim != 1:
+        raise errors.Invalid(f"token_ids: expected one dimension, got shape {toks.shape}")
+    if toks.size and (toks.min() < 0 or toks.max() > 0xFFFFFFFF):
+        raise errors.Invalid("token_ids: ids must be in [0, 2^32)")
+    toks = toks.astype(np.uint32)
+    if block_size <= 0:
+        raise errors.Invalid(f"block_size: {block_size}, must be > 0")
+    n = toks.size // block_size
+    out = np.zeros((max(n, 1), 16), dtype=np.uint8)
+    p = id16(parent, "parent") if parent is not None else None
+    nb = C.c_size_t()
+    L.check(L.lib().ucm_hash_blocks(u8ptr(s), u8ptr(p) if p is not None else None,
+                                    toks.ctypes.data_as(L.u32p), toks.size, block_size, u8ptr(out), max(n, 1),
+                                    C.byref(nb)), "ucm_hash_blocks")
+    return out[:nb.value].copy()
+
+
+def namespace_id(desc: Union[str, Dict[str, Any]]) -> bytes:
+    """The id a namespace descriptor (store_v1.md §7; a dict or JSON text) has: MD5 of the canonical
+    JSON of every field but "name". Pure. Raises ucm.Invalid naming a bad field."""
+    text = desc if isinstance(desc, str) else json.dumps(desc)
+    out = np.zeros(16, dtype=np.uint8)
+    L.check(L.lib().ucm_namespace_id(text.encode(), u8ptr(out)), "ucm_namespace_id")
+    return out.tobytes()
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """A namespace of a store: the fingerprint of what produced its blocks (store_v1.md §7).
+
+    id, hash_seed: 16 bytes (chain block hashes from hash_seed). desc: the descriptor (model_id,
+    weights_digest, dtype, block_size, num_layers, num_kv_heads, head_dim, layout, hash_scheme,
+    extra, name, and the store's counters)."""
+    id: bytes
+    hash_seed: bytes
+    desc: Dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return str(self.desc.get("name", self.id.hex()))
+
+    @property
+    def block_size(self) -> int:
+        """T, tokens per block."""
+        return int(self.desc["block_size"])
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.desc["num_layers"])
+
+    @property
+    def num_kv_heads(self) -> int:
+        return int(self.desc["num_kv_heads"])
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.desc["head_dim"])
+
+    @property
+    def dtype(self) -> str:
+        """"bf16", "fp16" or "fp32"."""
+        return str(self.desc["dtype"])
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    def block_bytes(self, heads: Optional[Tuple[int, int]] = None) -> int:
+        """Bytes of one block's payload, [L][2][T][h1-h0][D] (all heads when heads is None)."""
+        h0, h1 = heads if heads else (0, self.num_kv_heads)
+        return self.num_layers * 2 * self.block_size * (h1 - h0) * self.head_dim * self.dtype_bytes
+
+    def page_bytes(self, heads: Optional[Tuple[int, int]] = None) -> int:
+        """Bytes of one paged destination, [T][h1-h0][D] of one (block, layer, K or V)."""
+        return self.block_bytes(heads) // (self.num_layers * 2)
+
+    def payload_shape(self, heads: Optional[Tuple[int, int]] = None) -> Tuple[int, int, int, int, int]:
+        """(L, 2, T, h1-h0, D): one block's payload."""
+        h0, h1 = heads if heads else (0, self.num_kv_heads)
+        return (self.num_layers, 2, self.block_size, h1 - h0, self.head_dim)
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """prefix_blocks: the leading blocks present (a prefix hit of prefix_blocks * T tokens);
+    present: bool [n], each block's presence."""
+    prefix_blocks: int
+    present: np.ndarray
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document registry entry (store_v1.md §5.6): its source, blocks and stored tokens."""
+    id: str
+    source: str
+    blocks: int
+    tokens: int
+
+
+class Task:
+    """An asynchronous load or dump (ucm_task_t). It holds the buffers it reads or writes until it
+    is freed, so they outlive it. wait() releases the GIL. Free it with close() (or a ``with``
+    block, or garbage collection), which waits for it first."""
+
+    def __init__(self, handle: C.c_void_p, n: int, keep: Sequence[Any], store: "Store"):
+        self._h = handle
+        self.n = n
+        self._keep = list(keep)
+        self._store = store  # a task must be freed before its store is closed
+        store._tasks.add(self)
+
+    def done(self) -> bool:
+        """True when finished (never blocks)."""
+        self._alive()
+        return L.lib().ucm_task_check(self._h) == 1
+
+    def wait(self, timeout: Optional[float] = None) -> np.ndarray:
+        """Waits (timeout in seconds, None = forever) and returns each block's status, int32 [n]
+        (0 = OK, 1 = UCM_E_NOT_FOUND: a miss, 2 = UCM_E_CORRUPTION: bad checksum; a failed block's
+        destination is untouched). Raises ucm.Pending on timeout; never raises for a failed block."""
+        self._alive()
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        rc = L.lib().ucm_task_wait(self._h, ms)
+        if rc == errors.E_PENDING:
+            raise errors.Pending(f"task of {self.n} blocks not finished after {timeout} s")
+        return self.statuses()
+
+    def statuses(self) -> np.ndarray:
+        """Per-block result codes of a finished task, int32 [n]."""
+        self._alive()
+        f = L.lib().ucm_task_block_status
+        return np.array([f(self._h, i) for i in range(self.n)], dtype=np.int32)
+
+    def close(self) -> None:
+        """Frees the task (waits for it if it is still running). Idempotent."""
+        if self._h:
+            L.lib().ucm_task_free(self._h)
+            self._h = None
+            self._keep = []
+            self._store._tasks.discard(self)
+
+    def _alive(self) -> None:
+        if not self._h:
+            raise errors.Invalid("the task was closed")
+
+    def __enter__(self) -> "Task":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Store:
+    """An open ucm store (ucm_store_t). Use as a context manager, or call close().
+
+    mode: "r" read-only (default; any number of processes, beside one writer), "w" read-write (one
+    writer), "c" create (read-write, creating the store if missing). io_threads: block I/O threads
+    of load and dump tasks (default 8). direct_io: O_DIRECT payload I/O where the file system
+    allows it (default True). refresh_interval_ms: read-only handles catch up with the writer this
+    often (0 = only refresh()). shard: the writer shard of a sharded store (store_v1.md §11).
+    Thread-safe: one Store may serve many threads. Raises ucm.Invalid (not a store), ucm.Busy
+    (another writer), ucm.Version (a newer format), ucm.Corruption, ucm.IO."""
+
+    def __init__(self, path: str, mode: str = "r", *, io_threads: Optional[int] = None,
+                 direct_io: Optional[bool] = None, refresh_interval_ms: Optional[int] = None,
+                 reader_dir: Optional[str] = None, shard: Optional[str] = None):
+        lib = L.lib()
+        if mode not in _MODES:
+            raise errors.Invalid(f"mode {mode!r}: expected one of 'r', 'w', 'c'")
+        p = lib.ucm_store_default_open_params()
+        if p.struct_size != C.sizeof(L.OpenParams):
+            raise errors.LibraryNotFound(f"libucm at {L.path()} has another ucm_store_open_params "
+                                         f"({p.struct_size} bytes, this package {C.sizeof(L.OpenParams)})")
+        p.mode = _MODES[mode]
+        if io_threads is not None:
+            p.io_threads = io_threads
+        if direct_io is not None:
+            p.direct_io = 1 if direct_io else 0
+        if refresh_interval_ms is not None:
+            p.refresh_interval_ms = refresh_interval_ms
+        self._reader_dir = reader_dir.encode() if reader_dir else None
+        p.reader_dir = self._reader_dir
+        h = C.c_void_p()
+        if shard is not None:
+            rc = lib.ucm_store_open_shard(str(path).encode(), C.byref(p), shard.encode(), C.byref(h))
+        else:
+            rc = lib.ucm_store_open(str(path).encode(), C.byref(p), C.byref(h))
+        L.check(rc, f"opening store {path}")
+        self._h = h
+        self.path = str(path)
+        self.mode = mode
+        self._tasks: set = set()
+        self._ns_cache: Dict[str, Namespace] = {}
+
+    # -- lifetime
+    def close(self) -> None:
+        """Closes the store, first freeing (so waiting for) its unfinished tasks. Idempotent."""
+        if getattr(self, "_h", None):
+            for t in list(self._tasks):
+                t.close()
+            L.lib().ucm_store_close(self._h)
+            self._h = None
+
+    @property
+    def closed(self) -> bool:
+        return not getattr(self, "_h", None)
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self) -> C.c_void_p:
+        if not getattr(self, "_h", None):
+            raise errors.Invalid("the store is closed")
+        return self._h
+
+    def refresh(self) -> None:
+        """Read-only handles: see the writer's commits now. Writers: no-op."""
+        L.check(L.lib().ucm_store_refresh(self._handle()), "ucm_store_refresh")
+
+    # -- namespaces
+    def namespace(self, name_or_id: Union[str, bytes, Namespace]) -> Namespace:
+        """A namespace by name, 32-hex id or 16-byte id. Raises ucm.NotFound."""
+        if isinstance(name_or_id, Namespace):
+            return name_or_id
+        key = name_or_id.hex() if isinstance(name_or_id, (bytes, bytearray)) else str(name_or_id)
+        lib, h = L.lib(), self._handle()
+        ns = np.zeros(16, dtype=np.uint8)
+        need = C.c_size_t()
+        L.check(lib.ucm_store_namespace_find(h, key.encode(), u8ptr(ns), None, 0, C.byref(need)),
+                f"namespace {key}")
+        buf = C.create_string_buffer(need.value + 1)
+        L.check(lib.ucm_store_namespace_find(h, key.encode(), u8ptr(ns), buf, len(buf), C.byref(need)),
+                f"namespace {key}")
+        seed = np.zeros(16, dtype=np.uint8)
+        L.check(lib.ucm_store_namespace_hash_seed(h, u8ptr(ns), u8ptr(seed)), f"hash seed of {key}")
+        return Namespace(ns.tobytes(), seed.tobytes(), json.loads(buf.value.decode()))
+
+    def register_namespace(self, desc: Union[str, Dict[str, Any]]) -> Namespace:
+        """Writers: registers a namespace from its descriptor (store_v1.md §7) and returns it."""
+        text = desc if isinstance(desc, str) else json.dumps(desc)
+        ns = np.zeros(16, dtype=np.uint8)
+        L.check(L.lib().ucm_store_namespace_register(self._handle(), text.encode(), u8ptr(ns)),
+                "registering namespace")
+        return self.namespace(ns.tobytes())
+
+    def attachment(self, ns: Any, name: str) -> bytes:
+        """A namespace attachment (e.g. "r4_projection", "rope", "chunk_prefix"). Raises ucm.NotFound."""
+        n = id16(ns, "ns")
+        need = C.c_size_t()
+        lib, h = L.lib(), self._handle()
+        rc = lib.ucm_store_attachment_get(h, u8ptr(n), name.encode(), None, 0, C.byref(need))
+        if rc not in (errors.OK, errors.E_INVALID):
+            L.check(rc, f"attachment {name}")
+        buf = C.create_string_buffer(max(need.value, 1))
+        L.check(lib.ucm_store_attachment_get(h, u8ptr(n), name.encode(), buf, need.value, C.byref(need)),
+                f"attachment {name}")
+        return buf.raw[:need.value]
+
+    def document(self, ns: Any, doc_id: str) -> Document:
+        """A document registry entry (a corpus id, or "chunk:<id>"). Raises ucm.NotFound."""
+        n = id16(ns, "ns")
+        blocks, tokens = C.c_uint64(), C.c_uint64()
+        cap = 4096
+        while True:
+            buf = C.create_string_buffer(cap)
+            rc = L.lib().ucm_store_document_get(self._handle(), u8ptr(n), doc_id.encode(), buf, cap,
+                                               C.byref(blocks), C.byref(tokens))
+            if rc == errors.E_INVALID and cap < (1 << 20):
+                cap *= 16
+                continue
+            L.check(rc, f"document {doc_id}")
+            return Document(doc_id, buf.value.decode("utf-8", "replace"), blocks.value, tokens.value)
+
+    # -- blocks
+    def lookup(self, ns: Any, hashes: Any) -> LookupResult:
+        """Which of the blocks are stored. hashes: uint8 [n][16] (hash_blocks' result), bytes of 16 n,
+        or a sequence of 16-byte hashes."""
+        n = id16(ns, "ns")
+        hs = hashes_array(hashes)
+        present = np.zeros(max(len(hs), 1), dtype=np.uint8)
+        prefix = C.c_size_t()
+        L.check(L.lib().ucm_store_lookup(self._handle(), u8ptr(n), u8ptr(hs), len(hs), u8ptr(present),
+                                         C.byref(prefix)), "ucm_store_lookup")
+        return LookupResult(int(prefix.value), present[:len(hs)].astype(bool))
+
+    def load(self, ns: Any, hashes: Any, out: Any, *, heads: Optional[Tuple[int, int]] = None,
+             paged: bool = False, wait: bool = True, timeout: Optional[float] = None
+             ) -> Union[np.ndarray, Task]:
+        """Copies stored blocks into caller-owned host memory, every block checksum-verified first.
+
+        Contiguous (paged=False): out is one buffer of n blocks, [n][L][2][T][Hs][D] (numpy array,
+        CPU torch tensor, writable buffer), or a sequence of n per-block buffers [L][2][T][Hs][D].
+        Paged (paged=True): out is a sequence of n * L * 2 destinations, (block i, layer l, K/V kv)
+        at (i * L + l) * 2 + kv, each [T][Hs][D] (buffers, or int addresses the caller vouches for:
+        a server's paged KV cache). heads: KV-head range (h0, h1) of a tensor-parallel shard; None =
+        all heads. Hs = h1 - h0.
+        wait=True returns each block's status, int32 [n] (0 OK; 1 miss; 2 corrupt: destination
+        untouched). wait=False returns the Task (which keeps `out` alive until it is closed).
+        Raises ucm.Invalid (sizes, head range), ucm.NotFound (namespace) at once."""
+        nsobj = ns if isinstance(ns, Namespace) else self.namespace(ns)
+        hs = hashes_array(hashes)
+        n = len(hs)
+        heads_t = tuple(heads) if heads else None
+        if heads_t and not (0 <= heads_t[0] < heads_t[1] <= nsobj.num_kv_heads):
+            raise errors.Invalid(f"heads {heads_t}: need 0 <= h0 < h1 <= {nsobj.num_kv_heads}")
+        ptrs, keep = self._dest_pointers(nsobj, n, out, heads_t, paged)
+        arr = (C.c_void_p * max(len(ptrs), 1))(*ptrs)
+        h0, h1 = heads_t if heads_t else (0, 0)
+        task = C.c_void_p()
+        L.check(L.lib().ucm_store_load(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), n,
+                                       L.DEST_PAGED if paged else L.DEST_CONTIGUOUS, arr, h0, h1,
+                                       C.byref(task)), "ucm_store_load")
+        t = Task(task, n, [out, arr, hs], self)
+        if not wait:
+            return t
+        with t:
+            return t.wait(timeout)
+
+    def _dest_pointers(self, ns: Namespace, n: int, out: Any, heads, paged: bool):
+        per_block = ns.block_bytes(heads)
+        if paged:
+            per, count = ns.page_bytes(heads), n * ns.num_layers * 2
+        else:
+            per, count = per_block, n
+        items = out if isinstance(out, (list, tuple)) else None
+        if items is None:
+            base, size = address(out, writable=True, what="out")
+            if size >= 0 and size != per * count:
+                raise errors.Invalid(f"out: {size} bytes, expected {count} x {per} "
+                                     f"({'pages [T][Hs][D]' if paged else 'blocks [L][2][T][Hs][D]'} of {ns.dtype})")
+            return [base + i * per for i in range(count)], [out]
+        if len(items) != count:
+            raise errors.Invalid(f"out: {len(items)} destinations, expected {count}")
+        ptrs = []
+        for i, it in enumerate(items):
+            a, size = address(it, writable=True, what=f"out[{i}]")
+            if size >= 0 and size != per:
+                raise errors.Invalid(f"out[{i}]: {size} bytes, expected {per}")
+            ptrs.append(a)
+        return ptrs, list(items)
+
+    def dump(self, ns: Any, hashes: Any, parents: Any, kv: Any, *, wait: bool = True,
+             timeout: Optional[float] = None) -> Union[np.ndarray, Task]:
+        """Writers: stores n blocks. hashes, parents: [n][16] (parents[i] = the hash of the block
+        before block i, or hash_root(seed) for a sequence start; use parents_of()). kv: one buffer
+        [n][L][2][T][H][D] or n per-block buffers [L][2][T][H][D] (all KV heads, the namespace
+        dtype). Blocks already stored are cheap no-ops. Durable (fsync'd) when the task finishes
+        with every status 0. wait=False returns the Task, which keeps kv alive until closed."""
+        nsobj = ns if isinstance(ns, Namespace) else self.namespace(ns)
+        hs, ps = hashes_array(hashes), hashes_array(parents, "parents")
+        n = len(hs)
+        if len(ps) != n:
+            raise errors.Invalid(f"parents: {len(ps)} hashes for {n} blocks")
+        per = nsobj.block_bytes()
+        if isinstance(kv, (list, tuple)):
+            if len(kv) != n:
+                raise errors.Invalid(f"kv: {len(kv)} payloads for {n} blocks")
+            ptrs = []
+            for i, b in enumerate(kv):
+                a, size = address(b, writable=False, what=f"kv[{i}]")
+                if size >= 0 and size != per:
+                    raise errors.Invalid(f"kv[{i}]: {size} bytes, expected {per} ([L][2][T][H][D] {nsobj.dtype})")
+                ptrs.append(a)
+        else:
+            base, size = address(kv, writable=False, what="kv")
+            if size >= 0 and size != per * n:
+                raise errors.Invalid(f"kv: {size} bytes, expected {n} x {per} ([n][L][2][T][H][D] {nsobj.dtype})")
+            ptrs = [base + i * per for i in range(n)]
+        arr = (C.c_void_p * max(n, 1))(*ptrs)
+        task = C.c_void_p()
+        L.check(L.lib().ucm_store_dump(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), u8ptr(ps), n, arr,
+                                       C.byref(task)), "ucm_store_dump")
+        t = Task(task, n, [kv, arr, hs, ps], self)
+        if not wait:
+            return t
+        with t:
+            return t.wait(timeout)
+
+    def metrics(self) -> str:
+        """The store handle's metrics, Prometheus text exposition (ucm_lookups_total, ...)."""
+        need = C.c_size_t()
+        lib, h = L.lib(), self._handle()
+        rc = lib.ucm_store_metrics(h, None, 0, C.byref(need))
+        if rc not in (errors.OK, errors.E_INVALID):
+            L.check(rc, "ucm_store_metrics")
+        while True:
+            buf = C.create_string_buffer(need.value + 256)
+            rc = lib.ucm_store_metrics(h, buf, len(buf), C.byref(need))
+            if rc == errors.E_INVALID and need.value + 1 > len(buf):
+                continue  # grew between the calls
+            L.check(rc, "ucm_store_metrics")
+            return buf.value.decode()
+
+    # -- retrieval and blend (ucm/retrieval.h, ucm/blend.h): see ucm.retrieval, ucm.blend
+    def repr_info(self, ns: Any):
+        """The namespace's representation shape (ucm.ReprInfo). Raises ucm.NotSupported when it
+        has no representations."""
+        from .retrieval import ReprInfo
+        c = L.ReprInfoC()
+        c.struct_size = C.sizeof(L.ReprInfoC)
+        L.check(L.lib().ucm_store_repr_info(self._handle(), u8ptr(id16(ns, "ns")), C.byref(c)),
+                "ucm_store_repr_info")
+        return ReprInfo.from_c(c)
+
+    def load_repr(self, ns: Any, hashes: Any, buffers, first: int = 0, *, wait: bool = True,
+                  timeout: Optional[float] = None) -> Union[np.ndarray, Task]:
+        """Loads the representations of n blocks into a ucm.ReprBuffers at indices first..first+n-1.
+        Returns per-block statuses (wait=True; a failed block must be passed as invalid to
+        Retriever.select) or the Task."""
+        hs = hashes_array(hashes)
+        task = C.c_void_p()
+        L.check(L.lib().ucm_store_load_repr(self._handle(), u8ptr(id16(ns, "ns")), u8ptr(hs), len(hs),
+                                            C.byref(buffers.c), first, C.byref(task)), "ucm_store_load_repr")
+        t = Task(task, len(hs), [buffers, hs], self)
+        if not wait:
+            return t
+        with t:
+            return t.wait(timeout)
+
+    def rope_params(self, ns: Any):
+        """The namespace's rotary embedding (ucm.RopeParams, from its `rope` attachment). Raises
+        ucm.NotFound (no chunks), ucm.NotSupported (a scaling ucm cannot move keys under)."""
+        from .blend import RopeParams
+        c = L.RopeParamsC()
+        c.struct_size = C.sizeof(L.RopeParamsC)
+        L.check(L.lib().ucm_store_rope_params(self._handle(), u8ptr(id16(ns, "ns")), C.byref(c)),
+                "ucm_store_rope_params")
+        return RopeParams(c)
+
+    def chunk_prefix(self, ns: Any) -> np.ndarray:
+        """The namespace's chunk prefix C (store_v1.md §4.4), uint32 [P]. Raises ucm.NotFound when it
+        holds no chunks."""
+        n = id16(ns, "ns")
+        cnt = C.c_size_t()
+        lib, h = L.lib(), self._handle()
+        rc = lib.ucm_store_chunk_prefix(h, u8ptr(n), None, 0, C.byref(cnt))
+        if rc not in (errors.OK, errors.E_INVALID):
+            L.check(rc, "ucm_store_chunk_prefix")
+        out = np.zeros(max(cnt.value, 1), dtype=np.uint32)
+        L.check(lib.ucm_store_chunk_prefix(h, u8ptr(n), out.ctypes.data_as(L.u32p), out.size, C.byref(cnt)),
+                "ucm_store_chunk_prefix")
+        return out[:cnt.value].copy()
+
+
+def parents_of(seed: Any, hashes: Any, parent: Any = None) -> np.ndarray:
+    """The parents array for Store.dump: hash_root(seed) (or parent, for a continuation) before the
+    first block, then each block's predecessor. uint8 [n][16]."""
+    hs = hashes_array(hashes)
+    first = id16(parent, "parent").tobytes() if parent is not None else hash_root(seed)
+    out = np.empty_like(hs)
+    if len(hs):
+        out[0] = np.frombuffer(first, dtype=np.uint8)
+        out[1:] = hs[:-1]
+    return out
