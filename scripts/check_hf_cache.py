@@ -105,9 +105,14 @@ def exactness(torch, model, store, ns, prompt, hashes, steps):
     T, L, H, D = ns.block_size, ns.num_layers, ns.num_kv_heads, ns.head_dim
     ids = torch.tensor([prompt])
     with torch.no_grad():
-        # Exact: transformers' own greedy continuation, then one pass over prompt + continuation.
-        gen = model.generate(ids, max_new_tokens=steps, do_sample=False, pad_token_id=0)
-        cont = gen[0, len(prompt):].tolist()
+        # Exact: transformers' own greedy continuation (argmax at every step, through an end of turn
+        # as well: generate() would stop there, or with min_new_tokens suppress it), then one pass
+        # over prompt + continuation for the logits.
+        cont, past = [], DynamicCache()
+        logits = model(ids, past_key_values=past).logits[0, -1]
+        for _ in range(steps):
+            cont.append(int(logits.argmax()))
+            logits = model(torch.tensor([[cont[-1]]]), past_key_values=past).logits[0, -1]
         full = torch.tensor([prompt + cont])
         exact = model(full).logits[0, len(prompt) - 1: len(prompt) - 1 + steps].float()
         # Cached: stored K/V for the first n blocks, through the Python package into a bf16 tensor.

@@ -193,6 +193,26 @@ UCM_API int ucm_store_namespace_find(ucm_store_t* store, const char* name_or_id,
   });
 }
 
+UCM_API int ucm_store_namespace_list(ucm_store_t* store, char* json, size_t cap, size_t* len) {
+  return guarded("ucm_store_namespace_list", [&] {
+    if (!store || !len) return fail(UCM_E_INVALID, "ucm_store_namespace_list: store and len must not be NULL");
+    std::string out = "[";
+    bool first = true;
+    for (const auto& d : store->s->namespaces()) {
+      std::string j = d.to_json();  // an object: add its id in front
+      out += (first ? "" : ",") + std::string("{\"id\":\"") + ucm::to_hex(d.id()) + "\"," + j.substr(1);
+      first = false;
+    }
+    out += "]";
+    *len = out.size();
+    if (!json || cap < out.size() + 1)
+      return fail(UCM_E_INVALID, "ucm_store_namespace_list: cap " + std::to_string(cap) + " too small, need " +
+                                     std::to_string(out.size() + 1) + " (*len + 1)");
+    std::memcpy(json, out.c_str(), out.size() + 1);
+    return ok();
+  });
+}
+
 UCM_API int ucm_store_namespace_hash_seed(ucm_store_t* store, const uint8_t* ns, uint8_t* seed_out) {
   return guarded("ucm_store_namespace_hash_seed", [&] {
     if (!store || !ns || !seed_out)
@@ -349,6 +369,34 @@ UCM_API int ucm_store_dump(ucm_store_t* store, const uint8_t* ns, const uint8_t*
       std::memcpy(items[i].parent.data(), parents + 16 * i, 16);
       items[i].token_count = d.block_size;
       items[i].kv = kv[i];
+    }
+    return finish_task(store->s->dump(ns_of(ns), items.data(), n), task);
+  });
+}
+
+UCM_API int ucm_store_dump_repr(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes,
+                                const uint8_t* parents, size_t n, const void* const* kv,
+                                const void* const* reprs, const size_t* repr_lens, ucm_task_t** task) {
+  return guarded("ucm_store_dump_repr", [&] {
+    if (!store || !ns || !task || (n && (!hashes || !parents || !kv)))
+      return fail(UCM_E_INVALID, "ucm_store_dump_repr: store, ns, hashes, parents, kv and task must not be NULL");
+    if (n && reprs && !repr_lens) return fail(UCM_E_INVALID, "ucm_store_dump_repr: reprs given without repr_lens");
+    *task = nullptr;
+    ucm::NamespaceDesc d;
+    ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
+    if (!s.ok()) return fail(s);
+    std::vector<ucm::DumpItem> items(n);
+    for (size_t i = 0; i < n; ++i) {
+      std::memcpy(items[i].hash.data(), hashes + 16 * i, 16);
+      std::memcpy(items[i].parent.data(), parents + 16 * i, 16);
+      items[i].token_count = d.block_size;
+      items[i].kv = kv[i];
+      if (reprs && reprs[i]) {
+        if (repr_lens[i] == 0)
+          return fail(UCM_E_INVALID, "ucm_store_dump_repr: block " + std::to_string(i) + " has a repr of 0 bytes");
+        items[i].repr = reprs[i];
+        items[i].repr_len = repr_lens[i];
+      }
     }
     return finish_task(store->s->dump(ns_of(ns), items.data(), n), task);
   });

@@ -2,10 +2,13 @@
 // lib/src/repr_load.h and lib/src/retrieval/. No exception crosses this boundary.
 #include "ucm/retrieval.h"
 
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ucm/core/c_api_internal.h"
+#include "ucm/core/repr_encode.h"
 #include "ucm/core/repr_load.h"
 #include "ucm/core/retrieval/params.h"
 #include "ucm/core/retrieval/retriever.h"
@@ -62,6 +65,40 @@ UCM_API int ucm_store_load_repr(ucm_store_t* store, const uint8_t* ns, const uin
                                     return ucm::detail::scatter_repr(*g, rd, first + i, p, len);
                                   });
     return ucm::capi::finish_task(std::move(t), task);
+  });
+}
+
+UCM_API int ucm_repr_encode(const ucm_repr_info* info, const float* keys, const float* projection, void* out,
+                            size_t cap, size_t* len) {
+  return guarded("ucm_repr_encode", [&] {
+    if (!info || !len) return fail(UCM_E_INVALID, "ucm_repr_encode: info and len must not be NULL");
+    if (info->struct_size < sizeof(ucm_repr_info))
+      return fail(UCM_E_INVALID, "ucm_repr_encode: info->struct_size " + std::to_string(info->struct_size) +
+                                     " is smaller than " + std::to_string(sizeof(ucm_repr_info)));
+    if (!info->num_layers || !info->num_kv_heads || !info->head_dim || !info->block_size)
+      return fail(UCM_E_INVALID, "ucm_repr_encode: info has a zero num_layers, num_kv_heads, head_dim or block_size");
+    if (info->hash_bits == 0 || info->hash_bits % 8 != 0)
+      return fail(UCM_E_INVALID, "ucm_repr_encode: info->hash_bits " + std::to_string(info->hash_bits) +
+                                     " is not a positive multiple of 8 (a namespace without R4 has no repr to encode)");
+    if (info->dtype != UCM_DTYPE_BF16 && info->dtype != UCM_DTYPE_F16 && info->dtype != UCM_DTYPE_F32)
+      return fail(UCM_E_INVALID, "ucm_repr_encode: info->dtype " + std::to_string(info->dtype) + " is not a UCM_DTYPE_*");
+    ucm::repr::ReprSpec spec{info->num_layers, info->num_kv_heads, info->head_dim, info->block_size,
+                             info->hash_bits, static_cast<ucm::DType>(info->dtype)};
+    uint64_t total = 0;
+    ucm::repr::repr_layout(spec, &total);
+    *len = size_t(total);
+    if (!out || cap < total)
+      return fail(UCM_E_INVALID, "ucm_repr_encode: the payload needs " + std::to_string(total) + " bytes, cap is " +
+                                     std::to_string(cap) + " (*len says how many)");
+    if (!keys || !projection) return fail(UCM_E_INVALID, "ucm_repr_encode: keys and projection must not be NULL");
+    const size_t per_layer = size_t{info->block_size} * info->num_kv_heads * info->head_dim;
+    std::vector<const float*> kl(info->num_layers);
+    for (uint32_t l = 0; l < info->num_layers; ++l) kl[l] = keys + l * per_layer;
+    std::string payload;
+    ucm::repr::encode_block_repr(spec, kl.data(), size_t{info->num_kv_heads} * info->head_dim, nullptr, 0, projection,
+                                 &payload);
+    std::memcpy(out, payload.data(), payload.size());
+    return ok();
   });
 }
 

@@ -161,6 +161,7 @@ Status run_tokenize(const TokenizeOptions& o, bool keep_ids, const std::function
           continue;
         }
       }
+      dt.tokens = dt.ids.size();
       if (rep->comparing) {
         auto it = given.find(dt.id);
         if (it == given.end()) {
@@ -201,7 +202,7 @@ std::string TokenizeReport::to_json() const {
     ojson e;
     e["id"] = d.id;
     e["source"] = d.source;
-    e["tokens"] = d.ids.empty() ? ojson(nullptr) : ojson(d.ids.size());
+    e["tokens"] = d.tokens;
     if (!d.ids.empty()) e["token_ids"] = ids_json(d.ids);
     if (d.given_ids) e["given_ids"] = true;
     if (comparing) {
@@ -238,7 +239,7 @@ std::string TokenizeReport::to_text() const {
         continue;
       }
       const Difference& f = d.diff;
-      s << "DIFFER  " << d.id << " at token " << f.position << " (ucm " << d.ids.size() << " tokens, given "
+      s << "DIFFER  " << d.id << " at token " << f.position << " (ucm " << d.tokens << " tokens, given "
         << d.compare_tokens << "; " << d.full_blocks_before_difference << " full blocks of 16 agree)\n"
         << "        ucm:   " << f.ours_id << " " << ojson(f.ours_token).dump() << "  then "
         << ojson(f.ours_text).dump() << "\n"

@@ -85,6 +85,13 @@ uint16_t to_bf16_torch(float x) {
   return b;
 }
 
+uint16_t to_f16_torch(float x) {
+  auto t = torch::tensor({x}).to(torch::kHalf);
+  uint16_t b;
+  std::memcpy(&b, t.data_ptr(), 2);
+  return b;
+}
+
 class PrecomputeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -606,6 +613,7 @@ TEST(PrecomputeRepr, OutwardRoundingBrackets) {
     EXPECT_LE(fp16_to_float(fp16_round_down(x)), x);
     EXPECT_GE(fp16_to_float(fp16_round_up(x)), x);
     EXPECT_EQ(bf16_round_nearest(x), to_bf16_torch(x));
+    if (i % 10 == 0) EXPECT_EQ(fp16_round_nearest(x), to_f16_torch(x)) << x;  // libucm's converter = torch's
   }
   EXPECT_EQ(bf16_to_float(bf16_round_down(1.0f)), 1.0f);
   EXPECT_EQ(fp16_to_float(fp16_round_up(1e6f)), INFINITY);

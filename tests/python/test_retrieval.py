@@ -169,3 +169,52 @@ def test_every_policy_against_the_reference():
             ret.select(0, np.zeros((3, D), np.float32), bufs, 4, group_size=G)
         assert "n_q_heads" in str(e.value)
         ret.reset()
+
+
+def _bf16(x):
+    """float32 -> bfloat16 bit patterns, round to nearest even (the reference rounding)."""
+    u = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _bf16_f32(b):
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def test_repr_encode_and_dump_repr_serve_load_repr(tmp_path):
+    """A server's block with representations (ucm_repr_encode + ucm_store_dump_repr) loads back as
+    R0 = mean key (bf16 RNE), R1 = bounds containing every key, R4 = the sign bits of k . P, all
+    computed here with numpy."""
+    L, H, D, T, B = 2, 2, 8, 4, 16
+    desc = {"model_id": "py-enc", "weights_digest": "01", "dtype": "bf16", "block_size": T, "num_layers": L,
+            "num_kv_heads": H, "head_dim": D, "name": "enc",
+            "extra": {"hash_bits": B, "dense_layers": [], "repr": ["R0", "R1", "R4"]}}
+    rng = np.random.default_rng(11)
+    keys = rng.standard_normal((2, L, T, H, D)).astype(np.float32)   # two blocks
+    proj = rng.standard_normal((L, H, D, B)).astype(np.float32)
+    with ucm.Store(str(tmp_path / "s"), mode="c") as s:
+        ns = s.register_namespace(desc)
+        info = s.repr_info(ns)
+        reprs = [ucm.repr_encode(info, keys[i], proj) for i in range(2)]
+        assert reprs[0].tobytes()[:4] == b"UCMP"
+        hashes = ucm.hash_blocks(ns.hash_seed, list(range(2 * T)), T)
+        kv = np.zeros((2, L * 2 * T * H * D), dtype=np.uint16)
+        st = s.dump(ns, hashes, ucm.parents_of(ns.hash_seed, hashes), kv, reprs=reprs)
+        assert st.tolist() == [0, 0]
+        bufs = ucm.ReprBuffers(info, 2)
+        assert s.load_repr(ns, hashes, bufs).tolist() == [0, 0]
+        for i in range(2):
+            k = keys[i]                                                  # [L][T][H][D]
+            r0 = _bf16_f32(_bf16(k.astype(np.float64).mean(axis=1).astype(np.float32)))   # [L][H][D]
+            assert np.array_equal(bufs.r0[:, :, i], r0)
+            lo, hi = bufs.r1[:, :, i, 0], bufs.r1[:, :, i, 1]
+            assert (lo <= k.min(axis=1)).all() and (hi >= k.max(axis=1)).all()
+            mn, mx = k.min(axis=1), k.max(axis=1)   # tight: at most one bf16 step outward
+            assert (mn - lo <= np.abs(mn) * 2.0 ** -7 + 1e-30).all() and (hi - mx <= np.abs(mx) * 2.0 ** -7 + 1e-30).all()
+            dots = np.einsum("lthd,lhdb->lhtb", k.astype(np.float64), proj.astype(np.float64))
+            bits = np.packbits(dots >= 0, axis=-1, bitorder="little")   # [L][H][T][B/8]
+            assert np.array_equal(bufs.r4[:, :, i], bits)
+        with pytest.raises(ucm.Invalid):
+            ucm.repr_encode(info, keys[0][:, :2], proj)
+        with pytest.raises(ucm.Invalid):
+            s.dump(ns, hashes, ucm.parents_of(ns.hash_seed, hashes), kv, reprs=reprs[:1])

@@ -84,6 +84,8 @@ def test_lookup_and_load(filled):
         ns = r.namespace("py")
         assert ns.id == ns_w.id and ns.hash_seed == ns_w.id  # not a converted namespace
         assert r.namespace(ns.id.hex()).id == ns.id
+        listed = r.namespaces()
+        assert [(d["id"], d["name"], d["model_id"]) for d in listed] == [(ns.id.hex(), "py", "py-model")]
         assert (ns.block_size, ns.num_layers, ns.num_kv_heads, ns.head_dim, ns.dtype) == (T, L, H, D, "bf16")
         assert np.array_equal(ucm.hash_blocks(ns.hash_seed, tokens, T), hashes)
         hit = r.lookup(ns, hashes)

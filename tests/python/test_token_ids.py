@@ -162,13 +162,17 @@ def test_tokenize_compare_names_the_first_divergence(corpus, model_dir, server_t
     # Text form: one DIFFER line per differing document naming the position.
     p = run([ucm_bin, "tokenize", "--model", model_dir, "--template", TEMPLATE, "--corpus", docs,
              "--compare", ids_path], ok=(6,))
+    texts = {json.loads(l)["id"]: json.loads(l)["text"] for l in open(docs)}
     for doc_id, w in want.items():
         if w is not None:
-            assert f"DIFFER  {doc_id} at token {w[0]}" in p.stdout, p.stdout
+            n_ours = len(ref.encode(pre + texts[doc_id] + suf, add_special_tokens=False).ids)
+            assert f"DIFFER  {doc_id} at token {w[0]} (ucm {n_ours} tokens" in p.stdout, p.stdout
+    for e in rep["entries"]:
+        assert e["tokens"] == len(ref.encode(pre + texts[e["id"]] + suf, add_special_tokens=False).ids)
     # Without --compare: a token-ids corpus equal to `tokenizers`' ids.
     p = run([ucm_bin, "tokenize", "--model", model_dir, "--template", TEMPLATE, "--corpus", docs])
     lines = [json.loads(l) for l in p.stdout.splitlines()]
-    texts = {json.loads(l)["id"]: json.loads(l)["text"] for l in open(docs)}
+    assert [e["id"] for e in lines] == DOCS
     for e in lines:
         assert e["token_ids"] == ref.encode(pre + texts[e["id"]] + suf, add_special_tokens=False).ids
 

@@ -84,6 +84,21 @@ UCM_API int ucm_store_load_repr(ucm_store_t* store, const uint8_t* ns, const uin
                                 size_t n, const ucm_repr_buffers* dst, size_t first,
                                 ucm_task_t** task);
 
+/* The BLOCK_REPR payload (store_v1.md §4.3) of one block from its post-RoPE keys, computed by the
+ * same code as `ucm precompute` (so a server's blocks carry the same bytes): R0 = mean key over
+ * the block's tokens (summed in double, rounded to nearest even in info->dtype), R1 = per-channel
+ * min / max rounded outward, R4 = bit j of token t set iff k_t . P[l][h][:, j] >= 0 (double).
+ * info: the namespace's shape (ucm_store_repr_info); hash_bits must be > 0.
+ * keys: fp32 [L][T][H][D], token t of layer l and head h at ((l * T + t) * H + h) * D.
+ * projection: fp32 [L][H][D][B], the namespace's r4_projection attachment.
+ * out[cap]: receives the payload; *len is always set to its size (57,728 bytes for SmolLM2 at B =
+ * 128, bf16). Store it with ucm_store_dump_repr. Pure: no store is looked at.
+ * Errors: UCM_E_INVALID (NULL info / len, struct_size too small, a zero dimension, hash_bits not a
+ * positive multiple of 8, unknown dtype, out NULL or cap < *len: nothing written, NULL keys or
+ * projection). Added in ucm 0.5.1. */
+UCM_API int ucm_repr_encode(const ucm_repr_info* info, const float* keys, const float* projection, void* out,
+                            size_t cap, size_t* len);
+
 /* Retrieval policies. */
 #define UCM_POLICY_ESA 0   /* top-k by q . R0 (mean key); seed 002 (ESA) */
 #define UCM_POLICY_QUEST 1 /* top-k by the R1 upper bound sum_i max(q_i min_i, q_i max_i); Quest §3 */

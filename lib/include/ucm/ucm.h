@@ -139,6 +139,12 @@ UCM_API int ucm_store_refresh(ucm_store_t* store);
  * needed (without NUL). UCM_E_INVALID if desc_cap is too small. */
 UCM_API int ucm_store_namespace_find(ucm_store_t* store, const char* name_or_id, uint8_t* ns_out,
                                      char* desc_json, size_t desc_cap, size_t* desc_len);
+/* Every namespace of the store, as a JSON array of descriptors (store_v1.md §7) each with its
+ * "id" (32 hex) added, NUL-terminated, into json[cap]; *len gets the length needed (without NUL).
+ * A server uses it to find the namespace matching its model, or to say what a store holds.
+ * Errors: UCM_E_INVALID (NULL store or len; json NULL or cap < *len + 1: nothing written).
+ * Added in ucm 0.5.1. */
+UCM_API int ucm_store_namespace_list(ucm_store_t* store, char* json, size_t cap, size_t* len);
 /* The namespace id that seeds the block hash chains of namespace ns (store_v1.md §7.1) into
  * seed_out[16]: the namespace's own id, or, for a namespace converted by `ucm migrate --dtype`,
  * the id of the namespace whose block hashes its blocks keep (extra.hash_seed_namespace).
@@ -204,6 +210,16 @@ UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t*
 UCM_API int ucm_store_dump(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes,
                            const uint8_t* parents, size_t n, const void* const* kv,
                            ucm_task_t** task);
+
+/* ucm_store_dump with block representations (store_v1.md §4.3), so that blocks a server writes
+ * serve sparse retrieval like precomputed ones: reprs[i] points at repr_lens[i] bytes, the
+ * BLOCK_REPR payload of block i from ucm_repr_encode (ucm/retrieval.h), or is NULL for a block
+ * without; reprs NULL = none (ucm_store_dump). reprs must stay valid until the task is finished.
+ * Errors: those of ucm_store_dump; UCM_E_INVALID for reprs without repr_lens or a 0-byte repr.
+ * Added in ucm 0.5.1. */
+UCM_API int ucm_store_dump_repr(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes,
+                                const uint8_t* parents, size_t n, const void* const* kv,
+                                const void* const* reprs, const size_t* repr_lens, ucm_task_t** task);
 
 /* 1 if finished, 0 if not (never blocks). */
 UCM_API int ucm_task_check(ucm_task_t* task);

@@ -27,7 +27,7 @@ from ._lib import (DEST_CONTIGUOUS, DEST_PAGED, DTYPE_BF16, DTYPE_F16, DTYPE_F32
 from .blend import RopeParams, blend_select, blend_select_relevant, rope_shift
 from .errors import (IO, Busy, Corruption, Error, Internal, Invalid, LibraryNotFound, NoSpace, NotFound,
                      NotSupported, Pending, Version)
-from .retrieval import ReprBuffers, ReprInfo, Retriever, RetrieverParams
+from .retrieval import ReprBuffers, ReprInfo, Retriever, RetrieverParams, repr_encode
 from .store import (Document, LookupResult, Namespace, Store, Task, code_name, format_version, hash_blocks,
                     hash_root, namespace_id, parents_of, strerror, version)
 

@@ -106,6 +106,7 @@ SIGNATURES = {
     "ucm_store_close": (None, [C.c_void_p]),
     "ucm_store_refresh": (_I, [C.c_void_p]),
     "ucm_store_namespace_find": (_I, [C.c_void_p, C.c_char_p, u8p, C.c_char_p, C.c_size_t, szp]),
+    "ucm_store_namespace_list": (_I, [C.c_void_p, C.c_char_p, C.c_size_t, szp]),
     "ucm_store_namespace_hash_seed": (_I, [C.c_void_p, u8p, u8p]),
     "ucm_namespace_id": (_I, [C.c_char_p, u8p]),
     "ucm_store_namespace_register": (_I, [C.c_void_p, C.c_char_p, u8p]),
@@ -116,6 +117,7 @@ SIGNATURES = {
     "ucm_store_lookup": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, u8p, szp]),
     "ucm_store_load": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, _I, vpp, C.c_uint32, C.c_uint32, vpp]),
     "ucm_store_dump": (_I, [C.c_void_p, u8p, u8p, u8p, C.c_size_t, vpp, vpp]),
+    "ucm_store_dump_repr": (_I, [C.c_void_p, u8p, u8p, u8p, C.c_size_t, vpp, vpp, szp, vpp]),
     "ucm_task_check": (_I, [C.c_void_p]),
     "ucm_task_wait": (_I, [C.c_void_p, _I]),
     "ucm_task_block_status": (_I, [C.c_void_p, C.c_size_t]),
@@ -124,6 +126,7 @@ SIGNATURES = {
     # ucm/retrieval.h
     "ucm_store_repr_info": (_I, [C.c_void_p, u8p, C.POINTER(ReprInfoC)]),
     "ucm_store_load_repr": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, C.POINTER(ReprBuffersC), C.c_size_t, vpp]),
+    "ucm_repr_encode": (_I, [C.POINTER(ReprInfoC), f32p, f32p, C.c_void_p, C.c_size_t, szp]),
     "ucm_retriever_default_params": (RetrieverParamsC, []),
     "ucm_retriever_params_load": (_I, [C.c_char_p, C.POINTER(RetrieverParamsC)]),
     "ucm_retriever_create": (_I, [C.POINTER(RetrieverParamsC), C.POINTER(ReprInfoC), f32p, vpp]),

@@ -49,6 +49,32 @@ class ReprInfo:
         return c
 
 
+def repr_encode(info: ReprInfo, keys: np.ndarray, projection: np.ndarray) -> np.ndarray:
+    """The BLOCK_REPR payload (store_v1.md §4.3: R0 mean key, R1 key bounds, R4 sign hash) of one
+    block, by the same code as `ucm precompute`, for Store.dump(..., reprs=[...]).
+    keys: post-RoPE keys [L][T][H][D] (converted to float32); projection: float32 [L][H][D][B], the
+    namespace's r4_projection attachment (Store.attachment(ns, "r4_projection")). Returns uint8
+    bytes. Raises ucm.Invalid (shapes, a namespace without R4)."""
+    k = np.ascontiguousarray(keys, dtype=np.float32)
+    want = (info.num_layers, info.block_size, info.num_kv_heads, info.head_dim)
+    if k.shape != want:
+        raise errors.Invalid(f"keys: shape {k.shape}, expected [L][T][H][D] = {want}")
+    p = np.ascontiguousarray(np.frombuffer(projection, dtype=np.float32) if isinstance(projection, (bytes, bytearray))
+                             else projection, dtype=np.float32)
+    if p.size != info.num_layers * info.num_kv_heads * info.head_dim * info.hash_bits:
+        raise errors.Invalid(f"projection: {p.size} floats, expected [L][H][D][B] = "
+                             f"{info.num_layers * info.num_kv_heads * info.head_dim * info.hash_bits}")
+    c = info.to_c()
+    need = C.c_size_t()
+    rc = L.lib().ucm_repr_encode(C.byref(c), None, None, None, 0, C.byref(need))
+    if rc not in (errors.OK, errors.E_INVALID) or need.value == 0:
+        L.check(rc, "ucm_repr_encode")
+    out = np.zeros(need.value, dtype=np.uint8)
+    L.check(L.lib().ucm_repr_encode(C.byref(c), k.ctypes.data_as(L.f32p), p.ctypes.data_as(L.f32p), out.ctypes.data,
+                                    out.size, C.byref(need)), "ucm_repr_encode")
+    return out
+
+
 class ReprBuffers:
     """Representation arrays of one request (numpy, owned here), laid out for scoring:
     r0 [L][Hs][C][D], r1 [L][Hs][C][2][D] (dtype: float32, or the namespace's as stored: bf16 as

@@ -316,6 +316,21 @@ class Store:
         L.check(lib.ucm_store_namespace_hash_seed(h, u8ptr(ns), u8ptr(seed)), f"hash seed of {key}")
         return Namespace(ns.tobytes(), seed.tobytes(), json.loads(buf.value.decode()))
 
+    def namespaces(self) -> List[Dict[str, Any]]:
+        """Every namespace's descriptor (store_v1.md §7), each with its "id" (32 hex)."""
+        lib, h = L.lib(), self._handle()
+        need = C.c_size_t()
+        rc = lib.ucm_store_namespace_list(h, None, 0, C.byref(need))
+        if rc not in (errors.OK, errors.E_INVALID):
+            L.check(rc, "ucm_store_namespace_list")
+        while True:
+            buf = C.create_string_buffer(need.value + 4096)
+            rc = lib.ucm_store_namespace_list(h, buf, len(buf), C.byref(need))
+            if rc == errors.E_INVALID and need.value + 1 > len(buf):
+                continue
+            L.check(rc, "ucm_store_namespace_list")
+            return json.loads(buf.value.decode())
+
     def register_namespace(self, desc: Union[str, Dict[str, Any]]) -> Namespace:
         """Writers: registers a namespace from its descriptor (store_v1.md §7) and returns it."""
         text = desc if isinstance(desc, str) else json.dumps(desc)
@@ -420,13 +435,15 @@ class Store:
             ptrs.append(a)
         return ptrs, list(items)
 
-    def dump(self, ns: Any, hashes: Any, parents: Any, kv: Any, *, wait: bool = True,
-             timeout: Optional[float] = None) -> Union[np.ndarray, Task]:
+    def dump(self, ns: Any, hashes: Any, parents: Any, kv: Any, *, reprs: Optional[Sequence[Any]] = None,
+             wait: bool = True, timeout: Optional[float] = None) -> Union[np.ndarray, Task]:
         """Writers: stores n blocks. hashes, parents: [n][16] (parents[i] = the hash of the block
         before block i, or hash_root(seed) for a sequence start; use parents_of()). kv: one buffer
         [n][L][2][T][H][D] or n per-block buffers [L][2][T][H][D] (all KV heads, the namespace
-        dtype). Blocks already stored are cheap no-ops. Durable (fsync'd) when the task finishes
-        with every status 0. wait=False returns the Task, which keeps kv alive until closed."""
+        dtype). reprs: None, or per block its BLOCK_REPR payload (ucm.repr_encode) or None, so the
+        blocks serve sparse retrieval (ucm_store_dump_repr). Blocks already stored are cheap no-ops.
+        Durable (fsync'd) when the task finishes with every status 0. wait=False returns the Task,
+        which keeps kv (and reprs) alive until closed."""
         nsobj = ns if isinstance(ns, Namespace) else self.namespace(ns)
         hs, ps = hashes_array(hashes), hashes_array(parents, "parents")
         n = len(hs)
@@ -449,9 +466,28 @@ class Store:
             ptrs = [base + i * per for i in range(n)]
         arr = (C.c_void_p * max(n, 1))(*ptrs)
         task = C.c_void_p()
-        L.check(L.lib().ucm_store_dump(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), u8ptr(ps), n, arr,
-                                       C.byref(task)), "ucm_store_dump")
-        t = Task(task, n, [kv, arr, hs, ps], self)
+        keep = [kv, arr, hs, ps]
+        if reprs is None:
+            L.check(L.lib().ucm_store_dump(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), u8ptr(ps), n, arr,
+                                           C.byref(task)), "ucm_store_dump")
+        else:
+            if len(reprs) != n:
+                raise errors.Invalid(f"reprs: {len(reprs)} payloads for {n} blocks")
+            rp, rl = [], []
+            for i, r in enumerate(reprs):
+                if r is None:
+                    rp.append(None)
+                    rl.append(0)
+                    continue
+                a, size = address(r, writable=False, what=f"reprs[{i}]")
+                rp.append(a)
+                rl.append(size)
+            rarr = (C.c_void_p * max(n, 1))(*rp)
+            larr = (C.c_size_t * max(n, 1))(*rl)
+            keep += [reprs, rarr, larr]
+            L.check(L.lib().ucm_store_dump_repr(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), u8ptr(ps), n,
+                                                arr, rarr, larr, C.byref(task)), "ucm_store_dump_repr")
+        t = Task(task, n, keep, self)
         if not wait:
             return t
         with t:

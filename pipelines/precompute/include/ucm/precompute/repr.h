@@ -9,50 +9,34 @@
 #include <string>
 #include <vector>
 
+#include "ucm/core/repr_encode.h"
 #include "ucm/namespace.h"
 
 namespace ucm::precompute {
 
-/// Section kinds and dtypes of a BLOCK_REPR payload (store_v1.md §4.3).
-enum ReprKind : uint32_t { kReprMeanKey = 0, kReprKeyBounds = 1, kReprSignHash = 4 };
-enum ReprDType : uint32_t { kReprBF16 = 1, kReprFP16 = 2, kReprFP32 = 3, kReprBits = 4 };
-
-/// Shape of a block's representations.
-struct ReprSpec {
-  uint32_t num_layers = 0;   ///< L
-  uint32_t num_kv_heads = 0; ///< H
-  uint32_t head_dim = 0;     ///< D
-  uint32_t block_size = 0;   ///< T
-  uint32_t hash_bits = 128;  ///< B, a positive multiple of 8
-  DType dtype = DType::kBF16;///< element type of R0 and R1
-};
-
-/// One section of the table.
-struct ReprSection {
-  uint32_t kind = 0, dtype = 0;
-  uint64_t offset = 0, length = 0;
-};
-
-/// Byte layout of the payload for `spec`: sections R0 [L][H][D], R1 [L][2][H][D], R4 [L][H][T][B/8],
-/// in this order, each at a 64-byte aligned offset after the table (u32 magic "UCMP" as the 4 bytes
-/// 'U','C','M','P', u32 count, count x {u32 kind, u32 dtype, u64 offset, u64 length}, little-endian).
-/// For SmolLM2-135M (L=30, H=3, D=64, T=16, B=128, bf16) the total is 57,728 bytes.
-std::vector<ReprSection> repr_layout(const ReprSpec& spec, uint64_t* total_bytes);
-
-/// Encodes one block.
-///   keys[l]:  fp32 post-RoPE keys of layer l for the block's T tokens, element (t, h, d) at
-///             keys[l][t * key_stride_t + h * D + d] (key_stride_t >= H * D, in floats).
-///   dots[l]:  optional (may be null): fp32 projections, element (t, h, j) at
-///             dots[l][t * dot_stride_t + h * B + j] = k_t,h . P[l][h][:, j]. When null, the dot
-///             products are computed here in double precision from `projection`.
-///   projection: fp32 [L][H][D][B] (the r4_projection attachment); used only when dots is null.
-/// R0 = mean over t (accumulated in double, rounded to nearest-even in spec.dtype).
-/// R1 = per-channel min / max over t, rounded toward -inf / +inf in spec.dtype (exact for fp32).
-/// R4 = bit j of token t set iff dot >= 0, LSB-first within each byte.
-/// `out` is resized to the payload size and fully written (padding zeroed).
-void encode_block_repr(const ReprSpec& spec, const float* const* keys, size_t key_stride_t,
-                       const float* const* dots, size_t dot_stride_t, const float* projection,
-                       std::string* out);
+// The encoder and layout live in libucm's core (ucm/core/repr_encode.h), shared with the C ABI
+// (ucm_repr_encode): the same bytes whether precompute or a server computes them.
+using repr::kReprBF16;
+using repr::kReprBits;
+using repr::kReprFP16;
+using repr::kReprFP32;
+using repr::kReprKeyBounds;
+using repr::kReprMeanKey;
+using repr::kReprSignHash;
+using repr::ReprDType;
+using repr::ReprKind;
+using repr::ReprSection;
+using repr::ReprSpec;
+using repr::repr_layout;
+using repr::encode_block_repr;
+using repr::bf16_round_nearest;
+using repr::bf16_round_down;
+using repr::bf16_round_up;
+using repr::fp16_round_nearest;
+using repr::fp16_round_down;
+using repr::fp16_round_up;
+using repr::bf16_to_float;
+using repr::fp16_to_float;
 
 /// The r4_projection attachment, fp32 [L][H][D][B] (row-major), for `seed`.
 /// Algorithm (stable, part of the namespace fingerprint through `projection_seed`):
@@ -66,15 +50,5 @@ void encode_block_repr(const ReprSpec& spec, const float* const* keys, size_t ke
 /// Source: seed 002 (GSA on-device: random orthogonal projection to sign bits).
 std::vector<float> make_projection(uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
                                    uint32_t hash_bits, uint64_t seed);
-
-/// Rounding helpers used by the encoder (bit patterns of the target dtype).
-uint16_t bf16_round_nearest(float x);  ///< same as torch's float -> bfloat16 (RNE, NaN kept)
-uint16_t bf16_round_down(float x);     ///< largest bf16 <= x
-uint16_t bf16_round_up(float x);       ///< smallest bf16 >= x
-uint16_t fp16_round_nearest(float x);
-uint16_t fp16_round_down(float x);
-uint16_t fp16_round_up(float x);
-float bf16_to_float(uint16_t b);
-float fp16_to_float(uint16_t h);
 
 }  // namespace ucm::precompute

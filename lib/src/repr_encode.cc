@@ -1,0 +1,146 @@
+// lib/src/repr_encode.cc: the block representation encoder (ucm/core/repr_encode.h), shared by
+// `ucm precompute` and the C ABI (ucm_repr_encode), so blocks a server dumps carry the same bytes.
+#include "ucm/core/repr_encode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "ucm/core/retrieval/convert.h"
+
+namespace ucm::repr {
+namespace {
+
+// Sign-magnitude neighbours of a 16-bit float bit pattern.
+uint16_t next_down16(uint16_t b) {
+  if (b == 0x0000) return 0x8001;            // +0 -> smallest negative subnormal
+  return (b & 0x8000) ? uint16_t(b + 1) : uint16_t(b - 1);
+}
+uint16_t next_up16(uint16_t b) {
+  if (b == 0x8000) return 0x0001;            // -0 -> smallest positive subnormal
+  return (b & 0x8000) ? uint16_t(b - 1) : uint16_t(b + 1);
+}
+
+uint64_t align64(uint64_t x) { return (x + 63) & ~uint64_t{63}; }
+
+void put_u32(char* p, uint32_t v) { std::memcpy(p, &v, 4); }  // little-endian host (x86-64, aarch64)
+void put_u64(char* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+}  // namespace
+
+uint16_t bf16_round_nearest(float x) { return retrieval::f32_to_bf16(x); }
+float bf16_to_float(uint16_t b) { return retrieval::bf16_to_f32(b); }
+uint16_t bf16_round_down(float x) {
+  uint16_t c = bf16_round_nearest(x);
+  return bf16_to_float(c) > x ? next_down16(c) : c;
+}
+uint16_t bf16_round_up(float x) {
+  uint16_t c = bf16_round_nearest(x);
+  return bf16_to_float(c) < x ? next_up16(c) : c;
+}
+uint16_t fp16_round_nearest(float x) { return retrieval::f32_to_f16(x); }
+float fp16_to_float(uint16_t h) { return retrieval::f16_to_f32(h); }
+uint16_t fp16_round_down(float x) {
+  uint16_t c = fp16_round_nearest(x);
+  return fp16_to_float(c) > x ? next_down16(c) : c;
+}
+uint16_t fp16_round_up(float x) {
+  uint16_t c = fp16_round_nearest(x);
+  return fp16_to_float(c) < x ? next_up16(c) : c;
+}
+
+std::vector<ReprSection> repr_layout(const ReprSpec& s, uint64_t* total_bytes) {
+  const uint64_t es = dtype_size(s.dtype);
+  const uint32_t dt = s.dtype == DType::kBF16 ? kReprBF16 : s.dtype == DType::kFP16 ? kReprFP16 : kReprFP32;
+  const uint64_t lhd = uint64_t{s.num_layers} * s.num_kv_heads * s.head_dim;
+  std::vector<ReprSection> secs = {
+      {kReprMeanKey, dt, 0, lhd * es},
+      {kReprKeyBounds, dt, 0, 2 * lhd * es},
+      {kReprSignHash, kReprBits, 0,
+       uint64_t{s.num_layers} * s.num_kv_heads * s.block_size * (s.hash_bits / 8)},
+  };
+  uint64_t off = align64(8 + 24 * secs.size());
+  for (auto& sec : secs) {
+    sec.offset = off;
+    off = align64(off + sec.length);
+  }
+  // The payload ends right after the last section (no trailing padding).
+  if (total_bytes) *total_bytes = secs.back().offset + secs.back().length;
+  return secs;
+}
+
+void encode_block_repr(const ReprSpec& s, const float* const* keys, size_t key_stride_t,
+                       const float* const* dots, size_t dot_stride_t, const float* projection,
+                       std::string* out) {
+  if (s.hash_bits == 0 || s.hash_bits % 8 != 0)
+    throw std::invalid_argument("hash_bits must be a positive multiple of 8");
+  uint64_t total = 0;
+  const auto secs = repr_layout(s, &total);
+  out->assign(total, '\0');
+  char* base = out->data();
+  std::memcpy(base, "UCMP", 4);
+  put_u32(base + 4, static_cast<uint32_t>(secs.size()));
+  for (size_t i = 0; i < secs.size(); ++i) {
+    char* e = base + 8 + 24 * i;
+    put_u32(e, secs[i].kind);
+    put_u32(e + 4, secs[i].dtype);
+    put_u64(e + 8, secs[i].offset);
+    put_u64(e + 16, secs[i].length);
+  }
+  const uint32_t L = s.num_layers, H = s.num_kv_heads, D = s.head_dim, T = s.block_size, B = s.hash_bits;
+  const size_t es = dtype_size(s.dtype);
+  auto store = [&](char* dst, size_t idx, float v, int mode /*0 nearest, -1 down, +1 up*/) {
+    if (s.dtype == DType::kFP32) {
+      std::memcpy(dst + idx * 4, &v, 4);
+      return;
+    }
+    uint16_t b;
+    if (s.dtype == DType::kBF16)
+      b = mode == 0 ? bf16_round_nearest(v) : mode < 0 ? bf16_round_down(v) : bf16_round_up(v);
+    else
+      b = mode == 0 ? fp16_round_nearest(v) : mode < 0 ? fp16_round_down(v) : fp16_round_up(v);
+    std::memcpy(dst + idx * 2, &b, 2);
+  };
+  (void)es;
+  char* r0 = base + secs[0].offset;
+  char* r1 = base + secs[1].offset;
+  uint8_t* r4 = reinterpret_cast<uint8_t*>(base + secs[2].offset);
+  std::vector<double> proj_dots;
+  for (uint32_t l = 0; l < L; ++l) {
+    const float* kl = keys[l];
+    for (uint32_t h = 0; h < H; ++h) {
+      for (uint32_t d = 0; d < D; ++d) {
+        double sum = 0;
+        float mn = kl[h * D + d], mx = mn;
+        for (uint32_t t = 0; t < T; ++t) {
+          const float v = kl[t * key_stride_t + h * D + d];
+          sum += v;
+          mn = std::min(mn, v);
+          mx = std::max(mx, v);
+        }
+        const size_t i0 = (size_t{l} * H + h) * D + d;
+        store(r0, i0, static_cast<float>(sum / T), 0);
+        store(r1, ((size_t{l} * 2 + 0) * H + h) * D + d, mn, -1);
+        store(r1, ((size_t{l} * 2 + 1) * H + h) * D + d, mx, +1);
+      }
+      for (uint32_t t = 0; t < T; ++t) {
+        uint8_t* bits = r4 + ((size_t{l} * H + h) * T + t) * (B / 8);
+        const float* kt = kl + t * key_stride_t + h * D;
+        for (uint32_t j = 0; j < B; ++j) {
+          double dot;
+          if (dots) {
+            dot = dots[l][t * dot_stride_t + h * B + j];
+          } else {
+            const float* p = projection + (size_t{l} * H + h) * D * B;
+            dot = 0;
+            for (uint32_t d = 0; d < D; ++d) dot += double(kt[d]) * double(p[size_t{d} * B + j]);
+          }
+          if (dot >= 0) bits[j / 8] |= uint8_t(1u << (j % 8));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ucm::repr

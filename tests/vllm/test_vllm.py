@@ -1,0 +1,165 @@
+"""vLLM serves from a ucm store: the UcmConnector on a real vLLM (CPU build), SmolLM2, real documents.
+
+Run by scripts/test_vllm.sh in .venv-vllm (not in CI: a 6 GB venv and several vLLM start-ups).
+Each vLLM runs in its own process (tests/vllm/vllm_run.py):
+
+  exactness    fp32: a first process with the connector saving, a fresh one loading: greedy
+               outputs equal vLLM's without the connector on 4 prompts sharing documents at the start
+  precomputed  a bf16 store from `ucm precompute` of `python -m ucm.tokenize` ids: matched tokens
+               >= 90% of each prompt's full engine blocks before the question; teacher-forced
+               top-1 >= 0.99 and mean KL <= 1e-3 over 32 steps against vLLM's own prefill
+  fault        one stored block corrupted: output still equals the no-connector output, the
+               connector logs the block as a load error
+  refusal      a store of another dtype (and one of another model) refused at startup, naming both
+               fingerprints
+"""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = Path(os.environ.get("UCM_MODEL_DIR", ROOT / "models" / "SmolLM2-135M-Instruct"))
+UCM_BIN = os.environ.get("UCM_BIN", str(ROOT / "build" / "bin" / "ucm"))
+DOCS_DIR = Path("/usr/share/doc/python3.11/html/_sources")
+TEMPLATE = ROOT / "configs" / "template_chat.txt"
+EB = 128  # vLLM's CPU block size (default)
+DOCS = ["library/sched.rst.txt", "library/pickletools.rst.txt", "library/bisect.rst.txt", "library/keyword.rst.txt"]
+QUESTIONS = ["\nQuestion: what is this module for?\nAnswer:", "\nQuestion: name one function it provides.\nAnswer:"]
+
+
+def vllm(tmp, name, prompts, store=None, save=False, load=True, dtype="bfloat16", score=False, max_tokens=16,
+         ok=True, extra=()):
+    """Runs tests/vllm/vllm_run.py in a fresh process; returns (results, stderr)."""
+    pfile, out = tmp / f"{name}.prompts.json", tmp / f"{name}.out.json"
+    pfile.write_text(json.dumps(prompts))
+    cmd = [sys.executable, str(ROOT / "tests/vllm/vllm_run.py"), "--model", str(MODEL), "--prompts", str(pfile),
+           "--out", str(out), "--dtype", dtype, "--max-tokens", str(max_tokens), *extra]
+    if store:
+        cmd += ["--store", str(store)] + (["--save"] if save else []) + ([] if load else ["--no-load"])
+    if score:
+        cmd.append("--score")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib/python"), "UCM_BIN": UCM_BIN,
+           "VLLM_CPU_KVCACHE_SPACE": "1", "UCM_LIB": str(ROOT / "build/lib/libucm.so")}
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    (tmp / f"{name}.stderr.txt").write_text(p.stderr)
+    if ok:
+        assert p.returncode == 0, f"{name}: exit {p.returncode}\n{p.stderr[-4000:]}"
+        return json.loads(out.read_text())["results"], p.stderr
+    assert p.returncode != 0, f"{name}: expected a refusal, it started"
+    return None, p.stderr
+
+
+def template_prefix():
+    t = TEMPLATE.read_text()
+    i = t.find("{document}")
+    return t if i < 0 else t[:i]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    if not MODEL.exists() or not all((DOCS_DIR / d).exists() for d in DOCS):
+        pytest.skip("model or python3.11-doc documents missing")
+    return tmp_path_factory.mktemp("vllm")
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    pre = template_prefix()
+    out = []
+    for d in DOCS[:2]:
+        text = (DOCS_DIR / d).read_text()
+        for q in QUESTIONS:
+            out.append({"prompt": pre + text + q})
+    return out
+
+
+@pytest.fixture(scope="module")
+def fp32_saved(tmp, prompts):
+    """Baseline without connector, then a first process saving into a fresh fp32 store."""
+    base, _ = vllm(tmp, "fp32-base", prompts, dtype="float32")
+    store = tmp / "fp32-store"
+    saved, err = vllm(tmp, "fp32-save", prompts, store=store, save=True, dtype="float32")
+    assert saved == base or [r["tokens"] for r in saved] == [r["tokens"] for r in base]
+    return base, store
+
+
+def test_exactness_saved_by_the_connector_read_by_a_fresh_process(tmp, prompts, fp32_saved):
+    base, store = fp32_saved
+    got, err = vllm(tmp, "fp32-load", prompts, store=store, dtype="float32")
+    for i, (g, b) in enumerate(zip(got, base)):
+        full = (g["prompt_len"] - 1) // EB * EB
+        assert g["num_cached_tokens"] == full, (i, g["num_cached_tokens"], full)   # served from the store
+        assert g["tokens"] == b["tokens"], f"prompt {i}: {g['tokens']} != {b['tokens']}"
+    print("exactness:", [(g["num_cached_tokens"], g["prompt_len"]) for g in got])
+
+
+def test_fault_corrupt_block_is_recomputed(tmp, prompts, fp32_saved):
+    base, store = fp32_saved
+    bad = tmp / "fp32-corrupt"
+    shutil.copytree(store, bad, ignore=shutil.ignore_patterns("LOCK", "readers", "access"))
+    data = sorted((bad / "data").glob("*.ucmd"))[0]
+    b = bytearray(data.read_bytes())
+    b[len(b) // 3] ^= 0xFF   # inside some block's payload
+    data.write_bytes(bytes(b))
+    insp = subprocess.run([UCM_BIN, "inspect", str(bad), "--verify", "--json"], capture_output=True, text=True)
+    assert insp.returncode == 3, insp.stderr
+    got, err = vllm(tmp, "fp32-fault", prompts, store=bad, dtype="float32")
+    assert [g["tokens"] for g in got] == [b_["tokens"] for b_ in base]
+    assert "failed to load" in err and "UCM_E_CORRUPTION" in err, err[-3000:]
+
+
+def test_precomputed_by_ucm_matches_vllms_prefill(tmp):
+    pre = template_prefix()
+    corpus = tmp / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d, "text": (DOCS_DIR / d).read_text()}) + "\n" for d in DOCS))
+    ids = tmp / "ids.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib/python")}
+    subprocess.run([sys.executable, "-m", "ucm.tokenize", "--tokenizer", str(MODEL), "--template", str(TEMPLATE),
+                    "--corpus", str(corpus), "--out", str(ids)], check=True, env=env)
+    store = tmp / "bf16-store"
+    subprocess.run([UCM_BIN, "precompute", "--model", str(MODEL), "--corpus", str(ids), "--store", str(store)],
+                   check=True, capture_output=True)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(MODEL))
+    prompts = [{"prompt": pre + (DOCS_DIR / d).read_text() + QUESTIONS[0]} for d in DOCS]
+    ref, _ = vllm(tmp, "bf16-ref", prompts, max_tokens=32)
+    scored = []
+    for p, r in zip(prompts, ref):
+        scored.append({"ids": tok(p["prompt"])["input_ids"], "cont": r["tokens"]})
+    ref_lp, _ = vllm(tmp, "bf16-ref-score", scored, score=True)
+    got, err = vllm(tmp, "bf16-ucm-score", scored, store=store, score=True)
+    n_top1 = n = 0
+    kls = []
+    for s, a, b, p in zip(scored, ref_lp, got, prompts):
+        before_q = len(tok(p["prompt"][: -len(QUESTIONS[0])])["input_ids"])
+        full_before_q = before_q // EB * EB
+        assert b["num_cached_tokens"] >= 0.9 * full_before_q, (b["num_cached_tokens"], full_before_q)
+        for j, tokn in enumerate(s["cont"]):
+            ra, rb = a["cont_logprobs"][j], b["cont_logprobs"][j]
+            n += 1
+            n_top1 += int(max(rb, key=rb.get) == str(tokn))
+            # KL over the reference's top-K tokens (renormalised on both sides; tokens missing from
+            # the connector's top-K take its smallest listed logprob, an upper bound on them)
+            floor = min(rb.values())
+            pa = {t: math.exp(v) for t, v in ra.items()}
+            za = sum(pa.values())
+            pb = {t: math.exp(rb.get(t, floor)) for t in ra}
+            zb = sum(pb.values())
+            kls.append(sum(pa[t] / za * (math.log(pa[t] / za) - math.log(pb[t] / zb)) for t in ra))
+    top1, kl = n_top1 / n, sum(kls) / len(kls)
+    print(f"precomputed: cached {[b['num_cached_tokens'] for b in got]}, top-1 {top1:.3f}, mean KL {kl:.2e}")
+    assert top1 >= 0.99 and kl <= 1e-3, (top1, kl)
+
+
+def test_refusal_names_both_fingerprints(tmp, fp32_saved):
+    _, store = fp32_saved   # fp32 namespace; a bf16 engine must be refused
+    _, err = vllm(tmp, "refuse-dtype", [{"prompt": "hello"}], store=store, ok=False)
+    assert "has no namespace for this engine" in err, err[-3000:]
+    assert "dtype bf16" in err and "dtype fp32" in err, err[-3000:]
+    assert "weights_digest" in err

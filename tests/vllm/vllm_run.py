@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""One vLLM process for tests/vllm/test_vllm.py and scripts/bench_vllm.py (run in .venv-vllm).
+
+  --prompts FILE   JSON list of {"prompt": text} or {"ids": [...]} (and "cont": [...] for --score)
+  --store S        serve through ucm.vllm.connector.UcmConnector on store S (absent: no connector)
+  --save / --no-load  the connector's save / load settings
+  --dtype          bfloat16 (default) or float32
+  --score          teacher forcing: each prompt is ids + cont; report the top-K prompt logprobs of
+                   the cont positions (prefix cache reads stay on, so the connector still serves)
+  --max-tokens N   greedy tokens to generate (default 16)
+  --out FILE       JSON: per prompt {"tokens", "num_cached_tokens", "prompt_len", "seconds",
+                   "cont_logprobs"}; and "startup_seconds"
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--store")
+    ap.add_argument("--namespace")
+    ap.add_argument("--save", action="store_true")
+    ap.add_argument("--no-load", action="store_true")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--score", action="store_true")
+    ap.add_argument("--topk", type=int, default=20)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--prefix-caching", action="store_true")
+    ap.add_argument("--one-by-one", action="store_true", help="one generate() call per prompt (TTFT)")
+    a = ap.parse_args()
+    from vllm import LLM, SamplingParams
+    from vllm.config import KVTransferConfig
+    from vllm.inputs import TokensPrompt
+
+    kw = {}
+    if a.store:
+        extra = {"store": a.store, "save": a.save, "load": not a.no_load}
+        if a.namespace:
+            extra["namespace"] = a.namespace
+        kw["kv_transfer_config"] = KVTransferConfig(
+            kv_connector="UcmConnector", kv_connector_module_path="ucm.vllm.connector", kv_role="kv_both",
+            kv_connector_extra_config=extra, kv_load_failure_policy="recompute")
+    t0 = time.time()
+    llm = LLM(model=a.model, dtype=a.dtype, max_model_len=8192, enforce_eager=True,
+              enable_prefix_caching=a.prefix_caching, seed=0, **kw)
+    startup = time.time() - t0
+    items = json.load(open(a.prompts))
+    prompts = []
+    for it in items:
+        if "ids" in it:
+            ids = list(it["ids"]) + (list(it.get("cont", [])) if a.score else [])
+            prompts.append(TokensPrompt(prompt_token_ids=ids))
+        else:
+            prompts.append(it["prompt"])
+    if a.score:
+        sp = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=a.topk, skip_reading_prefix_cache=False)
+    else:
+        sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True)
+    res = []
+    batches = [[p] for p in prompts] if a.one_by_one else [prompts]
+    for batch in batches:
+        t1 = time.time()
+        outs = llm.generate(batch, sp, use_tqdm=False)
+        dt = time.time() - t1
+        for o in outs:
+            r = {"tokens": list(o.outputs[0].token_ids), "num_cached_tokens": o.num_cached_tokens or 0,
+                 "prompt_len": len(o.prompt_token_ids), "seconds": dt}
+            if a.score:
+                it = items[len(res)]
+                start = len(it["ids"])
+                rows = []
+                for j in range(len(it["cont"])):
+                    lp = o.prompt_logprobs[start + j]   # the distribution that predicts cont[j]
+                    rows.append({str(t): v.logprob for t, v in lp.items()})
+                r["cont_logprobs"] = rows
+            res.append(r)
+    json.dump({"startup_seconds": startup, "results": res}, open(a.out, "w"))
+    del llm
+
+
+if __name__ == "__main__":
+    sys.exit(main())
