@@ -613,7 +613,9 @@ TEST(PrecomputeRepr, OutwardRoundingBrackets) {
     EXPECT_LE(fp16_to_float(fp16_round_down(x)), x);
     EXPECT_GE(fp16_to_float(fp16_round_up(x)), x);
     EXPECT_EQ(bf16_round_nearest(x), to_bf16_torch(x));
-    if (i % 10 == 0) EXPECT_EQ(fp16_round_nearest(x), to_f16_torch(x)) << x;  // libucm's converter = torch's
+    if (i % 10 == 0) {
+      EXPECT_EQ(fp16_round_nearest(x), to_f16_torch(x)) << x;  // libucm's converter = torch's
+    }
   }
   EXPECT_EQ(bf16_to_float(bf16_round_down(1.0f)), 1.0f);
   EXPECT_EQ(fp16_to_float(fp16_round_up(1e6f)), INFINITY);

@@ -103,9 +103,18 @@ def test_fault_corrupt_block_is_recomputed(tmp, prompts, fp32_saved):
     base, store = fp32_saved
     bad = tmp / "fp32-corrupt"
     shutil.copytree(store, bad, ignore=shutil.ignore_patterns("LOCK", "readers", "access"))
-    data = sorted((bad / "data").glob("*.ucmd"))[0]
+    # Block 20 of the first prompt (inside what the connector loads): flip a byte of its payload.
+    import ucm
+    from transformers import AutoTokenizer
+    ids = AutoTokenizer.from_pretrained(str(MODEL))(prompts[0]["prompt"])["input_ids"]
+    with ucm.Store(str(store)) as s:
+        ns = s.namespace(s.namespaces()[0]["id"])
+        victim = ucm.hash_blocks(ns.hash_seed, ids, ns.block_size)[20].tobytes().hex()
+    rec = json.loads(subprocess.run([UCM_BIN, "inspect", str(bad), "--block", victim, "--json"], capture_output=True,
+                                    text=True, check=True).stdout)["block"]["kv"]
+    data = bad / "data" / f"{rec['file']:08d}.ucmd"
     b = bytearray(data.read_bytes())
-    b[len(b) // 3] ^= 0xFF   # inside some block's payload
+    b[rec["offset"] + rec["length"] // 2] ^= 0xFF
     data.write_bytes(bytes(b))
     insp = subprocess.run([UCM_BIN, "inspect", str(bad), "--verify", "--json"], capture_output=True, text=True)
     assert insp.returncode == 3, insp.stderr
@@ -134,24 +143,22 @@ def test_precomputed_by_ucm_matches_vllms_prefill(tmp):
         scored.append({"ids": tok(p["prompt"])["input_ids"], "cont": r["tokens"]})
     ref_lp, _ = vllm(tmp, "bf16-ref-score", scored, score=True)
     got, err = vllm(tmp, "bf16-ucm-score", scored, store=store, score=True)
+    import numpy as np
+    ref_np = np.load(tmp / "bf16-ref-score.out.json.npz")
+    got_np = np.load(tmp / "bf16-ucm-score.out.json.npz")
     n_top1 = n = 0
     kls = []
-    for s, a, b, p in zip(scored, ref_lp, got, prompts):
+    for i, (s, b, p) in enumerate(zip(scored, got, prompts)):
         before_q = len(tok(p["prompt"][: -len(QUESTIONS[0])])["input_ids"])
         full_before_q = before_q // EB * EB
         assert b["num_cached_tokens"] >= 0.9 * full_before_q, (b["num_cached_tokens"], full_before_q)
+        la, lb = ref_np[f"p{i}"].astype(np.float64), got_np[f"p{i}"].astype(np.float64)   # [steps][vocab]
+        assert la.shape == lb.shape == (len(s["cont"]), la.shape[1])
         for j, tokn in enumerate(s["cont"]):
-            ra, rb = a["cont_logprobs"][j], b["cont_logprobs"][j]
             n += 1
-            n_top1 += int(max(rb, key=rb.get) == str(tokn))
-            # KL over the reference's top-K tokens (renormalised on both sides; tokens missing from
-            # the connector's top-K take its smallest listed logprob, an upper bound on them)
-            floor = min(rb.values())
-            pa = {t: math.exp(v) for t, v in ra.items()}
-            za = sum(pa.values())
-            pb = {t: math.exp(rb.get(t, floor)) for t in ra}
-            zb = sum(pb.values())
-            kls.append(sum(pa[t] / za * (math.log(pa[t] / za) - math.log(pb[t] / zb)) for t in ra))
+            n_top1 += int(lb[j].argmax() == tokn)
+            pa = np.exp(la[j] - la[j].max()); pa /= pa.sum()
+            kls.append(float((pa * ((la[j] - np.log(np.exp(la[j]).sum())) - (lb[j] - np.log(np.exp(lb[j]).sum())))).sum()))
     top1, kl = n_top1 / n, sum(kls) / len(kls)
     print(f"precomputed: cached {[b['num_cached_tokens'] for b in got]}, top-1 {top1:.3f}, mean KL {kl:.2e}")
     assert top1 >= 0.99 and kl <= 1e-3, (top1, kl)
@@ -163,3 +170,38 @@ def test_refusal_names_both_fingerprints(tmp, fp32_saved):
     assert "has no namespace for this engine" in err, err[-3000:]
     assert "dtype bf16" in err and "dtype fp32" in err, err[-3000:]
     assert "weights_digest" in err
+
+
+def test_precompute_through_vllm_and_resume(tmp):
+    """python -m ucm.vllm.precompute: the store holds vLLM's own tokenization and numerics; a rerun
+    resumes (skips what is stored); ucm inspect --verify and gc treat the store like any other."""
+    corpus = tmp / "vp-docs.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d, "text": (DOCS_DIR / d).read_text()}) + "\n" for d in DOCS[2:]))
+    store = tmp / "vp-store"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib/python"), "UCM_BIN": UCM_BIN, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    cmd = [sys.executable, "-m", "ucm.vllm.precompute", "--model", str(MODEL), "--corpus", str(corpus), "--store",
+           str(store), "--template", str(TEMPLATE), "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    first = json.loads(p.stdout.strip().splitlines()[-1])
+    assert first["documents"] == 2 and first["resumed"] == 0
+    from transformers import AutoTokenizer
+    import ucm
+    tok = AutoTokenizer.from_pretrained(str(MODEL))
+    pre = template_prefix()
+    with ucm.Store(str(store)) as s:
+        ns = s.namespace(s.namespaces()[0]["id"])
+        for d in DOCS[2:]:
+            ids = tok(pre + (DOCS_DIR / d).read_text())["input_ids"]
+            hit = s.lookup(ns, ucm.hash_blocks(ns.hash_seed, ids, ns.block_size))
+            assert hit.prefix_blocks == len(ids) // ns.block_size, (d, hit.prefix_blocks, len(ids))
+        info = s.repr_info(ns)   # blocks written online carry representations
+        bufs = ucm.ReprBuffers(info, 1)
+        assert s.load_repr(ns, ucm.hash_blocks(ns.hash_seed, ids, ns.block_size)[:1], bufs).tolist() == [0]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    again = json.loads(p.stdout.strip().splitlines()[-1])
+    assert again["documents"] == 0 and again["resumed"] == 2, again
+    v = subprocess.run([UCM_BIN, "inspect", str(store), "--verify", "--json"], capture_output=True, text=True)
+    assert v.returncode == 0, v.stderr
+    g = subprocess.run([UCM_BIN, "gc", str(store), "--max-bytes", "1G", "--json"], capture_output=True, text=True)
+    assert g.returncode == 0, g.stderr

@@ -5,8 +5,9 @@
   --store S        serve through ucm.vllm.connector.UcmConnector on store S (absent: no connector)
   --save / --no-load  the connector's save / load settings
   --dtype          bfloat16 (default) or float32
-  --score          teacher forcing: each prompt is ids + cont; report the top-K prompt logprobs of
-                   the cont positions (prefix cache reads stay on, so the connector still serves)
+  --score          teacher forcing: each prompt is ids + cont; the full next-token log-probabilities
+                   at the cont positions go to OUT.npz (p<i>: float32 [len(cont)][vocab]); prefix
+                   cache reads stay on, so the connector still serves
   --max-tokens N   greedy tokens to generate (default 16)
   --out FILE       JSON: per prompt {"tokens", "num_cached_tokens", "prompt_len", "seconds",
                    "cont_logprobs"}; and "startup_seconds"
@@ -31,7 +32,6 @@ def main():
     ap.add_argument("--no-load", action="store_true")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--score", action="store_true")
-    ap.add_argument("--topk", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--prefix-caching", action="store_true")
     ap.add_argument("--one-by-one", action="store_true", help="one generate() call per prompt (TTFT)")
@@ -49,6 +49,8 @@ def main():
             kv_connector="UcmConnector", kv_connector_module_path="ucm.vllm.connector", kv_role="kv_both",
             kv_connector_extra_config=extra, kv_load_failure_policy="recompute")
     t0 = time.time()
+    if a.score:
+        kw["max_logprobs"] = 1 << 20  # full distributions (every vocabulary id) per scored row
     llm = LLM(model=a.model, dtype=a.dtype, max_model_len=8192, enforce_eager=True,
               enable_prefix_caching=a.prefix_caching, seed=0, **kw)
     startup = time.time() - t0
@@ -61,29 +63,44 @@ def main():
         else:
             prompts.append(it["prompt"])
     if a.score:
-        sp = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=a.topk, skip_reading_prefix_cache=False)
+        # The full next-token distribution at each cont position (prompt_logprob_token_ids with every
+        # id, rows from the last prompt token on): cached positions before it are never scored, and
+        # reading from the prefix cache / connector stays on.
+        vocab = llm.llm_engine.model_config.get_vocab_size()
+        sp = [SamplingParams(temperature=0.0, max_tokens=1, prompt_logprob_start=len(it["ids"]) - 1,
+                             prompt_logprob_token_ids=[list(range(vocab))] * len(it["cont"]),
+                             skip_reading_prefix_cache=False, detokenize=False) for it in items]
     else:
         sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True)
     res = []
-    batches = [[p] for p in prompts] if a.one_by_one else [prompts]
+    scores = {}
+    batches = [[i] for i in range(len(prompts))] if a.one_by_one else [list(range(len(prompts)))]
     for batch in batches:
         t1 = time.time()
-        outs = llm.generate(batch, sp, use_tqdm=False)
+        outs = llm.generate([prompts[i] for i in batch], [sp[i] for i in batch] if a.score else sp, use_tqdm=False)
         dt = time.time() - t1
         for o in outs:
             r = {"tokens": list(o.outputs[0].token_ids), "num_cached_tokens": o.num_cached_tokens or 0,
                  "prompt_len": len(o.prompt_token_ids), "seconds": dt}
-            if a.score:
-                it = items[len(res)]
-                start = len(it["ids"])
-                rows = []
-                for j in range(len(it["cont"])):
-                    lp = o.prompt_logprobs[start + j]   # the distribution that predicts cont[j]
-                    rows.append({str(t): v.logprob for t, v in lp.items()})
-                r["cont_logprobs"] = rows
+            if a.score:  # row j: log-probabilities of every id as cont[j]
+                import numpy as np
+                scores[f"p{len(res)}"] = np.asarray(o.prompt_token_id_logprobs, dtype=np.float32)
             res.append(r)
-    json.dump({"startup_seconds": startup, "results": res}, open(a.out, "w"))
-    del llm
+    with open(a.out, "w") as f:
+        json.dump({"startup_seconds": startup, "results": res}, f)
+    if scores:
+        import numpy as np
+        np.savez(a.out + ".npz", **scores)
+    # Shut the engine down (the connector's worker finishes its queued dumps), then leave without
+    # the interpreter's teardown, where vLLM 0.32 on CPU sometimes aborts ("terminate called
+    # without an active exception") after all work is done.
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception as e:  # pragma: no cover
+        print(f"vllm_run: engine shutdown: {e}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ import torch
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
                                                                  KVConnectorRole)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
 import ucm
 from ucm.model import fingerprint
@@ -85,6 +86,29 @@ class SaveSpec:
 class UcmMetadata(KVConnectorMetadata):
     loads: List[LoadSpec] = field(default_factory=list)
     saves: List[SaveSpec] = field(default_factory=list)
+
+
+_COUNTERS = ("loaded_blocks", "loaded_bytes", "load_seconds", "load_errors", "saved_blocks", "saved_bytes")
+
+
+class UcmConnectorStats(KVConnectorStats):
+    """The connector's counters since the last report, for vLLM's connector-stats logging (sums)."""
+
+    def reset(self):
+        self.data = {k: 0 for k in _COUNTERS}
+
+    def aggregate(self, other):
+        for k in _COUNTERS:
+            self.data[k] = self.data.get(k, 0) + other.data.get(k, 0)
+        return self
+
+    def reduce(self):
+        d = {k: self.data.get(k, 0) for k in _COUNTERS}
+        d["load_GBps"] = d["loaded_bytes"] / d["load_seconds"] / 1e9 if d["load_seconds"] else 0.0
+        return d
+
+    def is_empty(self):
+        return not any(self.data.get(k, 0) for k in _COUNTERS)
 
 
 def _layer_index(name: str) -> int:
@@ -133,7 +157,7 @@ class UcmConnector(KVConnectorBase_V1):
             self._dump_thread: Optional[threading.Thread] = None
             self._proj: Optional[np.ndarray] = None
             self._info = None
-            self.stats = {"lookups": 0, "hit_blocks": 0, "loaded_blocks": 0, "load_errors": 0, "loaded_bytes": 0,
+            self.stats = {"loaded_blocks": 0, "load_errors": 0, "loaded_bytes": 0,
                           "load_seconds": 0.0, "saved_blocks": 0, "saved_bytes": 0}
         log.info("UcmConnector (%s): store %s, namespace %s, ucm block %d, engine block %d, save %s, load %s",
                  role.name, self.store_path, self.ns.name, self.T, self.engine_block, self.do_save, self.do_load)
@@ -454,6 +478,21 @@ class UcmConnector(KVConnectorBase_V1):
             import json
             with open(path, "a") as f:
                 f.write(json.dumps(event) + "\n")
+
+    def get_kv_connector_stats(self):
+        """The counters since the last call (vLLM sums them per logging interval)."""
+        st = getattr(self, "stats", None)
+        if not st:
+            return None
+        last = getattr(self, "_reported", {k: 0 for k in _COUNTERS})
+        delta = {k: st[k] - last.get(k, 0) for k in _COUNTERS}
+        self._reported = {k: st[k] for k in _COUNTERS}
+        out = UcmConnectorStats(data=delta)
+        return None if out.is_empty() else out
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return UcmConnectorStats(data=dict(data or {k: 0 for k in _COUNTERS}))
 
     def get_block_ids_with_load_errors(self) -> set:
         errs, self._errors = self._errors, set()

@@ -49,10 +49,13 @@ def main(argv: List[str] = None) -> int:
                   kv_load_failure_policy="recompute"))
     tok = llm.get_tokenizer()
     pre, suf = read_template(a.template)
+    from ucm.model import fingerprint
     store = ucm.Store(a.store)
+    fp = fingerprint(a.model)
+    dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[a.dtype]
     ns = None
-    for d in store.namespaces():  # the connector made or found it; the one matching vLLM's model
-        if d["dtype"] == {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[a.dtype]:
+    for d in store.namespaces():  # the connector made or found it: the one of this model and dtype
+        if (d["model_id"], d["weights_digest"], d["dtype"]) == (fp["model_id"], fp["weights_digest"], dtype):
             ns = store.namespace(d["id"])
     if ns is None:
         print("ucm.vllm.precompute: the connector registered no namespace", file=sys.stderr)
@@ -92,7 +95,8 @@ def main(argv: List[str] = None) -> int:
     flush()
     summary["seconds"] = time.time() - t0
     summary["namespace"] = ns.name
-    del llm  # the worker's shutdown waits for its queued dumps
+    store.close()
+    llm.llm_engine.engine_core.shutdown()  # the worker's connector finishes its queued dumps
     print("", file=sys.stderr)
     if a.json:
         print(json.dumps(summary))
@@ -100,7 +104,9 @@ def main(argv: List[str] = None) -> int:
         print(f"ucm.vllm.precompute: {summary['documents']} documents stored ({summary['resumed']} resumed, "
               f"{summary['too_short']} shorter than a block), {summary['tokens']} tokens in "
               f"{summary['seconds']:.1f} s into {a.store} ({ns.name})")
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # past vLLM's interpreter teardown, which can abort on CPU after all work is done
 
 
 if __name__ == "__main__":
