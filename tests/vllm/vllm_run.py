@@ -5,9 +5,9 @@
   --store S        serve through ucm.vllm.connector.UcmConnector on store S (absent: no connector)
   --save / --no-load  the connector's save / load settings
   --dtype          bfloat16 (default) or float32
-  --score          teacher forcing: each prompt is ids + cont; the full next-token log-probabilities
-                   at the cont positions go to OUT.npz (p<i>: float32 [len(cont)][vocab]); prefix
-                   cache reads stay on, so the connector still serves
+  --score          teacher forcing: each prompt is ids + cont; report the top-K (--topk, default 100)
+                   log-probabilities at each cont position; prefix cache reads stay on, so the
+                   connector still serves
   --max-tokens N   greedy tokens to generate (default 16)
   --out FILE       JSON: per prompt {"tokens", "num_cached_tokens", "prompt_len", "seconds",
                    "cont_logprobs"}; and "startup_seconds"
@@ -32,6 +32,7 @@ def main():
     ap.add_argument("--no-load", action="store_true")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--score", action="store_true")
+    ap.add_argument("--topk", type=int, default=100)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--prefix-caching", action="store_true")
     ap.add_argument("--one-by-one", action="store_true", help="one generate() call per prompt (TTFT)")
@@ -50,7 +51,7 @@ def main():
             kv_connector_extra_config=extra, kv_load_failure_policy="recompute")
     t0 = time.time()
     if a.score:
-        kw["max_logprobs"] = 1 << 20  # full distributions (every vocabulary id) per scored row
+        kw["max_logprobs"] = a.topk
     llm = LLM(model=a.model, dtype=a.dtype, max_model_len=8192, enforce_eager=True,
               enable_prefix_caching=a.prefix_caching, seed=0, **kw)
     startup = time.time() - t0
@@ -63,13 +64,12 @@ def main():
         else:
             prompts.append(it["prompt"])
     if a.score:
-        # The full next-token distribution at each cont position (prompt_logprob_token_ids with every
-        # id, rows from the last prompt token on): cached positions before it are never scored, and
-        # reading from the prefix cache / connector stays on.
-        vocab = llm.llm_engine.model_config.get_vocab_size()
-        sp = [SamplingParams(temperature=0.0, max_tokens=1, prompt_logprob_start=len(it["ids"]) - 1,
-                             prompt_logprob_token_ids=[list(range(vocab))] * len(it["cont"]),
-                             skip_reading_prefix_cache=False, detokenize=False) for it in items]
+        # The top-K next-token log-probabilities at every prompt position (prompt_logprob_token_ids
+        # would give full rows but needs vLLM's V2 model runner, absent on CPU). Reading from the
+        # prefix cache / connector stays on; rows of cached positions are never used (vLLM leaves
+        # them unset), and detokenize=False keeps vLLM from decoding them.
+        sp = [SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=a.topk, skip_reading_prefix_cache=False,
+                             detokenize=False) for _ in items]
     else:
         sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True)
     res = []
@@ -82,9 +82,11 @@ def main():
         for o in outs:
             r = {"tokens": list(o.outputs[0].token_ids), "num_cached_tokens": o.num_cached_tokens or 0,
                  "prompt_len": len(o.prompt_token_ids), "seconds": dt}
-            if a.score:  # row j: log-probabilities of every id as cont[j]
-                import numpy as np
-                scores[f"p{len(res)}"] = np.asarray(o.prompt_token_id_logprobs, dtype=np.float32)
+            if a.score:  # row j: the top-K ids that could be cont[j], and their log-probabilities
+                it = items[len(res)]
+                start = len(it["ids"])
+                r["cont_logprobs"] = [{str(t): v.logprob for t, v in o.prompt_logprobs[start + j].items()}
+                                      for j in range(len(it["cont"]))]
             res.append(r)
     with open(a.out, "w") as f:
         json.dump({"startup_seconds": startup, "results": res}, f)
