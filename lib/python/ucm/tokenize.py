@@ -36,7 +36,7 @@ def read_template(path: Optional[str]) -> Tuple[str, str]:
     return (text, "") if i < 0 else (text[:i], text[i + len("{document}"):])
 
 
-def _number_as_written(raw_line: str, value: Any) -> str:
+def _number_as_written(value: Any) -> str:
     # ucm's reader writes a numeric id as nlohmann::json dumps it: integers plainly, floats
     # shortest round-trip (json.dumps agrees for the common cases).
     return json.dumps(value)
@@ -91,7 +91,7 @@ def read_corpus(corpus: str, suffix: str = "", limit: int = 0) -> Iterator[Dict[
             elif isinstance(j["id"], str):
                 doc_id = j["id"]
             elif isinstance(j["id"], (int, float)) and not isinstance(j["id"], bool):
-                doc_id = _number_as_written(line, j["id"])
+                doc_id = _number_as_written(j["id"])
             else:
                 print(f"ucm.tokenize: {loc}: \"id\" is neither a string nor a number, skipped", file=sys.stderr)
                 continue
