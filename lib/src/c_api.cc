@@ -356,22 +356,7 @@ UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t*
 
 UCM_API int ucm_store_dump(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, const uint8_t* parents,
                            size_t n, const void* const* kv, ucm_task_t** task) {
-  return guarded("ucm_store_dump", [&] {
-    if (!store || !ns || !task || (n && (!hashes || !parents || !kv)))
-      return fail(UCM_E_INVALID, "ucm_store_dump: store, ns, hashes, parents, kv and task must not be NULL");
-    *task = nullptr;
-    ucm::NamespaceDesc d;
-    ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
-    if (!s.ok()) return fail(s);
-    std::vector<ucm::DumpItem> items(n);
-    for (size_t i = 0; i < n; ++i) {
-      std::memcpy(items[i].hash.data(), hashes + 16 * i, 16);
-      std::memcpy(items[i].parent.data(), parents + 16 * i, 16);
-      items[i].token_count = d.block_size;
-      items[i].kv = kv[i];
-    }
-    return finish_task(store->s->dump(ns_of(ns), items.data(), n), task);
-  });
+  return ucm_store_dump_repr(store, ns, hashes, parents, n, kv, nullptr, nullptr, task);
 }
 
 UCM_API int ucm_store_dump_repr(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes,
@@ -379,7 +364,7 @@ UCM_API int ucm_store_dump_repr(ucm_store_t* store, const uint8_t* ns, const uin
                                 const void* const* reprs, const size_t* repr_lens, ucm_task_t** task) {
   return guarded("ucm_store_dump_repr", [&] {
     if (!store || !ns || !task || (n && (!hashes || !parents || !kv)))
-      return fail(UCM_E_INVALID, "ucm_store_dump_repr: store, ns, hashes, parents, kv and task must not be NULL");
+      return fail(UCM_E_INVALID, "ucm_store_dump: store, ns, hashes, parents, kv and task must not be NULL");
     if (n && reprs && !repr_lens) return fail(UCM_E_INVALID, "ucm_store_dump_repr: reprs given without repr_lens");
     *task = nullptr;
     ucm::NamespaceDesc d;
