@@ -318,18 +318,9 @@ class Store:
 
     def namespaces(self) -> List[Dict[str, Any]]:
         """Every namespace's descriptor (store_v1.md §7), each with its "id" (32 hex)."""
-        lib, h = L.lib(), self._handle()
-        need = C.c_size_t()
-        rc = lib.ucm_store_namespace_list(h, None, 0, C.byref(need))
-        if rc not in (errors.OK, errors.E_INVALID):
-            L.check(rc, "ucm_store_namespace_list")
-        while True:
-            buf = C.create_string_buffer(need.value + 4096)
-            rc = lib.ucm_store_namespace_list(h, buf, len(buf), C.byref(need))
-            if rc == errors.E_INVALID and need.value + 1 > len(buf):
-                continue
-            L.check(rc, "ucm_store_namespace_list")
-            return json.loads(buf.value.decode())
+        h = self._handle()
+        return json.loads(_sized_text(lambda buf, cap, need: L.lib().ucm_store_namespace_list(h, buf, cap, need),
+                                      "ucm_store_namespace_list"))
 
     def register_namespace(self, desc: Union[str, Dict[str, Any]]) -> Namespace:
         """Writers: registers a namespace from its descriptor (store_v1.md §7) and returns it."""
@@ -495,18 +486,8 @@ class Store:
 
     def metrics(self) -> str:
         """The store handle's metrics, Prometheus text exposition (ucm_lookups_total, ...)."""
-        need = C.c_size_t()
-        lib, h = L.lib(), self._handle()
-        rc = lib.ucm_store_metrics(h, None, 0, C.byref(need))
-        if rc not in (errors.OK, errors.E_INVALID):
-            L.check(rc, "ucm_store_metrics")
-        while True:
-            buf = C.create_string_buffer(need.value + 256)
-            rc = lib.ucm_store_metrics(h, buf, len(buf), C.byref(need))
-            if rc == errors.E_INVALID and need.value + 1 > len(buf):
-                continue  # grew between the calls
-            L.check(rc, "ucm_store_metrics")
-            return buf.value.decode()
+        h = self._handle()
+        return _sized_text(lambda buf, cap, need: L.lib().ucm_store_metrics(h, buf, cap, need), "ucm_store_metrics")
 
     # -- retrieval and blend (ucm/retrieval.h, ucm/blend.h): see ucm.retrieval, ucm.blend
     def repr_info(self, ns: Any):
@@ -557,6 +538,23 @@ class Store:
         L.check(lib.ucm_store_chunk_prefix(h, u8ptr(n), out.ctypes.data_as(L.u32p), out.size, C.byref(cnt)),
                 "ucm_store_chunk_prefix")
         return out[:cnt.value].copy()
+
+
+def _sized_text(call, what: str) -> str:
+    """The text of a C call that writes a NUL-terminated string into a caller buffer and reports the
+    length it needs (UCM_E_INVALID when the buffer is too small): asks the size, then fills, and
+    asks again if the text grew in between (metrics, namespace list)."""
+    need = C.c_size_t()
+    rc = call(None, 0, C.byref(need))
+    if rc not in (errors.OK, errors.E_INVALID):
+        L.check(rc, what)
+    while True:
+        buf = C.create_string_buffer(need.value + 256)
+        rc = call(buf, len(buf), C.byref(need))
+        if rc == errors.E_INVALID and need.value + 1 > len(buf):
+            continue
+        L.check(rc, what)
+        return buf.value.decode()
 
 
 def parents_of(seed: Any, hashes: Any, parent: Any = None) -> np.ndarray:
