@@ -55,7 +55,7 @@ fi
 
 # --- configure and build ----------------------------------------------------------------------
 mkdir -p "$BUILD"
-CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DUCM_FUZZ=ON -DUCM_WITH_TORCH=OFF -DUCM_WITH_CUDA=OFF \
+CC=clang CXX=clang++ cmake -S . -B "$BUILD" -DUCM_FUZZ=ON -DUCM_WITH_TORCH=OFF -DUCM_CUDA=OFF \
   -DUCM_BUILD_TESTS=OFF -DUCM_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" \
   >"$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log"; exit 1; }

@@ -328,32 +328,6 @@ UCM_API int ucm_store_lookup(ucm_store_t* store, const uint8_t* ns, const uint8_
   });
 }
 
-UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n, int dest_kind,
-                           void* const* ptrs, uint32_t head_begin, uint32_t head_end, ucm_task_t** task) {
-  return guarded("ucm_store_load", [&] {
-    if (!store || !ns || !task || (n && (!hashes || !ptrs)))
-      return fail(UCM_E_INVALID, "ucm_store_load: store, ns, hashes, ptrs and task must not be NULL");
-    *task = nullptr;
-    ucm::NamespaceDesc d;
-    ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
-    if (!s.ok()) return fail(s);
-    ucm::LoadDest dest;
-    size_t np;
-    if (dest_kind == UCM_DEST_CONTIGUOUS) {
-      dest.kind = ucm::LoadDest::Kind::kContiguous;
-      np = n;
-    } else if (dest_kind == UCM_DEST_PAGED) {
-      dest.kind = ucm::LoadDest::Kind::kPaged;
-      np = n * size_t(d.num_layers) * 2;
-    } else {
-      return fail(UCM_E_INVALID, "ucm_store_load: unknown dest_kind " + std::to_string(dest_kind) + " (use UCM_DEST_*)");
-    }
-    dest.heads = {head_begin, head_end};
-    if (np) dest.ptrs.assign(ptrs, ptrs + np);
-    return finish_task(store->s->load(ns_of(ns), hashes_of(hashes), n, dest), task);
-  });
-}
-
 UCM_API int ucm_store_dump(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, const uint8_t* parents,
                            size_t n, const void* const* kv, ucm_task_t** task) {
   return ucm_store_dump_repr(store, ns, hashes, parents, n, kv, nullptr, nullptr, task);

@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "ucm/core/blend/rope.h"
 #include "ucm/core/c_api_internal.h"
+#include "ucm/core/cuda_plugin.h"
 #include "ucm/retrieval.h"
 
 using ucm::capi::fail;
@@ -59,22 +61,64 @@ UCM_API int ucm_store_chunk_prefix(ucm_store_t* store, const uint8_t* ns, uint32
   });
 }
 
+namespace {
+
+// The checks ucm_rope_shift and ucm_rope_shift_device share; UCM_OK when the shift may run.
+int check_shift(const char* fn, const ucm_rope_params* rope, const void* keys, int dtype, size_t n_tokens,
+                uint32_t n_heads, size_t token_stride) {
+  const std::string f = fn;
+  if (!rope || (!keys && n_tokens)) return fail(UCM_E_INVALID, f + ": rope and keys must not be NULL");
+  if (rope->struct_size < sizeof(ucm_rope_params))
+    return fail(UCM_E_INVALID, f + ": rope->struct_size is smaller than sizeof(ucm_rope_params)");
+  ucm::Status s = ucm::blend::check_rope(*rope);
+  if (!s.ok()) return fail(s);
+  if (dtype != UCM_DTYPE_BF16 && dtype != UCM_DTYPE_F16 && dtype != UCM_DTYPE_F32)
+    return fail(UCM_E_INVALID, f + ": dtype " + std::to_string(dtype) + " is not BF16, F16 or F32");
+  if (n_heads == 0 || token_stride < size_t{n_heads} * rope->head_dim)
+    return fail(UCM_E_INVALID, f + ": token_stride " + std::to_string(token_stride) + " < n_heads * head_dim");
+  return UCM_OK;
+}
+
+}  // namespace
+
 UCM_API int ucm_rope_shift(const ucm_rope_params* rope, void* keys, int dtype, size_t n_tokens, uint32_t n_heads,
                            size_t token_stride, int64_t delta) {
   return guarded("ucm_rope_shift", [&] {
-    if (!rope || (!keys && n_tokens)) return fail(UCM_E_INVALID, "ucm_rope_shift: rope and keys must not be NULL");
-    if (rope->struct_size < sizeof(ucm_rope_params))
-      return fail(UCM_E_INVALID, "ucm_rope_shift: rope->struct_size is smaller than sizeof(ucm_rope_params)");
-    ucm::Status s = ucm::blend::check_rope(*rope);
-    if (!s.ok()) return fail(s);
-    if (dtype != UCM_DTYPE_BF16 && dtype != UCM_DTYPE_F16 && dtype != UCM_DTYPE_F32)
-      return fail(UCM_E_INVALID, "ucm_rope_shift: dtype " + std::to_string(dtype) + " is not BF16, F16 or F32");
-    if (n_heads == 0 || token_stride < size_t{n_heads} * rope->head_dim)
-      return fail(UCM_E_INVALID, "ucm_rope_shift: token_stride " + std::to_string(token_stride) + " < n_heads * head_dim");
+    const int rc = check_shift("ucm_rope_shift", rope, keys, dtype, n_tokens, n_heads, token_stride);
+    if (rc != UCM_OK) return rc;
     if (n_tokens == 0 || delta == 0) return ok();
     ucm::blend::shift_keys(ucm::blend::inv_freq(*rope), keys, dtype, n_tokens, n_heads, rope->head_dim, token_stride,
                            delta);
     return ok();
+  });
+}
+
+UCM_API int ucm_rope_shift_device(const ucm_rope_params* rope, void* keys, int dtype, size_t n_tokens,
+                                  uint32_t n_heads, size_t token_stride, int64_t delta, int device, void* stream) {
+  return guarded("ucm_rope_shift_device", [&] {
+    const int rc = check_shift("ucm_rope_shift_device", rope, keys, dtype, n_tokens, n_heads, token_stride);
+    if (rc != UCM_OK) return rc;
+    if (rope->head_dim / 2 > ucm::kernels::kMaxRopePairs)
+      return fail(UCM_E_INVALID, "ucm_rope_shift_device: head_dim " + std::to_string(rope->head_dim) + " > 512");
+    const ucm_cuda_plugin* p = nullptr;
+    ucm::Status s = ucm::detail::cuda_plugin(&p);
+    if (!s.ok()) return fail(s);
+    int count = 0;
+    if (p->device_count(&count) != 0 || device < 0 || device >= count)
+      return fail(UCM_E_NOT_SUPPORTED, "ucm_rope_shift_device: CUDA device " + std::to_string(device) +
+                                           " is not available (" + std::to_string(count) + " devices)");
+    if (n_tokens == 0 || delta == 0) return ok();
+    auto a = std::make_unique<ucm::kernels::RopeShiftArgs>();
+    a->keys = keys;
+    a->dtype = dtype;
+    a->n_tokens = n_tokens;
+    a->token_stride = token_stride;
+    a->n_heads = n_heads;
+    a->D = rope->head_dim;
+    ucm::blend::shift_table(ucm::blend::inv_freq(*rope), delta, a->cos, a->sin);
+    s = ucm::detail::cuda_status(*p, p->set_device(device), "cudaSetDevice(" + std::to_string(device) + ")");
+    if (s.ok()) s = ucm::detail::cuda_status(*p, p->rope_shift(a.get(), stream), "rope shift launch");
+    return s.ok() ? ok() : fail(s);
   });
 }
 

@@ -80,6 +80,14 @@ UCM_API int ucm_store_chunk_prefix(ucm_store_t* store, const uint8_t* ns, uint32
 UCM_API int ucm_rope_shift(const ucm_rope_params* rope, void* keys, int dtype, size_t n_tokens, uint32_t n_heads,
                            size_t token_stride, int64_t delta);
 
+/* ucm_rope_shift on keys in GPU memory: the same rotation (bit for bit: the kernel rounds as the
+ * CPU path does), enqueued on stream (a cudaStream_t; NULL = the legacy stream) of CUDA device
+ * `device`; it has run when the stream reaches this point. head_dim <= 512. Errors: those of
+ * ucm_rope_shift; UCM_E_NOT_SUPPORTED without libucm_cuda.so or that device (the message says
+ * which); UCM_E_IO when the launch fails. Added in ucm 0.5.2. */
+UCM_API int ucm_rope_shift_device(const ucm_rope_params* rope, void* keys, int dtype, size_t n_tokens,
+                                  uint32_t n_heads, size_t token_stride, int64_t delta, int device, void* stream);
+
 /* CacheBlend's token selection (§4.3, "HKVD tokens"): of n_tokens tokens, the
  * ceil(ratio * n_tokens) whose K/V deviate most between stored and recomputed, at one layer.
  * stored, fresh: fp32 [n_tokens][row], e.g. a token's V of all KV heads at the check layer (H * D;

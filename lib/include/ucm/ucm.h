@@ -60,9 +60,13 @@ extern "C" {
 #define UCM_LOG_WARN 2
 #define UCM_LOG_ERROR 3
 
-/* Load destination kinds. */
+/* Load destination kinds. Host memory: */
 #define UCM_DEST_CONTIGUOUS 0  /* ptrs[n]: block i -> [L][2][T][h1-h0][D] */
 #define UCM_DEST_PAGED 1       /* ptrs[n*L*2]: (block i, layer l, kv) at (i*L + l)*2 + kv -> [T][h1-h0][D] */
+/* GPU memory (ucm_store_load_ex only): a paged KV cache given as per-(layer, K|V) base pointers
+ * and a slot per block; slot s of (layer l, kv) at layer_caches[l*2 + kv] + s * slot_stride. */
+#define UCM_DEST_DEVICE_PAGED 2      /* page = [T][h1-h0][D] (NHD: vLLM, FlashInfer "NHD") */
+#define UCM_DEST_DEVICE_PAGED_HND 3  /* page = [h1-h0][T][D] (FlashInfer "HND") */
 
 typedef struct ucm_store ucm_store_t;
 typedef struct ucm_task ucm_task_t;
@@ -199,6 +203,60 @@ UCM_API int ucm_store_lookup(ucm_store_t* store, const uint8_t* ns, const uint8_
 UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n,
                            int dest_kind, void* const* ptrs, uint32_t head_begin, uint32_t head_end,
                            ucm_task_t** task);
+
+/* Called once per layer of a device load when that layer's copies are done on the stream
+ * (cudaLaunchHostFunc: on a CUDA runtime thread; it must not call CUDA or block), with status
+ * UCM_OK; or, when enqueueing failed, from a libucm thread with the error code for that layer
+ * and each later one. layer < L. */
+typedef void (*ucm_layer_callback)(uint32_t layer, int status, void* user_data);
+
+/* How ucm_store_load_ex loads. Get the defaults from ucm_store_default_load_params() and change
+ * fields. The struct grows at its end: a caller built against an older ucm.h passes its smaller
+ * struct_size and the fields it lacks take their defaults (minimum: up to head_end). Every
+ * pointer array is read during the call only (copied), except the memory it points at.
+ * Added in ucm 0.5.2. */
+typedef struct ucm_store_load_params {
+  uint32_t struct_size;        /* sizeof(ucm_store_load_params), set by the defaults call */
+  int32_t dest_kind;           /* UCM_DEST_*; default UCM_DEST_CONTIGUOUS */
+  void* const* ptrs;           /* host kinds: as ucm_store_load; must stay valid until the task is finished */
+  uint32_t head_begin;         /* KV-head range [head_begin, head_end); 0/0 = all heads. A device */
+  uint32_t head_end;           /*   cache holds exactly h1-h0 heads (a TP shard's) */
+  /* Device kinds: */
+  void* const* layer_caches;   /* [L*2]: device base of (layer l, K|V) at l*2 + kv */
+  const int64_t* slots;        /* [n]: slot of block i in those caches; < 0 = do not load block i */
+  uint64_t slot_stride;        /* bytes between slots; 0 = one page, T*(h1-h0)*D*elem (vLLM's
+                                  [2][num_blocks][T][H][D] per layer); FlashInfer's
+                                  [num_blocks][2][T][H][D] is 2 pages with V = K + 1 page */
+  int32_t device;              /* CUDA device ordinal; default 0 */
+  void* stream;                /* cudaStream_t the copies are enqueued on (NULL = the legacy stream) */
+  void* const* layer_events;   /* NULL or [L] cudaEvent_t: recorded after layer l's copies */
+  ucm_layer_callback on_layer; /* NULL or called per layer (see ucm_layer_callback) */
+  void* on_layer_data;         /* passed to on_layer */
+} ucm_store_load_params;
+
+/* The defaults above. */
+UCM_API ucm_store_load_params ucm_store_default_load_params(void);
+
+/* Async load of n blocks as params says (NULL = the defaults: contiguous, which needs ptrs, so
+ * NULL is UCM_E_INVALID). Host kinds behave as ucm_store_load, which is this call.
+ * Device kinds: blocks are read and checksum-verified into pinned host staging, then each layer
+ * is enqueued on params->stream (async copies for runs of >= 28 KiB, a gather kernel for smaller
+ * ones such as a TP shard's head range); layer l's event is recorded and on_layer(l) follows as
+ * its copies finish, so a server may start layer 0 while later layers arrive. The task finishes
+ * when every copy has run. A block that failed (miss, corruption) is not copied: its slot stays
+ * untouched, as does every slot < 0. The CUDA runtime is loaded (libucm_cuda.so) on the first
+ * device load; a process that never asks for one never loads it.
+ * Errors at once, creating no task: UCM_E_INVALID (NULL arguments, unknown kind, head range,
+ * struct_size, slot_stride below a page), UCM_E_NOT_FOUND (namespace), UCM_E_NOT_SUPPORTED
+ * (device kind without libucm_cuda.so or without that CUDA device: the message says which),
+ * UCM_E_IO (a CUDA call failed). Added in ucm 0.5.2. */
+UCM_API int ucm_store_load_ex(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n,
+                              const ucm_store_load_params* params, ucm_task_t** task);
+
+/* The number of CUDA devices into *n (0 when there are none). UCM_E_NOT_SUPPORTED (and *n = 0)
+ * when libucm_cuda.so or the CUDA driver cannot be loaded: ucm_last_error() says why. Loads the
+ * CUDA runtime. Added in ucm 0.5.2. */
+UCM_API int ucm_cuda_device_count(int* n);
 
 /* Async dump of n blocks (writer handles). hashes, parents: [n][16] (parents[i] = the hash of
  * the block before block i, or root_hash for a sequence start). kv: [n] pointers to

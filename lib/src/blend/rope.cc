@@ -121,15 +121,15 @@ std::vector<float> inv_freq(const ucm_rope_params& p) {
 namespace {
 
 template <class T, class Load, class Store>
-void shift_rows(T* keys, size_t n_tokens, uint32_t n_heads, uint32_t D, size_t stride, const std::vector<double>& c,
-                const std::vector<double>& s, Load load, Store store) {
+void shift_rows(T* keys, size_t n_tokens, uint32_t n_heads, uint32_t D, size_t stride, const std::vector<float>& c,
+                const std::vector<float>& s, Load load, Store store) {
   const uint32_t half = D / 2;
   for (size_t t = 0; t < n_tokens; ++t)
     for (uint32_t h = 0; h < n_heads; ++h) {
       T* k = keys + t * stride + size_t{h} * D;
       for (uint32_t d = 0; d < half; ++d) {
         const float x1 = load(k[d]), x2 = load(k[d + half]);
-        const float cf = float(c[d]), sf = float(s[d]);
+        const float cf = c[d], sf = s[d];
         k[d] = store(x1 * cf - x2 * sf);
         k[d + half] = store(x2 * cf + x1 * sf);
       }
@@ -138,14 +138,18 @@ void shift_rows(T* keys, size_t n_tokens, uint32_t n_heads, uint32_t D, size_t s
 
 }  // namespace
 
+void shift_table(const std::vector<float>& w, int64_t delta, float* cos_out, float* sin_out) {
+  for (size_t d = 0; d < w.size(); ++d) {
+    const double a = double(delta) * double(w[d]);
+    cos_out[d] = float(std::cos(a));
+    sin_out[d] = float(std::sin(a));
+  }
+}
+
 void shift_keys(const std::vector<float>& w, void* keys, int dtype, size_t n_tokens, uint32_t n_heads,
                 uint32_t head_dim, size_t token_stride, int64_t delta) {
-  std::vector<double> c(head_dim / 2), s(head_dim / 2);
-  for (uint32_t d = 0; d < head_dim / 2; ++d) {
-    const double a = double(delta) * double(w[d]);
-    c[d] = std::cos(a);
-    s[d] = std::sin(a);
-  }
+  std::vector<float> c(head_dim / 2), s(head_dim / 2);
+  shift_table(w, delta, c.data(), s.data());
   if (dtype == UCM_DTYPE_F32)
     shift_rows(static_cast<float*>(keys), n_tokens, n_heads, head_dim, token_stride, c, s, [](float x) { return x; },
                [](float x) { return x; });

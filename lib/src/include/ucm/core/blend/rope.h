@@ -24,6 +24,10 @@ Status check_rope(const ucm_rope_params& p);
 /// The D/2 rotary frequencies w_d of p, as transformers computes them (fp32).
 std::vector<float> inv_freq(const ucm_rope_params& p);
 
+/// The rotation of a shift by delta: cos_out[d], sin_out[d] = cos, sin of delta * w[d] (angle in
+/// float64, result rounded to float), d < w.size(). What shift_keys and the device kernel use.
+void shift_table(const std::vector<float>& w, int64_t delta, float* cos_out, float* sin_out);
+
 /// Rotates n_tokens keys by delta positions in place; see ucm_rope_shift. dtype: UCM_DTYPE_*.
 void shift_keys(const std::vector<float>& w, void* keys, int dtype, size_t n_tokens, uint32_t n_heads,
                 uint32_t head_dim, size_t token_stride, int64_t delta);
