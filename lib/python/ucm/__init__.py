@@ -21,7 +21,7 @@ import logging as _logging
 from typing import Callable, Optional
 
 from . import _lib
-from ._lib import (DEST_CONTIGUOUS, DEST_PAGED, DTYPE_BF16, DTYPE_F16, DTYPE_F32, POLICY_ESA, POLICY_GSA,
+from ._lib import (DEST_CONTIGUOUS, DEST_DEVICE_PAGED, DEST_DEVICE_PAGED_HND, DEST_PAGED, DTYPE_BF16, DTYPE_F16, DTYPE_F32, POLICY_ESA, POLICY_GSA,
                    POLICY_PSA, POLICY_QUEST, REPR_R0, REPR_R1, REPR_R4, ROPE_SCALING_LINEAR, ROPE_SCALING_LLAMA3,
                    ROPE_SCALING_NONE)
 from .blend import RopeParams, blend_select, blend_select_relevant, rope_shift
@@ -64,3 +64,12 @@ def library_path() -> str:
     """The path libucm was loaded from (loads it if needed)."""
     _lib.lib()
     return str(_lib.path())
+
+
+def cuda_device_count() -> int:
+    """CUDA devices libucm can load into (ucm_cuda_device_count): 0 when there is no device, no CUDA
+    driver or no libucm_cuda.so (docs/library.md, "Device loads"). Loads the CUDA runtime."""
+    import ctypes as C
+    n = C.c_int(0)
+    rc = _lib.lib().ucm_cuda_device_count(C.byref(n))
+    return int(n.value) if rc == 0 else 0

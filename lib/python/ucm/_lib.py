@@ -24,7 +24,7 @@ from . import errors
 # Constants of ucm/ucm.h.
 OPEN_READ_ONLY, OPEN_READ_WRITE, OPEN_CREATE = 0, 1, 2
 LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR = 0, 1, 2, 3
-DEST_CONTIGUOUS, DEST_PAGED = 0, 1
+DEST_CONTIGUOUS, DEST_PAGED, DEST_DEVICE_PAGED, DEST_DEVICE_PAGED_HND = 0, 1, 2, 3
 # ucm/retrieval.h
 DTYPE_BF16, DTYPE_F16, DTYPE_F32 = 1, 2, 3
 REPR_R0, REPR_R1, REPR_R4 = 0x1, 0x2, 0x4
@@ -89,6 +89,15 @@ class BlendSelectParamsC(C.Structure):
 
 
 LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int, C.c_char_p, C.c_void_p)
+LAYER_CALLBACK = C.CFUNCTYPE(None, C.c_uint32, C.c_int, C.c_void_p)
+
+
+class LoadParamsC(C.Structure):
+    """ucm_store_load_params (ucm 0.5.2)."""
+    _fields_ = [("struct_size", C.c_uint32), ("dest_kind", C.c_int32), ("ptrs", vpp), ("head_begin", C.c_uint32),
+                ("head_end", C.c_uint32), ("layer_caches", vpp), ("slots", C.POINTER(C.c_int64)),
+                ("slot_stride", C.c_uint64), ("device", C.c_int32), ("stream", C.c_void_p),
+                ("layer_events", vpp), ("on_layer", LAYER_CALLBACK), ("on_layer_data", C.c_void_p)]
 
 _I = C.c_int
 # name: (restype, argtypes). Every function of the three public headers.
@@ -116,6 +125,9 @@ SIGNATURES = {
     "ucm_hash_root": (_I, [u8p, u8p]),
     "ucm_store_lookup": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, u8p, szp]),
     "ucm_store_load": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, _I, vpp, C.c_uint32, C.c_uint32, vpp]),
+    "ucm_store_default_load_params": (LoadParamsC, []),
+    "ucm_store_load_ex": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, C.POINTER(LoadParamsC), vpp]),
+    "ucm_cuda_device_count": (_I, [C.POINTER(C.c_int)]),
     "ucm_store_dump": (_I, [C.c_void_p, u8p, u8p, u8p, C.c_size_t, vpp, vpp]),
     "ucm_store_dump_repr": (_I, [C.c_void_p, u8p, u8p, u8p, C.c_size_t, vpp, vpp, szp, vpp]),
     "ucm_task_check": (_I, [C.c_void_p]),
@@ -139,6 +151,8 @@ SIGNATURES = {
     "ucm_store_chunk_prefix": (_I, [C.c_void_p, u8p, u32p, C.c_size_t, szp]),
     "ucm_rope_shift": (_I, [C.POINTER(RopeParamsC), C.c_void_p, _I, C.c_size_t, C.c_uint32, C.c_size_t,
                             C.c_int64]),
+    "ucm_rope_shift_device": (_I, [C.POINTER(RopeParamsC), C.c_void_p, _I, C.c_size_t, C.c_uint32, C.c_size_t,
+                                   C.c_int64, _I, C.c_void_p]),
     "ucm_blend_select": (_I, [f32p, f32p, C.c_size_t, C.c_size_t, C.c_double, u32p, C.c_size_t, szp, f32p]),
     "ucm_blend_select_default_params": (BlendSelectParamsC, []),
     "ucm_blend_select_weighted": (_I, [C.POINTER(BlendSelectParamsC), f32p, f32p, u32p, C.c_size_t, C.c_size_t,

@@ -403,6 +403,63 @@ class Store:
         with t:
             return t.wait(timeout)
 
+    def load_device(self, ns: Any, hashes: Any, layer_caches: Sequence[Any], slots: Any, *,
+                    heads: Optional[Tuple[int, int]] = None, layout: str = "NHD", slot_stride: int = 0,
+                    device: int = 0, stream: int = 0, layer_events: Optional[Sequence[int]] = None,
+                    on_layer: Optional[Any] = None, wait: bool = True, timeout: Optional[float] = None
+                    ) -> Union[np.ndarray, Task]:
+        """Loads stored blocks into a paged KV cache in GPU memory (ucm_store_load_ex).
+
+        layer_caches: L * 2 device base addresses (int) or CUDA tensors, (layer l, K|V) at l * 2 + kv;
+        slot s of each at base + s * slot_stride bytes, a page [T][Hs][D] (layout "NHD": vLLM's,
+        FlashInfer's NHD) or [Hs][T][D] ("HND"), the namespace dtype. slots: int64 [n], the slot of
+        block i (< 0: do not load it). slot_stride: bytes between slots, 0 = one page. heads: a TP
+        shard's KV-head range (h0, h1), Hs = h1 - h0; None = all. stream: a cudaStream_t as int
+        (torch: ``torch.cuda.current_stream().cuda_stream``), 0 = the legacy stream. layer_events:
+        L cudaEvent_t (int) recorded after each layer's copies. on_layer(layer, status): called per
+        layer when its copies are done (from a CUDA thread; it must not call CUDA).
+        Returns as load(). Raises ucm.NotSupported without a CUDA device or libucm_cuda.so, ucm.Invalid
+        for sizes, ucm.NotFound for the namespace, at once."""
+        nsobj = ns if isinstance(ns, Namespace) else self.namespace(ns)
+        hs = hashes_array(hashes)
+        n = len(hs)
+        nl = nsobj.num_layers * 2
+        if len(layer_caches) != nl:
+            raise errors.Invalid(f"layer_caches: {len(layer_caches)} entries, expected L * 2 = {nl}")
+        bases = [int(c.data_ptr()) if hasattr(c, "data_ptr") else int(c) for c in layer_caches]
+        sl = np.ascontiguousarray(np.asarray(slots, dtype=np.int64).reshape(-1))
+        if len(sl) != n:
+            raise errors.Invalid(f"slots: {len(sl)} entries, expected {n}")
+        if layout not in ("NHD", "HND"):
+            raise errors.Invalid(f"layout {layout!r}: use 'NHD' or 'HND'")
+        p = L.lib().ucm_store_default_load_params()
+        p.dest_kind = L.DEST_DEVICE_PAGED if layout == "NHD" else L.DEST_DEVICE_PAGED_HND
+        if heads:
+            p.head_begin, p.head_end = int(heads[0]), int(heads[1])
+        caches = (C.c_void_p * nl)(*bases)
+        p.layer_caches = caches
+        p.slots = sl.ctypes.data_as(C.POINTER(C.c_int64))
+        p.slot_stride = int(slot_stride)
+        p.device = int(device)
+        p.stream = int(stream) or None
+        keep: List[Any] = [caches, sl, hs, list(layer_caches)]
+        if layer_events is not None:
+            evs = (C.c_void_p * max(len(layer_events), 1))(*[int(e) for e in layer_events])
+            p.layer_events = evs
+            keep.append(evs)
+        if on_layer is not None:
+            cb = L.LAYER_CALLBACK(lambda layer, status, _data: on_layer(int(layer), int(status)))
+            p.on_layer = cb
+            keep.append(cb)  # the callback must outlive the task
+        task = C.c_void_p()
+        L.check(L.lib().ucm_store_load_ex(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), n, C.byref(p),
+                                          C.byref(task)), "ucm_store_load_ex")
+        t = Task(task, n, keep, self)
+        if not wait:
+            return t
+        with t:
+            return t.wait(timeout)
+
     def _dest_pointers(self, ns: Namespace, n: int, out: Any, heads, paged: bool):
         per_block = ns.block_bytes(heads)
         if paged:
