@@ -38,65 +38,61 @@ __global__ void rope_kernel(RopeShiftArgs a) {
     rope_shift_pair(a, i / (uint64_t(a.n_heads) * half), uint32_t(i / half % a.n_heads), uint32_t(i % half));
 }
 
-// Sum of v over the CUDA block (blockDim.x a multiple of 32, <= 1024); every thread gets it.
-__device__ uint32_t block_sum(uint32_t v, uint32_t* smem) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
-  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-  __syncthreads();
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  uint32_t t = 0;
-  for (uint32_t w = 0; w < nw; ++w) t += smem[w];
-  return t;
+// Selection runs one warp per set (kSetsPerBlock sets per CUDA block): every sum is a warp
+// shuffle, with no block-wide barrier, so a set's 64 radix rounds take a few microseconds and the
+// sets of a request run side by side.
+constexpr uint32_t kSetsPerBlock = 8;
+
+__device__ uint32_t warp_sum(uint32_t v) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
-// Compaction of set s's marks into idx/count (chunk_selected / chunk_write).
-__device__ void compact(const SelectArgs& a, uint32_t s, uint32_t* smem) {
-  const uint32_t tid = threadIdx.x, nt = blockDim.x;
-  __syncthreads();
-  smem[32 + tid] = chunk_selected(a, s, tid, nt);
-  __syncthreads();
-  if (tid == 0) {
-    uint32_t run = 0;
-    for (uint32_t t = 0; t < nt; ++t) {
-      const uint32_t m = smem[32 + t];
-      smem[32 + t] = run;
-      run += m;
-    }
-    if (a.count) a.count[s] = run;
+// Compaction of set s's marks into idx/count (chunk_selected / chunk_write), by one warp.
+__device__ void compact(const SelectArgs& a, uint32_t s, uint32_t lane) {
+  __syncwarp();
+  const uint32_t mine = chunk_selected(a, s, lane, 32);
+  uint32_t incl = mine;
+  for (int o = 1; o < 32; o *= 2) {
+    const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= uint32_t(o)) incl += v;
   }
-  __syncthreads();
-  if (a.idx) chunk_write(a, s, tid, nt, smem[32 + tid]);
+  const uint32_t total = __shfl_sync(0xffffffffu, incl, 31);
+  if (lane == 0 && a.count) a.count[s] = total;
+  if (a.idx) chunk_write(a, s, lane, 32, incl - mine);
 }
 
-__device__ void topk_set(const SelectArgs& a, uint32_t s, uint32_t* smem) {
-  const uint32_t tid = threadIdx.x, nt = blockDim.x;
-  const uint32_t forced = block_sum(topk_count_forced(a, tid, nt), smem);
+__device__ void topk_set(const SelectArgs& a, uint32_t s, uint32_t lane) {
+  const uint32_t forced = warp_sum(topk_count_forced(a, lane, 32));
   const uint32_t m = a.k > forced ? a.k - forced : 0;
   uint64_t thr = 0;
-  if (m > 0) thr = radix_select(m, [&](uint64_t p) { return block_sum(topk_count_ge(a, s, tid, nt, p), smem); });
-  for (uint32_t c = tid; c < a.n; c += nt) topk_mark(a, s, c, m, thr);
-  compact(a, s, smem);
+  if (m > 0) thr = radix_select(m, [&](uint64_t p) { return warp_sum(topk_count_ge(a, s, lane, 32, p)); });
+  for (uint32_t c = lane; c < a.n; c += 32) topk_mark(a, s, c, m, thr);
+  compact(a, s, lane);
 }
 
 __global__ void topk_kernel(SelectArgs a) {
-  __shared__ uint32_t smem[32 + 1024];
-  topk_set(a, blockIdx.x, smem);
+  const uint32_t s = blockIdx.x * kSetsPerBlock + threadIdx.x / 32;
+  if (s < a.S) topk_set(a, s, threadIdx.x % 32);
 }
 
 __global__ void psa_kernel(SelectArgs a) {
-  __shared__ uint32_t smem[32 + 1024];
-  for (uint32_t c = threadIdx.x; c < a.n; c += blockDim.x) psa_mark(a, blockIdx.x, c);
-  compact(a, blockIdx.x, smem);
+  const uint32_t s = blockIdx.x * kSetsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (s >= a.S) return;
+  for (uint32_t c = lane; c < a.n; c += 32) psa_mark(a, s, c);
+  compact(a, s, lane);
 }
 
 __global__ void score_topk_kernel(ScoreArgs sc, SelectArgs a) {
-  __shared__ uint32_t smem[32 + 1024];
-  for (uint32_t c = threadIdx.x; c < sc.n; c += blockDim.x) score_block(sc, blockIdx.x, c);
+  const uint32_t s = blockIdx.x * kSetsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (s >= a.S) return;
+  for (uint32_t c = lane; c < sc.n; c += 32) score_block(sc, s, c);
+  __syncwarp();
   __threadfence_block();
-  __syncthreads();
-  topk_set(a, blockIdx.x, smem);
+  topk_set(a, s, lane);
 }
+
+uint32_t set_blocks(uint32_t S) { return (S + kSetsPerBlock - 1) / kSetsPerBlock; }
 
 cudaError_t launched() { return cudaGetLastError(); }
 
@@ -145,14 +141,14 @@ cudaError_t sign_hash(const SignHashArgs& a, cudaStream_t stream) {
 cudaError_t select_topk(const SelectArgs& a, cudaStream_t stream) {
   if (!a.score || !a.mark || (a.idx && a.idx_cap == 0)) return cudaErrorInvalidValue;
   if (a.S == 0 || a.n == 0) return cudaSuccess;
-  topk_kernel<<<a.S, 1024, 0, stream>>>(a);
+  topk_kernel<<<set_blocks(a.S), 32 * kSetsPerBlock, 0, stream>>>(a);
   return launched();
 }
 
 cudaError_t select_psa(const SelectArgs& a, cudaStream_t stream) {
   if (!a.score || !a.mark || (a.idx && a.idx_cap == 0)) return cudaErrorInvalidValue;
   if (a.S == 0 || a.n == 0) return cudaSuccess;
-  psa_kernel<<<a.S, 1024, 0, stream>>>(a);
+  psa_kernel<<<set_blocks(a.S), 32 * kSetsPerBlock, 0, stream>>>(a);
   return launched();
 }
 
@@ -161,7 +157,7 @@ cudaError_t score_select_topk(const ScoreArgs& sc, const SelectArgs& sel, cudaSt
   if (!sc.r || !sc.out || !sel.mark || sc.n > sc.C || (sc.kind == kScoreHamming ? !sc.code : !sc.q))
     return cudaErrorInvalidValue;
   if (sc.S == 0 || sc.n == 0) return cudaSuccess;
-  score_topk_kernel<<<sc.S, 1024, 0, stream>>>(sc, sel);
+  score_topk_kernel<<<set_blocks(sc.S), 32 * kSetsPerBlock, 0, stream>>>(sc, sel);
   return launched();
 }
 

@@ -31,10 +31,14 @@ int rope_shift(const ucm::kernels::RopeShiftArgs* a, void* stream) {
   return int(ucm::kernels::rope_shift(*a, as_stream(stream)));
 }
 int stream_sync(void* stream) { return int(cudaStreamSynchronize(as_stream(stream))); }
+int device_malloc(size_t bytes, void** out) { return int(cudaMalloc(out, bytes)); }
+int device_free(void* p) { return int(cudaFree(p)); }
+int copy_to_host(void* dst, const void* src, size_t bytes) { return int(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault)); }
 
 const ucm_cuda_plugin kTable = {
     sizeof(ucm_cuda_plugin), ucm::kernels::kUcmCudaPluginAbi, "cuda", device_count, error_string, set_device,
     host_alloc, host_free, scatter_layer, event_record, launch_host_func, rope_shift, stream_sync,
+    device_malloc, device_free, copy_to_host,
 };
 
 }  // namespace

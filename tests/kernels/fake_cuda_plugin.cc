@@ -55,10 +55,15 @@ int rope_shift(const k::RopeShiftArgs* a, void*) {
   return 0;
 }
 int stream_sync(void*) { return 0; }
+int copy_to_host(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+  return 0;
+}
 
 const ucm_cuda_plugin kTable = {
     sizeof(ucm_cuda_plugin), k::kUcmCudaPluginAbi, "fake", device_count, error_string, set_device, host_alloc,
-    host_free, scatter_layer, event_record, launch_host_func, rope_shift, stream_sync,
+    host_free, scatter_layer, event_record, launch_host_func, rope_shift, stream_sync, host_alloc, host_free,
+    copy_to_host,
 };
 
 }  // namespace

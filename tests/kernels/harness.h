@@ -16,8 +16,9 @@
 
 namespace ucm::kernels::host {
 
-/// The threads of one CUDA block in the selection kernels (a small odd count exercises striding).
-constexpr uint32_t kThreads = 7;
+/// The threads per set of the selection kernels: one warp (32). The tests also run 7, an odd
+/// count, to exercise striding and uneven compaction chunks.
+constexpr uint32_t kThreads = 32;
 
 /// The gather kernel's grid. Throws if a thread's access is not aligned to its unit (the GPU
 /// would fault on it).

@@ -32,6 +32,11 @@ struct ucm_cuda_plugin {
   int (*launch_host_func)(void* stream, void (*fn)(void*), void* data);
   int (*rope_shift)(const ucm::kernels::RopeShiftArgs* a, void* stream);
   int (*stream_sync)(void* stream);
+  /// Device memory for benches and tests (cudaMalloc / cudaFree), and a synchronous copy of
+  /// device (or any) memory to the host (cudaMemcpy, cudaMemcpyDefault).
+  int (*device_malloc)(size_t bytes, void** out);
+  int (*device_free)(void* p);
+  int (*copy_to_host)(void* dst, const void* src, size_t bytes);
 };
 
 /// The entry point of libucm_cuda.so.
