@@ -8,6 +8,7 @@
 #include "ucm/bench/retrieval_bench.h"
 #include "ucm/bench/store_bench.h"
 #include "bench_index.h"
+#include "bench_kernels.h"
 #include "common.h"
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
 #include "bench_precompute.h"
@@ -24,6 +25,7 @@ CLI::App* setup_bench(CLI::App& app) {
   setup_bench_store(*bench);
   setup_bench_index(*bench);
   setup_bench_retrieval(*bench);
+  setup_bench_kernels(*bench);
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
   setup_bench_precompute(*bench);
 #endif
@@ -74,6 +76,12 @@ void setup_bench_store(CLI::App& bench) {
   c->add_option("--io-threads", a->o.io_threads,
                 "Store I/O threads (OpenOptions::io_threads); 0 = the queue depth")
       ->capture_default_str();
+  c->add_option("--device", a->o.device,
+                "Also load every block into a paged KV cache on this CUDA device (ucm_store_load_ex), cold, "
+                "against the host load (-1: no)")
+      ->capture_default_str()
+      ->expected(0, 1)
+      ->default_str("0");
   c->add_option("--batch", a->o.batch, "Blocks per dump / load task")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));

@@ -35,6 +35,8 @@ void setup_bench_precompute(CLI::App& bench) {
   c->add_option("--max-doc-tokens", a->o.max_doc_tokens, "Cut documents here (0 = model maximum)")
       ->capture_default_str();
   c->add_option("--dtype", a->dtype, "Payload dtype")->capture_default_str();
+  c->add_option("--device", a->o.device, "Where prefill runs: cpu, cuda or cuda:N (a CUDA libtorch)")
+      ->capture_default_str();
   add_common_flags(c, &a->common);
   c->callback([a] {
     precompute::BenchResult r;

@@ -13,7 +13,8 @@ namespace ucm::cli {
 namespace {
 
 struct PrecomputeArgs {
-  std::string config, model, tokenizer, corpus, corpus_suffix, store, tmpl, ns_name, dtype, shard, shard_name, dense;
+  std::string config, model, tokenizer, corpus, corpus_suffix, store, tmpl, ns_name, dtype, shard, shard_name, dense,
+      device;
   uint32_t block_size = 16, hash_bits = 128;
   uint64_t limit = 0, batch_tokens = 4096, max_doc_tokens = 0;
   bool resume = false, strict = false, chunks = false;
@@ -47,6 +48,7 @@ void run(const PrecomputeArgs& a) {
   set_str("store", a.store, &o.store);
   set_str("template", a.tmpl, &o.template_file);
   set_str("namespace-name", a.ns_name, &o.namespace_name);
+  set_str("device", a.device, &o.device);
   if (was_given(a, "block-size")) o.block_size = a.block_size;
   if (was_given(a, "hash-bits")) o.hash_bits = a.hash_bits;
   if (was_given(a, "limit")) o.limit = a.limit;
@@ -115,6 +117,9 @@ CLI::App* setup_precompute(CLI::App& app) {
       "else $UCM_SHARD or the host name)");
   add("--batch-tokens", "batch-tokens", &a->batch_tokens, "Padded tokens per prefill batch (default 4096)")
       ->check(CLI::PositiveNumber);
+  add("--device", "device", &a->device,
+      "Where prefill runs: cpu (default), cuda or cuda:N (needs ucm built with a CUDA libtorch, e.g. "
+      "PyTorch's; docs/precompute.md)");
   add("--max-doc-tokens", "max-doc-tokens", &a->max_doc_tokens,
       "Cut longer documents (template included) here (default: max_position_embeddings)");
   sub->add_flag("--resume", a->resume, "Skip documents already registered in the namespace");

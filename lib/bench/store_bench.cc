@@ -26,6 +26,8 @@
 
 #include "ucm/bench/bench_util.h"
 #include "ucm/bench/raw_io.h"
+#include "ucm/core/cuda_plugin.h"
+#include "ucm/core/device_load.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
 #include "ucm/store.h"
@@ -74,6 +76,47 @@ std::string fmt(const char* f, double v) {
   std::snprintf(b, sizeof b, f, v);
   return b;
 }
+
+/// A paged KV cache in GPU memory for the --device pass, allocated through libucm_cuda.so (so
+/// ucm_bench links no CUDA): L * 2 caches of `slots` NHD pages of all heads.
+struct DeviceCache {
+  const ucm_cuda_plugin* p = nullptr;
+  std::vector<void*> caches;
+  uint64_t page = 0;
+  NamespaceDesc d;
+  ~DeviceCache() {
+    for (void* c : caches) (void)p->device_free(c);
+  }
+  Status open(const NamespaceDesc& desc, int device, uint64_t slots) {
+    d = desc;
+    UCM_RETURN_IF_ERROR(detail::cuda_plugin(&p));
+    UCM_RETURN_IF_ERROR(detail::cuda_status(*p, p->set_device(device), "cudaSetDevice"));
+    dev = device;
+    page = uint64_t(d.block_size) * d.num_kv_heads * d.head_dim * dtype_size(d.dtype);
+    for (uint32_t k = 0; k < d.num_layers * 2; ++k) {
+      void* c = nullptr;
+      UCM_RETURN_IF_ERROR(detail::cuda_status(*p, p->device_malloc(slots * page, &c), "cudaMalloc"));
+      caches.push_back(c);
+    }
+    return Status::OK();
+  }
+  Status load(Store& reader, const NamespaceId& ns, const BlockHash* h, uint64_t n, uint64_t first_slot,
+              std::shared_ptr<Task>* out) {
+    detail::DeviceDest dd;
+    dd.layer_caches = caches;
+    dd.device = dev;
+    for (uint64_t k = 0; k < n; ++k) dd.slots.push_back(int64_t(first_slot + k));
+    return detail::load_device(reader, ns, h, n, std::move(dd), out);
+  }
+  /// Layer 0's K page of `slot`, into dst (host).
+  Status first_page(uint64_t slot, void* dst) {
+    return detail::cuda_status(*p, p->copy_to_host(dst, static_cast<uint8_t*>(caches[0]) + slot * page, page),
+                               "cudaMemcpy device to host");
+  }
+  /// The scatter path a load of this shape takes.
+  std::string path() const { return page >= kernels::kMinCopyRunBytes ? "copies" : "kernel"; }
+  int dev = 0;
+};
 
 /// Tiny-payload namespace of the lookup index: 1 layer x 16 tokens x 1 head x 1 dim (64 bytes).
 NamespaceDesc lookup_namespace() {
@@ -287,6 +330,12 @@ std::string StoreBenchReport::to_json() const {
   l["verified_samples"] = load_verified_samples;
   l["ratio_vs_raw_rand_read"] = load_ratio();
   j["load"] = l;
+  if (load_device.count) {
+    J dv = fig(load_device);
+    dv["scatter_path"] = device_path;
+    dv["ratio_vs_host_load"] = load.gbps() > 0 ? load_device.gbps() / load.gbps() : 0.0;
+    j["load_device"] = dv;
+  }
   // Every load mode against every raw mode.
   J modes = J::array();
   auto ratios = [&](const Figure& f) {
@@ -377,6 +426,9 @@ std::string StoreBenchReport::to_text() const {
       fmt("%.2fx", raw_best_gbps() > 0 ? load_best_gbps() / raw_best_gbps() : 0), fmt(">=%.2fx", kLoadBestTarget),
       result("load_best"));
   s += "best raw read: " + raw_best_mode() + "; best load: " + load_best_mode() + "\n";
+  if (load_device.count)
+    row(("load into GPU memory (" + device_path + ")").c_str(), fmt("%.2f GB/s", load_device.gbps()),
+        fmt("%.2f GB/s", load.gbps()), fmt("%.2fx", load.gbps() > 0 ? load_device.gbps() / load.gbps() : 0), "", "");
   if (lookup_index_blocks) {
     row("lookups (1 thread, wall)", fmt("%.2f M/s", lookups_per_s() / 1e6), "", "",
         fmt(">=%.1f M/s", kLookupTarget / 1e6), result("lookup"));
@@ -555,7 +607,8 @@ Status run_store_bench(const StoreBenchOptions& o, StoreBenchReport* r) {
       "every load pass; the first load pass reads with O_DIRECT (OpenOptions::direct_io=true), the "
       "others as their mode says";
   // One load pass: every block once, random order, from a read-only handle opened with `lo`.
-  auto load_pass = [&](const OpenOptions& lo, Figure* out) -> Status {
+  // dev: into a paged KV cache on that CUDA device (nullptr: host memory).
+  auto load_pass = [&](const OpenOptions& lo, Figure* out, DeviceCache* dev = nullptr) -> Status {
     Status s = drop_data_cache(path);
     if (!s.ok()) return with_phase("drop page cache", s);
     std::unique_ptr<Store> reader;
@@ -597,7 +650,15 @@ Status run_store_bench(const StoreBenchOptions& o, StoreBenchReport* r) {
           p.hashes[k] = hashes[order[next + k]];
           p.dest.ptrs.push_back(dst[p.slot * o.batch + k].get());
         }
-        p.task = reader->load(ns, p.hashes.data(), cnt, p.dest);
+        if (dev) {
+          s = dev->load(*reader, ns, p.hashes.data(), cnt, p.slot * o.batch, &p.task);
+          if (!s.ok()) {
+            for (auto& pp : q) (void)pp.task->wait(-1);
+            return with_phase("device load", s);
+          }
+        } else {
+          p.task = reader->load(ns, p.hashes.data(), cnt, p.dest);
+        }
         q.push_back(std::move(p));
         next += cnt;
       }
@@ -607,9 +668,14 @@ Status run_store_bench(const StoreBenchOptions& o, StoreBenchReport* r) {
         for (auto& p : q) (void)p.task->wait(-1);  // draining after an error: the first error is returned
         return with_phase("load", ws);
       }
-      // Sample check: the first block of every task equals its source.
+      // Sample check: the first block of every task equals its source (on a device: its layer-0
+      // K page).
       uint64_t bi = order[f.first];
-      if (std::memcmp(dst[f.slot * o.batch].get(), src[bi % pool_n].get(), o.block_bytes) != 0) {
+      if (dev) {
+        s = dev->first_page(f.slot * o.batch, dst[f.slot * o.batch].get());
+        if (!s.ok()) return with_phase("device load: copy back", s);
+      }
+      if (std::memcmp(dst[f.slot * o.batch].get(), src[bi % pool_n].get(), dev ? dev->page : o.block_bytes) != 0) {
         for (auto& p : q) (void)p.task->wait(-1);  // draining after an error: the first error is returned
         return Status::Internal("load: block " + to_hex(hashes[bi]) +
                                 " came back with bytes different from those dumped");
@@ -629,6 +695,15 @@ Status run_store_bench(const StoreBenchOptions& o, StoreBenchReport* r) {
   };
   s = load_pass(ropts, &r->load);
   if (!s.ok()) return s;
+  if (o.device >= 0) {
+    DeviceCache dc;
+    s = dc.open(desc, o.device, uint64_t(o.batch) * o.inflight);
+    if (!s.ok()) return with_phase("device cache", s);
+    progress("load: into GPU " + std::to_string(o.device) + " (paged NHD cache), page cache dropped");
+    s = load_pass(ropts, &r->load_device, &dc);
+    if (!s.ok()) return s;
+    r->device_path = dc.path();
+  }
   if (o.deep_queue_depth) {
     OpenOptions lo = ropts;
     lo.io_threads = o.deep_queue_depth;

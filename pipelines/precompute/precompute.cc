@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <torch/torch.h>
+
 #include "internal.h"
 #include "llama_model.h"
 #include "signals.h"
@@ -23,8 +25,20 @@ Status load_model(const PrecomputeOptions& o, const Resources& res,
     return Status::OK();
   }
   if (o.model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR (or `model:` in --config)");
+  torch::Device dev = torch::kCPU;
   try {
-    *owned = model::LlamaModel::load(o.model_dir);
+    dev = torch::Device(o.device);
+  } catch (const std::exception&) {
+    return Status::InvalidArgument("--device " + o.device + ": use cpu, cuda or cuda:N");
+  }
+  if (dev.is_cuda() && !torch::cuda::is_available())
+    return Status::NotSupported("--device " + o.device +
+                                ": this libtorch has no CUDA or sees no GPU (Debian's libtorch is CPU-only; build "
+                                "ucm with PyTorch's CUDA libtorch: CMAKE_PREFIX_PATH=$(python3 -c 'import torch; "
+                                "print(torch.utils.cmake_prefix_path)'), docs/precompute.md)");
+  if (!dev.is_cpu() && !dev.is_cuda()) return Status::InvalidArgument("--device " + o.device + ": use cpu, cuda or cuda:N");
+  try {
+    *owned = model::LlamaModel::load(o.model_dir, dev);
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("cannot load model from ") + o.model_dir + ": " + e.what() +
                                    " (a Hugging Face Llama-family directory is required; for the default model run "

@@ -80,7 +80,8 @@ std::string BenchResult::to_json() const {
                       {"prefill_tokens_per_second", prefill_tokens_per_second},
                       {"precompute_seconds", precompute_seconds},
                       {"precompute_tokens_per_second", precompute_tokens_per_second},
-                      {"ratio", ratio}};
+                      {"ratio", ratio},
+                      {"device", device}};
   return j.dump();
 }
 

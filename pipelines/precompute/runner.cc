@@ -100,7 +100,7 @@ class Runner {
     max_tokens_ -= max_tokens_ % bs_;
     auto P = torch::from_blob(const_cast<float*>(proj.data()), {L_, H_, D_, int64_t(o.hash_bits)},
                               torch::kFloat32);
-    for (int64_t l = 0; l < L_; ++l) proj_.push_back(P[l].clone());
+    for (int64_t l = 0; l < L_; ++l) proj_.push_back(P[l].to(m.device()).clone());
   }
 
   /// Chunk mode (o.chunks): documents are tokenized apart and follow the chunk prefix.
@@ -431,12 +431,15 @@ class Runner {
     std::vector<torch::Tensor> kf(static_cast<size_t>(L_)), dots(static_cast<size_t>(L_));
     b->kp.resize(size_t(L_));
     b->vp.resize(size_t(L_));
+    // On a GPU everything below up to the host copies runs on the device (the model's).
+    const auto host = torch::kCPU;
     for (int64_t l = 0; l < L_; ++l) {
-      kf[size_t(l)] = b->out.k[size_t(l)].contiguous();
-      b->kp[size_t(l)] = kf[size_t(l)].to(dt).contiguous();
-      b->vp[size_t(l)] = b->out.v[size_t(l)].to(dt).contiguous();
+      const auto& k = b->out.k[size_t(l)];
       // [B, T, H, D] x [H, D, NB] -> [B, T, H, NB]
-      dots[size_t(l)] = torch::einsum("bthd,hdj->bthj", {kf[size_t(l)], proj_[size_t(l)]}).contiguous();
+      dots[size_t(l)] = torch::einsum("bthd,hdj->bthj", {k, proj_[size_t(l)]}).to(host).contiguous();
+      b->kp[size_t(l)] = k.to(dt).to(host).contiguous();
+      b->vp[size_t(l)] = b->out.v[size_t(l)].to(dt).to(host).contiguous();
+      kf[size_t(l)] = k.to(host).contiguous();
     }
     b->out = {};
     const size_t esz = dtype_size(o_.dtype);

@@ -458,4 +458,24 @@ TEST_F(PrecomputeCliTest, ShippedConfigWithOverrides) {
   EXPECT_FALSE(fs::exists(root_ / "cfg-bad"));
 }
 
+// --device cuda where libtorch has no CUDA (Debian's) or there is no GPU: refused before any work,
+// naming what to do; nothing is created. On a GPU build with a device, it must run instead.
+TEST_F(PrecomputeCliTest, DeviceCudaWithoutCudaIsRefusedClearly) {
+  std::string out, err;
+  const fs::path store = root_ / "dev";
+  const int rc = run_ucm({"precompute", "--device", "cuda", "--store", store.string(), "--corpus", corpus_.string(),
+                          "--limit", "1", "--max-doc-tokens", "48", "--model", model_dir(), "--json"},
+                         root_ / "dev-run", &out, &err);
+  if (rc == 0) GTEST_SKIP() << "this build has a CUDA libtorch and a GPU";
+  EXPECT_EQ(rc, 1) << err;
+  EXPECT_NE(err.find("NOT_SUPPORTED"), std::string::npos) << err;
+  EXPECT_NE(err.find("CUDA"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(store / "UCMSTORE"));
+  EXPECT_EQ(run_ucm({"precompute", "--device", "tpu", "--store", store.string(), "--corpus", corpus_.string(),
+                     "--model", model_dir()},
+                    root_ / "dev-run2", &out, &err),
+            1);
+  EXPECT_NE(err.find("use cpu, cuda or cuda:N"), std::string::npos) << err;
+}
+
 }  // namespace

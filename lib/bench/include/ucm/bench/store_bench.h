@@ -54,6 +54,9 @@ struct StoreBenchOptions {
   double lookup_seconds = 3.0;
   /// Seed of tokens and orders; 0 = random (so repeated --keep runs write new blocks).
   uint64_t seed = 0;
+  /// >= 0: also load every block into a paged KV cache on this CUDA device (ucm_store_load_ex's
+  /// device path, NHD pages), cold as the first load pass, and report it against that pass.
+  int device = -1;
   /// Progress lines (stderr in the CLI). Null = silent.
   std::function<void(const std::string&)> progress;
 };
@@ -86,6 +89,8 @@ struct StoreBenchReport {
   uint32_t deep_queue_depth = 0, buffered_threads = 0;
   Figure dump, load;
   Figure load_deep, load_buffered;  ///< loads in the modes of the two raw passes above
+  Figure load_device;               ///< --device: the first pass's load into GPU memory
+  std::string device_path;          ///< --device: "copies" or "kernel" (the scatter's path)
   /// The best raw random-read rate and the best load rate of the run, with their modes' names.
   double raw_best_gbps() const;
   double load_best_gbps() const;

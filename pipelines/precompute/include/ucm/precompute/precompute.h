@@ -60,12 +60,17 @@ struct PrecomputeOptions {
   uint32_t max_batches_in_flight = 3;///< bound on live batches (memory bound)
   uint32_t sort_window_batches = 8;  ///< documents buffered for length sorting, in batches
   bool handle_signals = true;        ///< SIGINT/SIGTERM stop reading and finish in-flight work
+  /// Where prefill runs: "cpu" or "cuda" / "cuda:N" (needs a CUDA-enabled libtorch, e.g.
+  /// PyTorch's: docs/precompute.md, "On a GPU"). On a GPU the K/V, their store-dtype copies and
+  /// the R4 projections are computed on the device and come back to host memory per batch; the
+  /// store writes of a batch overlap the next batch's prefill as on the CPU.
+  std::string device = "cpu";
 };
 
 /// Reads a YAML config (configs/precompute.yaml) into `o`: keys are the option names above
 /// (model, tokenizer, corpus, corpus_suffix, store, template, namespace_name, block_size, dtype,
 /// hash_bits, dense_layers, projection_seed, limit, shard ("I/N"), resume, strict, batch_tokens,
-/// max_doc_tokens, max_batches_in_flight). Unknown keys are an InvalidArgument error naming them.
+/// max_doc_tokens, max_batches_in_flight, device). Unknown keys are an InvalidArgument error naming them.
 Status load_config(const std::string& path, PrecomputeOptions* o);
 /// Parses "I/N" (0 <= I < N).
 Status parse_shard(const std::string& s, uint32_t* index, uint32_t* count);
@@ -123,6 +128,7 @@ struct BenchResult {
   double precompute_seconds = 0, precompute_tokens_per_second = 0;
   double precompute_prefill_seconds = 0;  ///< time inside LlamaModel::forward during the precompute
   double ratio = 0;  ///< precompute / prefill throughput (target >= 0.9)
+  std::string device = "cpu";  ///< where prefill ran (--device)
   std::string to_json() const;
   std::string to_text() const;
 };
