@@ -37,6 +37,9 @@ install(CODE "
 if(TARGET ucm_cli)
   install(TARGETS ucm_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
+if(TARGET ucm_cuda)  # dlopened by libucm for device loads (ucm_store_load_ex), beside it
+  install(TARGETS ucm_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 if(TARGET ucm_torch_cli)  # run by `ucm` for its libtorch subcommands (cmd/torch_commands.h)
   install(TARGETS ucm_torch_cli RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/ucm)
 endif()

@@ -31,8 +31,14 @@ Loaded load() {
     tries.emplace_back(env);
   } else {
     const std::string name = UCM_CUDA_PLUGIN_NAME;  // libucm_cuda.so.<SOVERSION>, lib/CMakeLists.txt
+    // Beside the object holding this code: libucm.so, or a binary that links ucm_core statically
+    // (the `ucm` CLI: then its ../lib, where the build tree and installs put the libraries).
     const std::string dir = libucm_dir();
-    if (!dir.empty()) tries.push_back(dir + name);
+    if (!dir.empty()) {
+      tries.push_back(dir + name);
+      tries.push_back(dir + "../lib/" + name);
+      tries.push_back(dir + "../" UCM_INSTALL_LIBDIR "/" + name);
+    }
     tries.push_back(name);
   }
   std::string errors;
