@@ -55,12 +55,16 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
     }
     if (r == DocSource::Result::kSkipped) continue;
     ++seen;
-    if (d.text.find_first_not_of(" \t\r\n\f\v") == std::string::npos) continue;
     std::vector<int32_t> ids;
-    try {
-      ids = tk->encode(src->prefix() + d.text + src->suffix());
-    } catch (const tok::TokenizerError&) {
-      continue;
+    if (d.has_token_ids) {
+      ids = d.token_ids;  // a token-ids corpus (docs/corpus.md): stored as given, as precompute does
+    } else {
+      if (d.text.find_first_not_of(" \t\r\n\f\v") == std::string::npos) continue;
+      try {
+        ids = tk->encode(src->prefix() + d.text + src->suffix());
+      } catch (const tok::TokenizerError&) {
+        continue;
+      }
     }
     if (ids.size() > max_tokens) ids.resize(max_tokens);
     ids.resize(ids.size() - ids.size() % o.block_size);

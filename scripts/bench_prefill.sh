@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Prefill throughput of ucm against the engines a platform team would otherwise use, on the same
+# machine, the same documents and in one run (docs/benchmarks.md, "prefill: side by side").
+#
+#   scripts/bench_prefill.sh [--docs N] [--max-doc-tokens N] [--out DIR]
+#
+# Documents: the first N (24) of the default corpus (Debian's python3.11-doc sources, the chat
+# template of configs/), tokenized once by `ucm tokenize` and cut at 512 tokens (whole blocks),
+# written as a token-ids corpus that every engine reads:
+#   ucm bench precompute   bare prefill and full precompute (store dtype bf16 and fp32)
+#   vLLM CPU build         .venv-vllm (scripts/venv_vllm.sh): max_tokens=1, prefix caching off
+#   transformers           .venv-torch (scripts/venv_torch.sh)
+#   matmul limit           torch.matmul GFLOP/s of the model's MLP shape, fp32 and bf16, and the
+#                          prefill tokens/s that bounds (2 FLOPs per parameter per token)
+# An engine whose venv is missing is reported as skipped. Output: DIR/prefill.json and a
+# markdown table on stdout, with the CPU model.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DOCS=24
+CUT=512
+OUT=out/bench_prefill
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --docs) DOCS=$2; shift 2 ;;
+    --max-doc-tokens) CUT=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
+    *) echo "bench_prefill: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+UCM=${UCM_BIN:-build/bin/ucm}
+MODEL=${MODEL:-models/SmolLM2-135M-Instruct}
+CORPUS=/usr/share/doc/python3.11/html/_sources
+[ -x "$UCM" ] || { echo "bench_prefill: no $UCM (run scripts/build.sh)" >&2; exit 1; }
+[ -f "$MODEL/config.json" ] || { echo "bench_prefill: no model at $MODEL (scripts/fetch_model.py)" >&2; exit 1; }
+mkdir -p "$OUT"
+IDS=$OUT/ids.jsonl
+"$UCM" tokenize --model "$MODEL" --template configs/template_chat.txt --corpus "$CORPUS" \
+  --corpus-suffix .rst.txt --limit "$DOCS" >"$OUT/ids_full.jsonl" || exit 1
+python3 - "$OUT/ids_full.jsonl" "$IDS" "$CUT" <<'PY'
+import json, sys
+src, dst, cut = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(dst, "w") as f:
+    for line in open(src):
+        e = json.loads(line)
+        ids = e["token_ids"][:cut]
+        ids = ids[: len(ids) - len(ids) % 16]
+        if ids:
+            f.write(json.dumps({"id": e["id"], "token_ids": ids}) + "\n")
+PY
+PARAMS=$(python3 -c "
+import json; c = json.load(open('$MODEL/config.json'))
+h, i, L, v = c['hidden_size'], c['intermediate_size'], c['num_hidden_layers'], c['vocab_size']
+hd = c.get('head_dim', h // c['num_attention_heads'])
+q, kv = c['num_attention_heads'] * hd, c['num_key_value_heads'] * hd
+print(L * (h * (q + 2 * kv) + q * h + 3 * h * i))")  # matmul parameters per token (no embedding)
+RES=$OUT/results.jsonl
+: >"$RES"
+run() {  # name, command...
+  local name=$1; shift
+  echo "bench_prefill: $name" >&2
+  if out=$("$@" 2>"$OUT/$name.stderr.txt"); then
+    echo "$out" | tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); d['name']='$name'; print(json.dumps(d))" >>"$RES"
+  else
+    echo "{\"name\": \"$name\", \"error\": $(tail -c 400 "$OUT/$name.stderr.txt" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$RES"
+  fi
+}
+for dt in bf16 fp32; do
+  run "ucm-$dt" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" --template "" --docs "$DOCS" \
+    --max-doc-tokens "$CUT" --dtype "$dt" --json
+done
+for dt in bfloat16 float32; do
+  if [ -x .venv-vllm/bin/python ]; then run "vllm-$dt" .venv-vllm/bin/python scripts/bench_prefill_engines.py vllm --model "$MODEL" --ids "$IDS" --dtype "$dt"
+  else echo "{\"name\": \"vllm-$dt\", \"error\": \"skipped: no .venv-vllm (scripts/venv_vllm.sh)\"}" >>"$RES"; fi
+  if [ -x .venv-torch/bin/python ]; then
+    run "hf-$dt" .venv-torch/bin/python scripts/bench_prefill_engines.py hf --model "$MODEL" --ids "$IDS" --dtype "$dt"
+    run "matmul-$dt" .venv-torch/bin/python scripts/bench_prefill_engines.py matmul --dtype "$dt" --params "$PARAMS"
+  else echo "{\"name\": \"hf-$dt\", \"error\": \"skipped: no .venv-torch (scripts/venv_torch.sh)\"}" >>"$RES"; fi
+done
+python3 - "$RES" "$OUT/prefill.json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+flags = open("/proc/cpuinfo").read()
+isa = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f" {f}" in flags]
+json.dump({"cpu": cpu, "isa": isa, "rows": rows}, open(sys.argv[2], "w"), indent=1)
+print(f"CPU: {cpu} ({', '.join(isa)})\n")
+print("| engine | dtype | prefill tokens/s | note |")
+print("|---|---|---|---|")
+for r in rows:
+    if "error" in r:
+        print(f"| {r['name']} | | | {r['error'][:120]} |")
+    elif r["name"].startswith("ucm"):
+        print(f"| ucm bench precompute, bare prefill | store {r['name'][4:]}, compute fp32 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches |")
+        print(f"| ucm bench precompute, full precompute | store {r['name'][4:]} | {r['precompute_tokens_per_second']:.1f} | ratio {r['ratio']:.3f} |")
+    elif r["engine"] == "matmul":
+        print(f"| matmul limit ({r['gflops']:.0f} GFLOP/s) | {r['dtype']} | {r.get('tokens_per_second_bound', 0):.0f} | bound at 2 FLOPs/param/token |")
+    else:
+        print(f"| {r['engine']} {r.get('version', '')} | {r['dtype']} | {r['tokens_per_second']:.1f} | {r['tokens']} tokens in {r['seconds']:.2f} s |")
+PY
