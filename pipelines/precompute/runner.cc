@@ -4,6 +4,7 @@
 
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -431,16 +432,24 @@ class Runner {
     std::vector<torch::Tensor> kf(static_cast<size_t>(L_)), dots(static_cast<size_t>(L_));
     b->kp.resize(size_t(L_));
     b->vp.resize(size_t(L_));
-    // On a GPU everything below up to the host copies runs on the device (the model's).
-    const auto host = torch::kCPU;
+    // On a GPU everything below up to the host copies runs on the device (the model's), and the
+    // results come back through pinned buffers, all copies in flight before one wait.
+    const bool gpu = m_.device().is_cuda();
+    auto to_host = [&](const torch::Tensor& t) {
+      if (!gpu) return t.contiguous();
+      auto h = torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(true));
+      h.copy_(t, /*non_blocking=*/true);
+      return h;
+    };
     for (int64_t l = 0; l < L_; ++l) {
       const auto& k = b->out.k[size_t(l)];
       // [B, T, H, D] x [H, D, NB] -> [B, T, H, NB]
-      dots[size_t(l)] = torch::einsum("bthd,hdj->bthj", {k, proj_[size_t(l)]}).to(host).contiguous();
-      b->kp[size_t(l)] = k.to(dt).to(host).contiguous();
-      b->vp[size_t(l)] = b->out.v[size_t(l)].to(dt).to(host).contiguous();
-      kf[size_t(l)] = k.to(host).contiguous();
+      dots[size_t(l)] = to_host(torch::einsum("bthd,hdj->bthj", {k, proj_[size_t(l)]}));
+      b->kp[size_t(l)] = to_host(k.to(dt));
+      b->vp[size_t(l)] = to_host(b->out.v[size_t(l)].to(dt));
+      kf[size_t(l)] = to_host(k);
     }
+    if (gpu) torch::cuda::synchronize();
     b->out = {};
     const size_t esz = dtype_size(o_.dtype);
     b->dumps.resize(size_t(B));
