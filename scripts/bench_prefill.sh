@@ -60,7 +60,16 @@ run() {  # name, command...
   local name=$1; shift
   echo "bench_prefill: $name" >&2
   if out=$("$@" 2>"$OUT/$name.stderr.txt"); then
-    echo "$out" | tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); d['name']='$name'; print(json.dumps(d))" >>"$RES"
+    # The report: the whole output (ucm pretty-prints it) or its last line (vLLM logs before it).
+    echo "$out" | python3 -c "
+import json, sys
+t = sys.stdin.read().strip()
+try:
+    d = json.loads(t)
+except ValueError:  # the last line that is a JSON object (vLLM logs its shutdown after it)
+    d = next(json.loads(l) for l in reversed(t.splitlines()) if l.startswith('{'))
+d['name'] = '$name'
+print(json.dumps(d))" >>"$RES"
   else
     echo "{\"name\": \"$name\", \"error\": $(tail -c 400 "$OUT/$name.stderr.txt" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$RES"
   fi
