@@ -89,11 +89,7 @@ struct DeviceCache {
   }
   Status open(const NamespaceDesc& desc, int device, uint64_t slots) {
     d = desc;
-    UCM_RETURN_IF_ERROR(detail::cuda_plugin(&p));
-    int count = 0;
-    if (p->device_count(&count) != 0 || device < 0 || device >= count)
-      return Status::NotSupported("--device " + std::to_string(device) + ": no such CUDA device (" +
-                                  std::to_string(count) + " devices)");
+    UCM_RETURN_IF_ERROR(detail::cuda_device(device, &p));
     UCM_RETURN_IF_ERROR(detail::cuda_status(*p, p->set_device(device), "cudaSetDevice"));
     dev = device;
     page = uint64_t(d.block_size) * d.num_kv_heads * d.head_dim * dtype_size(d.dtype);

@@ -101,12 +101,8 @@ UCM_API int ucm_rope_shift_device(const ucm_rope_params* rope, void* keys, int d
     if (rope->head_dim / 2 > ucm::kernels::kMaxRopePairs)
       return fail(UCM_E_INVALID, "ucm_rope_shift_device: head_dim " + std::to_string(rope->head_dim) + " > 512");
     const ucm_cuda_plugin* p = nullptr;
-    ucm::Status s = ucm::detail::cuda_plugin(&p);
-    if (!s.ok()) return fail(s);
-    int count = 0;
-    if (p->device_count(&count) != 0 || device < 0 || device >= count)
-      return fail(UCM_E_NOT_SUPPORTED, "ucm_rope_shift_device: CUDA device " + std::to_string(device) +
-                                           " is not available (" + std::to_string(count) + " devices)");
+    ucm::Status s = ucm::detail::cuda_device(device, &p);
+    if (!s.ok()) return fail(UCM_E_NOT_SUPPORTED, "ucm_rope_shift_device: " + s.message());
     if (n_tokens == 0 || delta == 0) return ok();
     auto a = std::make_unique<ucm::kernels::RopeShiftArgs>();
     a->keys = keys;

@@ -73,38 +73,37 @@ Status cuda_plugin(const ucm_cuda_plugin** out) {
   return loaded.status;
 }
 
+Status cuda_device(int device, const ucm_cuda_plugin** out) {
+  UCM_RETURN_IF_ERROR(cuda_plugin(out));
+  int count = 0;
+  const int e = (*out)->device_count(&count);
+  if (e != 0 || device < 0 || device >= count)
+    return Status::NotSupported("CUDA device " + std::to_string(device) + " is not available (" +
+                                std::to_string(e ? 0 : count) + " devices" +
+                                (e ? std::string("; cudaGetDeviceCount: ") + (*out)->error_string(e) : "") + ")");
+  return Status::OK();
+}
+
 Status cuda_status(const ucm_cuda_plugin& p, int err, const std::string& call) {
   if (err == 0) return Status::OK();
   return Status::IOError(call + ": " + p.error_string(err) + " (cudaError_t " + std::to_string(err) + ")");
 }
-
-struct PinnedPool::Impl {
-  std::mutex mu;
-  std::vector<std::pair<void*, size_t>> free;  // at most kKeep
-  std::vector<void*> release;                  // beyond kKeep: freed by the next take()
-  static constexpr size_t kKeep = 8;
-};
 
 PinnedPool& PinnedPool::get() {
   static PinnedPool* pool = new PinnedPool;  // never destroyed: buffers may come back at exit
   return *pool;
 }
 
-PinnedPool::Impl* PinnedPool::impl() {
-  static Impl* i = new Impl;
-  return i;
-}
-
 Status PinnedPool::take(const ucm_cuda_plugin& p, size_t bytes, void** out, size_t* cap) {
   std::vector<void*> release;
   {
-    std::lock_guard<std::mutex> g(impl()->mu);
-    release.swap(impl()->release);
+    std::lock_guard<std::mutex> g(mu_);
+    release.swap(release_);
   }
   for (void* r : release) (void)p.host_free(r);
   {
-    std::lock_guard<std::mutex> g(impl()->mu);
-    auto& f = impl()->free;
+    std::lock_guard<std::mutex> g(mu_);
+    auto& f = free_;
     size_t best = f.size();
     for (size_t i = 0; i < f.size(); ++i)
       if (f[i].second >= bytes && (best == f.size() || f[i].second < f[best].second)) best = i;
@@ -126,9 +125,9 @@ Status PinnedPool::take(const ucm_cuda_plugin& p, size_t bytes, void** out, size
 }
 
 void PinnedPool::give(void* ptr, size_t cap) {
-  std::lock_guard<std::mutex> g(impl()->mu);
-  auto& f = impl()->free;
-  if (f.size() < Impl::kKeep) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto& f = free_;
+  if (f.size() < kKeep) {
     f.emplace_back(ptr, cap);
     return;
   }
@@ -138,10 +137,10 @@ void PinnedPool::give(void* ptr, size_t cap) {
   for (size_t i = 1; i < f.size(); ++i)
     if (f[i].second < f[small].second) small = i;
   if (f[small].second < cap) {
-    impl()->release.push_back(f[small].first);
+    release_.push_back(f[small].first);
     f[small] = {ptr, cap};
   } else {
-    impl()->release.push_back(ptr);
+    release_.push_back(ptr);
   }
 }
 

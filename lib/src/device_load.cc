@@ -58,8 +58,7 @@ void run(std::shared_ptr<Job> jp) {
     j.args.layer = l;
     j.args.dst_k = j.dest.layer_caches[size_t(l) * 2];
     j.args.dst_v = j.dest.layer_caches[size_t(l) * 2 + 1];
-    int copies = 0;
-    err = cuda_status(p, p.scatter_layer(&j.args, j.dest.stream, &copies), "scatter of layer " + std::to_string(l));
+    err = cuda_status(p, p.scatter_layer(&j.args, j.dest.stream, nullptr), "scatter of layer " + std::to_string(l));
     if (err.ok() && !j.dest.layer_events.empty())
       err = cuda_status(p, p.event_record(j.dest.layer_events[l], j.dest.stream),
                         "cudaEventRecord of layer " + std::to_string(l));
@@ -115,12 +114,8 @@ Status load_device(Store& store, const NamespaceId& ns, const BlockHash* hashes,
   if (n && !hashes) return Status::InvalidArgument(where + "hashes is null with n > 0");
 
   auto j = std::make_shared<Job>();
-  UCM_RETURN_IF_ERROR(cuda_plugin(&j->p));
-  int count = 0;
-  Status s = cuda_status(*j->p, j->p->device_count(&count), "cudaGetDeviceCount");
-  if (!s.ok() || dest.device < 0 || dest.device >= count)
-    return Status::NotSupported(where + "CUDA device " + std::to_string(dest.device) + " is not available (" +
-                                std::to_string(count) + " devices" + (s.ok() ? "" : "; " + s.message()) + ")");
+  Status s = cuda_device(dest.device, &j->p);
+  if (!s.ok()) return Status(s.code(), where + s.message());
   j->task = std::make_shared<TaskImpl>(n);
   if (n == 0) {
     j->task->finish();

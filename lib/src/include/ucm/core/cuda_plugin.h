@@ -1,7 +1,10 @@
 // lib/src/include/ucm/core/cuda_plugin.h: libucm's access to libucm_cuda.so (ucm/kernels/plugin.h),
 // loaded on first use. Internal to libucm.
 #pragma once
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ucm/kernels/plugin.h"
 #include "ucm/status.h"
@@ -13,6 +16,10 @@ namespace ucm::detail {
 /// naming what was tried and the loader's error, when it cannot be loaded or has another ABI.
 /// The result of the first call is kept for the process.
 Status cuda_plugin(const ucm_cuda_plugin** out);
+
+/// cuda_plugin(), then checks that CUDA device `device` exists: NotSupported "CUDA device N is not
+/// available (K devices[; the runtime's error])" otherwise. What every device entry point calls first.
+Status cuda_device(int device, const ucm_cuda_plugin** out);
 
 /// "<call>: <CUDA error name text> (cudaError_t N)" as a Status (IOError for runtime failures).
 Status cuda_status(const ucm_cuda_plugin& p, int err, const std::string& call);
@@ -27,8 +34,10 @@ class PinnedPool {
   void give(void* p, size_t cap);
 
  private:
-  struct Impl;
-  Impl* impl();
+  static constexpr size_t kKeep = 8;
+  std::mutex mu_;
+  std::vector<std::pair<void*, size_t>> free_;  // at most kKeep
+  std::vector<void*> release_;                  // beyond kKeep: freed by the next take()
 };
 
 }  // namespace ucm::detail
