@@ -91,10 +91,10 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor
 
   const auto& L = layers_[size_t(li)];
   auto h = ops::rms_norm(x, L.ln1, eps);
-  auto qkv = L.bqkv.defined() ? torch::addmm(L.bqkv, h, L.wqkv.t()) : torch::mm(h, L.wqkv.t());
-  auto q = ops::apply_rope(qkv.narrow(1, 0, nh * hd).view({1, T, nh, hd}), rope.cos, rope.sin).view({T, nh, hd});
-  auto k = ops::apply_rope(qkv.narrow(1, nh * hd, nkv * hd).view({1, T, nkv, hd}), rope.cos, rope.sin).view({T, nkv, hd});
-  auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({T, nkv, hd});
+  auto [q4, k4, v4] = project_qkv(L, h, 1, T, rope.cos, rope.sin);
+  auto q = q4.view({T, nh, hd});
+  auto k = k4.view({T, nkv, hd});
+  auto v = v4.view({T, nkv, hd});
   if (contiguous) {
     cache->k[size_t(li)].narrow(0, S0, T).copy_(k);
     cache->v[size_t(li)].narrow(0, S0, T).copy_(v);

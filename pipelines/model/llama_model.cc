@@ -111,6 +111,34 @@ void load_into(const st::Collection& c, const std::string& name, std::vector<int
 }
 
 
+// model_type -> the transformers class of that family's causal LM (docs/model.md, "Supported
+// families"). A config must name one of these model_types, and its "architectures" (when present)
+// the class of that model_type: a Qwen2ForSequenceClassification or a LlamaForCausalLM labelled
+// qwen2 is refused before any weight is read.
+constexpr std::pair<std::string_view, std::string_view> kFamilies[] = {
+    {"llama", "LlamaForCausalLM"},
+    {"mistral", "MistralForCausalLM"},
+    {"qwen2", "Qwen2ForCausalLM"},
+    {"qwen3", "Qwen3ForCausalLM"},
+};
+
+void check_architecture(const json& j, const std::string& model_type, const std::string& path) {
+  std::string supported;
+  std::string_view arch;
+  for (const auto& [t, a] : kFamilies) {
+    supported += (supported.empty() ? "" : ", ") + std::string(t);
+    if (t == model_type) arch = a;
+  }
+  if (arch.empty())
+    cfg_fail(path, "unsupported model_type \"" + model_type + "\" (field \"model_type\"; supported: " + supported +
+                       "; docs/model.md says how to add a family)");
+  if (!j.contains("architectures") || j["architectures"].is_null()) return;
+  const auto& a = j["architectures"];
+  if (!a.is_array() || a.size() != 1 || !a[0].is_string() || a[0].get<std::string>() != arch)
+    cfg_fail(path, "field \"architectures\" is " + a.dump() + ", but model_type \"" + model_type +
+                       "\" is supported only as [\"" + std::string(arch) + "\"] (a causal LM with a language-model head)");
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json_file(const std::string& path) {
@@ -126,8 +154,7 @@ ModelConfig ModelConfig::from_json_file(const std::string& path) {
   ModelConfig c;
   if (!j.contains("model_type") || !j["model_type"].is_string()) cfg_fail(path, "missing string field \"model_type\"");
   c.model_type = j["model_type"].get<std::string>();
-  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2")
-    cfg_fail(path, "unsupported model_type \"" + c.model_type + "\" (supported: llama, mistral, qwen2)");
+  check_architecture(j, c.model_type, path);
   if (j.contains("hidden_act") && !j["hidden_act"].is_null() && j["hidden_act"] != "silu")
     cfg_fail(path, "unsupported hidden_act " + j["hidden_act"].dump() + " (only \"silu\")");
   if (opt_bool(j, "mlp_bias", false, path)) cfg_fail(path, "mlp_bias=true is not supported");
@@ -150,22 +177,41 @@ ModelConfig ModelConfig::from_json_file(const std::string& path) {
   }
   if (c.head_dim % 2 != 0) cfg_fail(path, "head_dim must be even for RoPE");
   c.rms_norm_eps = opt_num(j, "rms_norm_eps", 1e-6, path);
-  c.rope_theta = opt_num(j, "rope_theta", 10000.0, path);
+  // transformers >= 5 writes rope_theta and the scaling into one "rope_parameters" object;
+  // earlier versions (and most published checkpoints) write "rope_theta" + "rope_scaling".
+  const json* rope = nullptr;
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    if (!j["rope_parameters"].is_object()) cfg_fail(path, "rope_parameters must be null or an object");
+    rope = &j["rope_parameters"];
+    c.rope_theta = opt_num(*rope, "rope_theta", opt_num(j, "rope_theta", 10000.0, path), path);
+  } else {
+    c.rope_theta = opt_num(j, "rope_theta", 10000.0, path);
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+      if (!j["rope_scaling"].is_object()) cfg_fail(path, "rope_scaling must be null or an object");
+      rope = &j["rope_scaling"];
+    }
+  }
   c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", false, path);
   c.attention_bias = c.model_type == "qwen2" ? true : opt_bool(j, "attention_bias", false, path);
+  c.qk_norm = c.model_type == "qwen3";
   if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.torch_dtype = j["torch_dtype"].get<std::string>();
 
   if (c.model_type == "mistral") {
     // transformers' MistralConfig defaults sliding_window to 4096 when the key is absent.
     if (!j.contains("sliding_window")) c.sliding_window = 4096;
     else if (!j["sliding_window"].is_null()) c.sliding_window = req_int(j, "sliding_window", path);
-  } else if (c.model_type == "qwen2" && opt_bool(j, "use_sliding_window", false, path)) {
-    cfg_fail(path, "qwen2 with use_sliding_window=true is not supported");
+  } else if (c.model_type == "qwen2" || c.model_type == "qwen3") {
+    if (opt_bool(j, "use_sliding_window", false, path))
+      cfg_fail(path, c.model_type + " with use_sliding_window=true is not supported (field \"use_sliding_window\")");
+  }
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    for (const auto& t : j["layer_types"])
+      if (t != "full_attention")
+        cfg_fail(path, "layer_types holds " + t.dump() + ": only \"full_attention\" layers are supported (field \"layer_types\")");
   }
 
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    const auto& r = j["rope_scaling"];
-    if (!r.is_object()) cfg_fail(path, "rope_scaling must be null or an object");
+  if (rope) {
+    const auto& r = *rope;
     std::string type;
     if (r.contains("rope_type") && r["rope_type"].is_string()) type = r["rope_type"].get<std::string>();
     else if (r.contains("type") && r["type"].is_string()) type = r["type"].get<std::string>();
@@ -262,6 +308,12 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, torch::Devi
       load_into(w, p + "self_attn.k_proj.bias", {nkv}, L.bqkv.narrow(0, nq, nkv), dir);
       load_into(w, p + "self_attn.v_proj.bias", {nkv}, L.bqkv.narrow(0, nq + nkv, nkv), dir);
     }
+    if (c.qk_norm) {
+      L.q_norm = torch::empty({hd}, opt);
+      L.k_norm = torch::empty({hd}, opt);
+      load_into(w, p + "self_attn.q_norm.weight", {hd}, L.q_norm, dir);
+      load_into(w, p + "self_attn.k_norm.weight", {hd}, L.k_norm, dir);
+    }
     L.wo = torch::empty({H, nq}, opt);
     load_into(w, p + "self_attn.o_proj.weight", {H, nq}, L.wo, dir);
     L.wgate_up = torch::empty({2 * I, H}, opt);
@@ -274,6 +326,23 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, torch::Devi
   m->inv_freq_ = m->rope_inv_freq().to(dev);
   m->digest_ = md5_hex(w);
   return m;
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LlamaModel::project_qkv(const Layer& L, const torch::Tensor& h,
+                                                                              int64_t B, int64_t T,
+                                                                              const torch::Tensor& cos,
+                                                                              const torch::Tensor& sin) const {
+  const auto& c = cfg_;
+  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  auto qkv = L.bqkv.defined() ? torch::addmm(L.bqkv, h, L.wqkv.t()) : torch::mm(h, L.wqkv.t());
+  auto q = qkv.narrow(1, 0, nh * hd).view({B, T, nh, hd});
+  auto k = qkv.narrow(1, nh * hd, nkv * hd).view({B, T, nkv, hd});
+  if (L.q_norm.defined()) {
+    // qwen3 (transformers Qwen3Attention): RMSNorm over head_dim of every head, before RoPE.
+    q = rms_norm(q, L.q_norm, c.rms_norm_eps);
+    k = rms_norm(k, L.k_norm, c.rms_norm_eps);
+  }
+  return {apply_rope(q, cos, sin), apply_rope(k, cos, sin), qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({B, T, nkv, hd})};
 }
 
 LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch::Tensor& lengths,
@@ -318,13 +387,12 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
   auto x = embed_.index_select(0, tokens.to(dev_).reshape({BT}));  // [BT, H], fresh
   for (const auto& L : layers_) {
     auto h = rms_norm(x, L.ln1, eps);
-    auto qkv = L.bqkv.defined() ? torch::addmm(L.bqkv, h, L.wqkv.t()) : torch::mm(h, L.wqkv.t());
+    auto [q, k, v] = project_qkv(L, h, B, T, cos, sin);
     // The softmax scale is applied to q (B*T*nh*hd values) rather than to the score blocks
     // (B*nh*T*T/2): one pass less over the scores; 1/sqrt(hd) is a power of two for hd = 64, 256
     // (bit-identical to scaling the scores), otherwise it differs by fp32 rounding only.
-    auto q = apply_rope(qkv.narrow(1, 0, nh * hd).view({B, T, nh, hd}), cos, sin).mul_(scale);
-    auto k = apply_rope(qkv.narrow(1, nh * hd, nkv * hd).view({B, T, nkv, hd}), cos, sin);
-    auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).reshape({B, T, nkv, hd}).contiguous();
+    q.mul_(scale);
+    v = v.contiguous();
     if (kv_dtype != torch::kFloat) {
       // Attention reads K/V as a KV cache in kv_dtype holds them.
       k = k.to(kv_dtype).to(torch::kFloat);

@@ -2,10 +2,11 @@
 // of every layer (the payload ucm stores) and, optionally, logits.
 //
 // Supported Hugging Face model directories (config.json + model.safetensors or
-// model.safetensors.index.json): model_type "llama", "mistral", "qwen2" with
-// hidden_act "silu", RMSNorm, rotate_half RoPE (rope_scaling null/"default",
-// "linear", "llama3"), grouped-query attention, optional q/k/v bias (qwen2, or
-// attention_bias=true), optional tied embeddings, mistral's sliding_window.
+// model.safetensors.index.json): model_type "llama", "mistral", "qwen2", "qwen3" with
+// hidden_act "silu", RMSNorm, rotate_half RoPE (rope_scaling / rope_parameters null,
+// "default", "linear", "llama3"), grouped-query attention, optional q/k/v bias (qwen2, or
+// attention_bias=true), qwen3's per-head q/k RMSNorm, optional tied embeddings, mistral's
+// sliding_window. docs/model.md lists the families and what each needs.
 // The math follows transformers' modeling_llama.py (eager attention) in fp32.
 //
 // Compute: fp32 on the given device (weights of any float dtype are converted to
@@ -28,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -52,7 +54,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string model_type;  // "llama" | "mistral" | "qwen2"
+  std::string model_type;  // "llama" | "mistral" | "qwen2" | "qwen3"
   int64_t hidden_size = 0;
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
@@ -66,6 +68,7 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   bool attention_bias = false;       // q/k/v bias (always true for qwen2)
+  bool qk_norm = false;              // per-head RMSNorm of q and k before RoPE (qwen3)
   std::optional<int64_t> sliding_window;  // mistral only; nullopt = full causal
   std::string torch_dtype = "float32";    // as stored; compute is fp32 regardless
 
@@ -220,12 +223,20 @@ class LlamaModel {
     torch::Tensor ln1, ln2;    // [H]
     torch::Tensor wqkv;        // [(nh + 2 nkv) * hd, H] (q, k, v rows concatenated)
     torch::Tensor bqkv;        // [(nh + 2 nkv) * hd] or undefined
+    torch::Tensor q_norm, k_norm;  // [hd] each (qwen3) or undefined
     torch::Tensor wo;          // [H, nh * hd]
     torch::Tensor wgate_up;    // [2 I, H] (gate rows then up rows)
     torch::Tensor wdown;       // [H, I]
   };
   LlamaModel() = default;
   torch::Tensor rope_inv_freq() const;
+  /// The one projection of a decoder layer's attention, shared by forward() and the cached
+  /// forward (llama_cache.cc): h [B*T, H] fp32 -> q [B, T, nh, hd] and k [B, T, nkv, hd] post-RoPE
+  /// (contiguous; qwen3's q/k RMSNorm before RoPE), v [B, T, nkv, hd] (a view of the projection).
+  /// cos/sin: [T, hd/2] of the rows' positions.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> project_qkv(const Layer& L, const torch::Tensor& h, int64_t B,
+                                                                     int64_t T, const torch::Tensor& cos,
+                                                                     const torch::Tensor& sin) const;
 
   ModelConfig cfg_;
   std::string dir_;
