@@ -37,6 +37,10 @@ void setup_bench_precompute(CLI::App& bench) {
   c->add_option("--dtype", a->dtype, "Payload dtype")->capture_default_str();
   c->add_option("--device", a->o.device, "Where prefill runs: cpu, cuda or cuda:N (a CUDA libtorch)")
       ->capture_default_str();
+  c->add_option("--compute-dtype", a->o.compute_dtype, "GEMM dtype: auto, bf16 or fp32 (as precompute)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
+  c->add_option("--threads", a->o.threads, "Prefill threads (0 = every core)")->capture_default_str();
   add_common_flags(c, &a->common);
   c->callback([a] {
     precompute::BenchResult r;

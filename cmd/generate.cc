@@ -22,6 +22,11 @@ CLI::App* setup_generate(CLI::App& app) {
   sub->add_option("--model", a->o.model_dir, "Hugging Face model directory")->capture_default_str();
   sub->add_option("--tokenizer", a->o.tokenizer_file, "tokenizer.json (default: MODEL/tokenizer.json)");
   sub->add_option("--store", a->o.store, "Store directory (none: full recompute only)");
+  sub->add_option("--compute-dtype", a->o.compute_dtype,
+                  "GEMM dtype of the model: fp32 (default), bf16 (fp32 accumulation; needs AMX-BF16 or AVX512-BF16) "
+                  "or auto")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
   auto* p = sub->add_option("--prompt", a->o.prompt, "Prompt text");
   auto* pf = sub->add_option("--prompt-file", a->o.prompt_file, "File holding the prompt text")
                  ->check(CLI::ExistingFile);

@@ -14,7 +14,8 @@ namespace {
 
 struct PrecomputeArgs {
   std::string config, model, tokenizer, corpus, corpus_suffix, store, tmpl, ns_name, dtype, shard, shard_name, dense,
-      device;
+      device, compute_dtype;
+  int threads = 0;
   uint32_t block_size = 16, hash_bits = 128;
   uint64_t limit = 0, batch_tokens = 4096, max_doc_tokens = 0;
   bool resume = false, strict = false, chunks = false;
@@ -49,6 +50,8 @@ void run(const PrecomputeArgs& a) {
   set_str("template", a.tmpl, &o.template_file);
   set_str("namespace-name", a.ns_name, &o.namespace_name);
   set_str("device", a.device, &o.device);
+  set_str("compute-dtype", a.compute_dtype, &o.compute_dtype);
+  if (was_given(a, "threads")) o.threads = a.threads;
   // Batches sized for a GPU unless the command line says otherwise: 8x the CPU default.
   if (o.device != "cpu" && !was_given(a, "batch-tokens") && o.batch_tokens == 4096) o.batch_tokens = 32768;
   if (was_given(a, "block-size")) o.block_size = a.block_size;
@@ -122,6 +125,13 @@ CLI::App* setup_precompute(CLI::App& app) {
   add("--device", "device", &a->device,
       "Where prefill runs: cpu (default), cuda or cuda:N (needs ucm built with a CUDA libtorch, e.g. "
       "PyTorch's; docs/precompute.md)");
+  add("--compute-dtype", "compute-dtype", &a->compute_dtype,
+      "GEMM dtype of the prefill: auto (default: bf16 on a CPU with AMX-BF16 or AVX512-BF16, or a GPU; "
+      "fp32 elsewhere), bf16 (fp32 accumulation) or fp32. The stored K/V are in --dtype either way; the "
+      "report says which ran (docs/model.md)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
+  add("--threads", "threads", &a->threads, "Prefill threads (default 0: every core; OMP_NUM_THREADS also sets it)")
+      ->check(CLI::NonNegativeNumber);
   add("--max-doc-tokens", "max-doc-tokens", &a->max_doc_tokens,
       "Cut longer documents (template included) here (default: max_position_embeddings)");
   sub->add_flag("--resume", a->resume, "Skip documents already registered in the namespace");

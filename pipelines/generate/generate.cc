@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "compute.h"
 #include "engine.h"
 #include "internal.h"
 #include "sparse.h"
@@ -35,10 +36,17 @@ Status prompt_text(const std::string& prompt, const std::string& prompt_file, co
   return Status::OK();
 }
 
-Status load_inputs(const std::string& model_dir, const std::string& tokenizer_file, Inputs* in) {
+Status load_inputs(const std::string& model_dir, const std::string& tokenizer_file, Inputs* in,
+                   const std::string& compute) {
   if (model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR");
+  model::ComputeChoice cc;
   try {
-    in->model = model::LlamaModel::load(model_dir);
+    cc = model::choose_compute(compute, torch::kCPU);
+  } catch (const std::invalid_argument& e) {
+    return Status::InvalidArgument(std::string("--compute-dtype: ") + e.what());
+  }
+  try {
+    in->model = model::LlamaModel::load(model_dir, torch::kCPU, cc.dtype);
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("cannot load model from ") + model_dir + ": " + e.what());
   }
@@ -87,7 +95,7 @@ Status run_generate(const GenerateOptions& o, GenerateReport* r) {
   if (!o.sparse.empty() && o.store.empty())
     return Status::InvalidArgument("--sparse needs --store (the block representations come from it)");
   Inputs in;
-  UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
+  UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in, o.compute_dtype));
   std::vector<int32_t> ids;
   try {
     ids = prompt_ids(*in.tokenizer, o.template_file, prompt);

@@ -21,7 +21,9 @@ struct Inputs {
 };
 
 /// Loads the model, its tokenizer (default MODEL/tokenizer.json) and its eos token.
-Status load_inputs(const std::string& model_dir, const std::string& tokenizer_file, Inputs* in);
+/// compute: the runner's GEMM dtype, "auto" | "bf16" | "fp32" (model::choose_compute).
+Status load_inputs(const std::string& model_dir, const std::string& tokenizer_file, Inputs* in,
+                   const std::string& compute = "fp32");
 /// The namespace descriptor JSON precompute registers for `m` with the options of
 /// `precompute_config` (defaults when empty): the fingerprint the engine looks up. *po gets them.
 Status fingerprint(const model::LlamaModel& m, const std::string& precompute_config, std::string* desc_json,

@@ -81,7 +81,7 @@ torch::Tensor LlamaModel::blend(const torch::Tensor& tokens, KvCache* cache, con
     }
   }
   cache->len = T;
-  return torch::mm(ops::rms_norm(x.narrow(0, x.size(0) - 1, 1), norm_, c.rms_norm_eps), lm_head_.t());
+  return ops::linear(ops::rms_norm(x.narrow(0, x.size(0) - 1, 1), norm_, c.rms_norm_eps), lm_head_);
 }
 
 torch::Tensor LlamaModel::key_attention(const torch::Tensor& tokens, KvCache* cache, const torch::Tensor& keep) const {

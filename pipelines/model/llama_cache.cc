@@ -61,7 +61,7 @@ torch::Tensor LlamaModel::extend(const torch::Tensor& tokens, KvCache* cache, bo
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) layer_forward(li, x, pos, rope, cache, S, mask);
   cache->len = S;
   auto hs = all_logits ? x : x.narrow(0, T - 1, 1);
-  return torch::mm(ops::rms_norm(hs, norm_, c.rms_norm_eps), lm_head_.t());
+  return ops::linear(ops::rms_norm(hs, norm_, c.rms_norm_eps), lm_head_);
 }
 
 LlamaModel::Rope LlamaModel::rope_at(const torch::Tensor& pos) const {
@@ -124,15 +124,16 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor
                        " must be bool [num_kv_heads, " + std::to_string(S) + "]");
     if (keep.defined()) keep = keep.to(dev_, torch::kBool);
   }
-  // Attention over the cache, read in its dtype: K^T [nkv, hd, S], V [nkv, S, hd] in fp32.
-  auto kt = cache->k[size_t(li)].narrow(0, 0, S).to(torch::kFloat).permute({1, 2, 0}).contiguous();
-  auto vh = cache->v[size_t(li)].narrow(0, 0, S).to(torch::kFloat).permute({1, 0, 2}).contiguous();
+  // Attention over the cache, read in its dtype: K^T [nkv, hd, S], V [nkv, S, hd] in the compute
+  // dtype (fp32, or bf16: exact for a bf16 cache).
+  auto kt = cache->k[size_t(li)].narrow(0, 0, S).to(compute_).permute({1, 2, 0}).contiguous();
+  auto vh = cache->v[size_t(li)].narrow(0, 0, S).to(compute_).permute({1, 0, 2}).contiguous();
   auto qh = (q * scale).view({T, nkv, G, hd}).permute({1, 2, 0, 3});  // [nkv, G, T, hd]
   auto attn = torch::empty({T, nkv, G, hd}, fopt);
   for (int64_t s = 0; s < T; s += chunk) {
     const int64_t n = std::min(chunk, T - s), e = pp[s + n - 1] + 1;  // keys [0, e) are visible
     auto qc = qh.narrow(2, s, n).reshape({nkv, G * n, hd});
-    auto sc = torch::matmul(qc, kt.narrow(2, 0, e)).view({nkv, G, n, e});
+    auto sc = ops::attn_matmul(qc, kt.narrow(2, 0, e), compute_).view({nkv, G, n, e});
     auto qi = pos.narrow(0, s, n).unsqueeze(1);   // [n, 1]
     auto kj = kpos.narrow(0, 0, e).unsqueeze(0);  // [1, e]
     auto hide = kj > qi;                          // [n, e]
@@ -141,15 +142,15 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor
     if (keep.defined()) sc.masked_fill_(keep.narrow(1, 0, e).logical_not().view({nkv, 1, 1, e}), ninf);
     auto p = sc.view({nkv, G * n, e}).softmax(-1);
     if (observe) observe(p);
-    auto o = torch::matmul(p, vh.narrow(1, 0, e));  // [nkv, G*n, hd]
+    auto o = ops::attn_matmul(p, vh.narrow(1, 0, e), compute_);  // [nkv, G*n, hd]
     attn.narrow(0, s, n).copy_(o.view({nkv, G, n, hd}).permute({2, 0, 1, 3}));
   }
-  x.addmm_(attn.view({T, nh * hd}), L.wo.t());
+  ops::add_linear_(x, attn.view({T, nh * hd}), L.wo);
   for (int64_t r = 0; r < T; r += mlp_rows) {
     auto xr = x.narrow(0, r, std::min(mlp_rows, T - r));
-    auto gu = torch::mm(ops::rms_norm(xr, L.ln2, eps), L.wgate_up.t());
+    auto gu = ops::linear(ops::rms_norm(xr, L.ln2, eps), L.wgate_up);
     auto act = torch::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));
-    xr.addmm_(act, L.wdown.t());
+    ops::add_linear_(xr, act, L.wdown);
   }
 }
 

@@ -22,6 +22,9 @@ using nlohmann::json;
 namespace st = ucm::safetensors;
 using ops::apply_rope;
 using ops::rms_norm;
+using ops::add_linear_;
+using ops::attn_matmul;
+
 
 [[noreturn]] void cfg_fail(const std::string& path, const std::string& what) {
   throw ModelError("model config " + path + ": " + what);
@@ -261,12 +264,15 @@ torch::Tensor LlamaModel::rope_inv_freq() const {
   return inv.contiguous();
 }
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, torch::Device dev) {
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, torch::Device dev, torch::ScalarType compute) {
+  if (compute != torch::kFloat && compute != torch::kBFloat16)
+    throw ModelError("model " + dir + ": compute dtype must be fp32 or bf16");
   if (!fs::is_directory(dir))
     throw ModelError("model directory " + dir + " does not exist (for the default model run scripts/fetch_model.py)");
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->dir_ = dir;
   m->dev_ = dev;
+  m->compute_ = compute;
   m->cfg_ = ModelConfig::from_json_file((fs::path(dir) / "config.json").string());
   const auto& c = m->cfg_;
 
@@ -323,6 +329,17 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, torch::Devi
     load_into(w, p + "mlp.down_proj.weight", {H, I}, L.wdown, dir);
     m->layers_.push_back(std::move(L));
   }
+  if (compute != torch::kFloat) {
+    // The GEMM weights in the compute dtype (the fp32 copies are dropped); norms, biases, the
+    // embedding table and RoPE stay fp32.
+    for (auto& L : m->layers_) {
+      L.wqkv = L.wqkv.to(compute);
+      L.wo = L.wo.to(compute);
+      L.wgate_up = L.wgate_up.to(compute);
+      L.wdown = L.wdown.to(compute);
+    }
+    m->lm_head_ = m->lm_head_.to(compute);
+  }
   m->inv_freq_ = m->rope_inv_freq().to(dev);
   m->digest_ = md5_hex(w);
   return m;
@@ -334,7 +351,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LlamaModel::project_qkv(
                                                                               const torch::Tensor& sin) const {
   const auto& c = cfg_;
   const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
-  auto qkv = L.bqkv.defined() ? torch::addmm(L.bqkv, h, L.wqkv.t()) : torch::mm(h, L.wqkv.t());
+  auto qkv = ops::linear(h, L.wqkv, L.bqkv);
   auto q = qkv.narrow(1, 0, nh * hd).view({B, T, nh, hd});
   auto k = qkv.narrow(1, nh * hd, nkv * hd).view({B, T, nkv, hd});
   if (L.q_norm.defined()) {
@@ -376,7 +393,12 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
   auto cos = freqs.cos(), sin = freqs.sin();
 
   // Query chunk size for the bounded score block [B, nkv, G*C, <=T].
-  const int64_t chunk = std::min<int64_t>(T, std::max<int64_t>(16, score_budget_ / (B * nh * T)));
+  // With bf16 GEMMs, attention's fp32 work (mask, softmax, conversions) dominates: query chunks of
+  // at most kCausalChunk rows skip the keys after each chunk (about half the score block for long
+  // rows). The fp32 path keeps one block per budget (its GEMMs dominate).
+  const int64_t budget_rows = std::max<int64_t>(16, score_budget_ / (B * nh * T));
+  const int64_t chunk = std::min<int64_t>(T, compute_ == torch::kFloat ? budget_rows
+                                                                         : std::min(budget_rows, kCausalChunk));
   const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
   // Causal (and sliding-window) mask pieces.
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(dev_));
@@ -400,14 +422,14 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
     }
 
     // Attention, GQA without repeating K/V: query head h uses kv head h / G.
-    auto qh = q.view({B, T, nkv, G, hd}).permute({0, 2, 3, 1, 4});  // [B, nkv, G, T, hd]
-    auto kt = k.permute({0, 2, 3, 1}).contiguous();                 // [B, nkv, hd, T]
-    auto vh = v.permute({0, 2, 1, 3}).contiguous();                 // [B, nkv, T, hd]
-    auto attn = torch::empty({B, T, nkv, G, hd}, fopt);
+    auto qh = q.to(compute_).view({B, T, nkv, G, hd}).permute({0, 2, 3, 1, 4});  // [B, nkv, G, T, hd]
+    auto kt = k.permute({0, 2, 3, 1}).to(compute_).contiguous();   // [B, nkv, hd, T]
+    auto vh = v.permute({0, 2, 1, 3}).to(compute_).contiguous();   // [B, nkv, T, hd]
+    auto attn = torch::empty({B, T, nkv, G, hd}, fopt.dtype(compute_));  // o_proj's input, in its dtype
     for (int64_t s = 0; s < T; s += chunk) {
       const int64_t n = std::min(chunk, T - s), e = s + n;
       auto qc = qh.narrow(3, s, n).reshape({B, nkv, G * n, hd});
-      auto sc = torch::matmul(qc, kt.narrow(3, 0, e));  // [B, nkv, G*n, e]
+      auto sc = attn_matmul(qc, kt.narrow(3, 0, e), compute_);  // [B, nkv, G*n, e] fp32
       auto qi = pos.narrow(0, s, n).unsqueeze(1);  // [n, 1]
       if (c.sliding_window) {
         auto kj = pos.narrow(0, 0, e).unsqueeze(0);  // [1, e]
@@ -420,17 +442,17 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
         sc.view({B, nkv, G, n, e}).narrow(4, s, n).masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
       }
       auto p = sc.softmax(-1);
-      auto o = torch::matmul(p, vh.narrow(2, 0, e));  // [B, nkv, G*n, hd]
+      auto o = attn_matmul(p, vh.narrow(2, 0, e), compute_);  // [B, nkv, G*n, hd]
       attn.narrow(1, s, n).copy_(o.view({B, nkv, G, n, hd}).permute({0, 3, 1, 2, 4}));
     }
-    x.addmm_(attn.view({BT, nh * hd}), L.wo.t());
+    add_linear_(x, attn.view({BT, nh * hd}), L.wo);
 
     // MLP in row blocks of `mlp_rows` (bounded [rows, 2I] buffers, reused by the allocator).
     for (int64_t r = 0; r < BT; r += mlp_rows) {
       auto xr = x.narrow(0, r, std::min(mlp_rows, BT - r));
-      auto gu = torch::mm(rms_norm(xr, L.ln2, eps), L.wgate_up.t());  // [rows, 2I]
+      auto gu = ops::linear(rms_norm(xr, L.ln2, eps), L.wgate_up);  // [rows, 2I]
       auto act = torch::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));
-      xr.addmm_(act, L.wdown.t());
+      add_linear_(xr, act, L.wdown);
     }
 
     out.k.push_back(std::move(k));
@@ -438,7 +460,7 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
   }
   if (want_logits) {
     auto h = rms_norm(x, norm_, eps);
-    out.logits = torch::mm(h, lm_head_.t()).view({B, T, c.vocab_size});
+    out.logits = ops::linear(h, lm_head_).view({B, T, c.vocab_size});
   }
   return out;
 }

@@ -10,7 +10,7 @@
 // The math follows transformers' modeling_llama.py (eager attention) in fp32.
 //
 // Compute: fp32 on the given device (weights of any float dtype are converted to
-// fp32 at load). Threads: whatever libtorch/OpenBLAS use (at::get_num_threads());
+// fp32 at load), or bf16 GEMMs with fp32 accumulation (load()'s `compute`). Threads: whatever libtorch/OpenBLAS use (at::get_num_threads());
 // nothing global is set, except that forward() runs under c10::InferenceMode.
 //
 // Memory bound of forward() for tokens [B, T]: besides the weights (~4 bytes per
@@ -83,11 +83,19 @@ class LlamaModel {
   /// Loads `dir` (config.json + safetensors weights) onto `dev`. Throws ModelError
   /// for a missing directory/file, bad config, missing tensor, or a tensor whose
   /// shape differs from the config (message names tensor, expected and actual shape).
-  static std::unique_ptr<LlamaModel> load(const std::string& dir, torch::Device dev = torch::kCPU);
+  ///
+  /// compute: fp32 (every GEMM in fp32) or bf16 (the GEMMs of the projections, the MLP, the LM
+  /// head and attention's q k^T and p v take bf16 inputs with fp32 accumulation, on the CPU's bf16
+  /// matrix units through libtorch's oneDNN; norms, RoPE, softmax, SiLU and the residual stream
+  /// stay fp32; the weights are held in bf16 only). See docs/model.md, "Compute dtype".
+  static std::unique_ptr<LlamaModel> load(const std::string& dir, torch::Device dev = torch::kCPU,
+                                          torch::ScalarType compute = torch::kFloat);
 
   const ModelConfig& config() const { return cfg_; }
   const std::string& dir() const { return dir_; }
   torch::Device device() const { return dev_; }
+  /// fp32 or bf16: the dtype of the GEMMs (load()).
+  torch::ScalarType compute_dtype() const { return compute_; }
 
   /// Hex MD5 over the weights as stored: for every tensor in the safetensors
   /// files (all shards), in byte-wise ascending order of name: the name's UTF-8
@@ -190,6 +198,8 @@ class LlamaModel {
   static constexpr int64_t kScoreBudget = int64_t{1} << 22;
   /// MLP activations are computed in row blocks of max(16, kMlpBudget / (2 * intermediate)) rows.
   static constexpr int64_t kMlpBudget = int64_t{1} << 21;
+  /// Query rows per attention chunk on the bf16 compute path (forward(): causal key skipping).
+  static constexpr int64_t kCausalChunk = 128;
   /// Changes the score-block budget (floats, >= 1; smaller = more, smaller query
   /// chunks, never below 16 rows). Results do not depend on it beyond fp32 rounding.
   void set_score_budget(int64_t floats) { score_budget_ = std::max<int64_t>(1, floats); }
@@ -242,6 +252,7 @@ class LlamaModel {
   std::string dir_;
   std::string digest_;
   torch::Device dev_ = torch::kCPU;
+  torch::ScalarType compute_ = torch::kFloat;
   torch::Tensor embed_;   // [V, H]
   torch::Tensor lm_head_; // [V, H] (same storage as embed_ when tied)
   torch::Tensor norm_;    // [H]

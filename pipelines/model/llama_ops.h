@@ -29,4 +29,27 @@ inline torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos
   return out;
 }
 
+// y = x W^T (+ b), fp32 [rows, out] from x fp32 [rows, in] and W [out, in] (+ b fp32 [out]).
+// W fp32: one fp32 GEMM. W bf16 (the bf16 compute path): x is rounded to bf16 and the GEMM runs
+// on the CPU's bf16 matrix units (oneDNN: AMX-BF16, else AVX512-BF16) with fp32 accumulation; its
+// output is rounded to bf16 (libtorch 1.13 writes bf16 GEMMs' results in bf16), then widened.
+inline torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) {
+  if (w.scalar_type() == torch::kFloat) return b.defined() ? torch::addmm(b, x, w.t()) : torch::mm(x, w.t());
+  auto y = torch::mm(x.to(w.scalar_type()), w.t()).to(torch::kFloat);
+  return b.defined() ? y.add_(b) : y;
+}
+
+// x += a W^T (the residual adds of o_proj and down_proj), W fp32 or bf16 as in linear().
+inline void add_linear_(torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& w) {
+  if (w.scalar_type() == torch::kFloat) x.addmm_(a, w.t());
+  else x.add_(torch::mm(a.to(w.scalar_type()), w.t()));
+}
+
+// Batched a @ b of attention (scores q k^T, then p v) in the compute dtype `ct`: fp32, or bf16
+// inputs with fp32 accumulation and a bf16-rounded result (see linear()). Returns fp32.
+inline torch::Tensor attn_matmul(const torch::Tensor& a, const torch::Tensor& b, torch::ScalarType ct) {
+  if (ct == torch::kFloat) return torch::matmul(a, b);
+  return torch::matmul(a.to(ct), b.to(ct)).to(torch::kFloat);
+}
+
 }  // namespace ucm::model::ops

@@ -27,8 +27,12 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
   if (!st.ok()) return st;
   std::unique_ptr<model::LlamaModel> model_owned;
   const model::LlamaModel* m = nullptr;
-  st = load_model(o, Resources{}, &model_owned, &m);
+  ComputeInfo compute;
+  st = load_model(o, Resources{}, &model_owned, &m, &compute);
   if (!st.ok()) return st;
+  out->compute_dtype = compute.dtype;
+  out->compute_path = compute.path;
+  out->threads = compute.threads;
   std::unique_ptr<tok::Tokenizer> tok_owned;
   const tok::Tokenizer* tk = nullptr;
   st = load_tokenizer(o, Resources{}, &tok_owned, &tk);

@@ -39,8 +39,13 @@ Status validate(const PrecomputeOptions& o);
 DocSourceOptions source_options(const PrecomputeOptions& o);
 
 /// The model of `res`, or loaded from o.model_dir into *owned (precompute.cc).
+/// Also sets libtorch's threads (o.threads) and resolves o.compute_dtype; *compute gets what runs.
+struct ComputeInfo {
+  std::string dtype, path;  ///< "bf16"/"fp32"; "amx_bf16"/"avx512_bf16"/"cuda"/"fp32"
+  int threads = 0;
+};
 Status load_model(const PrecomputeOptions& o, const Resources& res, std::unique_ptr<model::LlamaModel>* owned,
-                  const model::LlamaModel** m);
+                  const model::LlamaModel** m, ComputeInfo* compute);
 /// The tokenizer of `res`, or loaded from o.tokenizer_file / MODEL/tokenizer.json (precompute.cc).
 Status load_tokenizer(const PrecomputeOptions& o, const Resources& res, std::unique_ptr<tok::Tokenizer>* owned,
                       const tok::Tokenizer** t);

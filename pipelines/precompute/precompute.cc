@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "internal.h"
+#include "compute.h"
 #include "llama_model.h"
 #include "signals.h"
 #include "ucm/tok/tokenizer.h"
@@ -19,9 +20,11 @@ namespace detail {
 namespace fs = std::filesystem;
 
 Status load_model(const PrecomputeOptions& o, const Resources& res,
-                  std::unique_ptr<model::LlamaModel>* owned, const model::LlamaModel** m) {
+                  std::unique_ptr<model::LlamaModel>* owned, const model::LlamaModel** m, ComputeInfo* compute) {
   if (res.model) {
     *m = res.model;
+    const bool bf16 = res.model->compute_dtype() == torch::kBFloat16;
+    *compute = {bf16 ? "bf16" : "fp32", bf16 ? "given" : "fp32", at::get_num_threads()};
     return Status::OK();
   }
   if (o.model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR (or `model:` in --config)");
@@ -37,8 +40,16 @@ Status load_model(const PrecomputeOptions& o, const Resources& res,
                                 "ucm with PyTorch's CUDA libtorch: CMAKE_PREFIX_PATH=$(python3 -c 'import torch; "
                                 "print(torch.utils.cmake_prefix_path)'), docs/precompute.md)");
   if (!dev.is_cpu() && !dev.is_cuda()) return Status::InvalidArgument("--device " + o.device + ": use cpu, cuda or cuda:N");
+  model::ComputeChoice cc;
   try {
-    *owned = model::LlamaModel::load(o.model_dir, dev);
+    cc = model::choose_compute(o.compute_dtype, dev);
+  } catch (const std::invalid_argument& e) {
+    return Status::InvalidArgument(std::string("--compute-dtype: ") + e.what());
+  }
+  if (o.threads < 0) return Status::InvalidArgument("--threads must be >= 0 (0: every core)");
+  *compute = {cc.name, cc.path, model::set_compute_threads(o.threads)};
+  try {
+    *owned = model::LlamaModel::load(o.model_dir, dev, cc.dtype);
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("cannot load model from ") + o.model_dir + ": " + e.what() +
                                    " (a Hugging Face Llama-family directory is required; for the default model run "
@@ -83,8 +94,12 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
 
   std::unique_ptr<model::LlamaModel> model_owned;
   const model::LlamaModel* m = nullptr;
-  st = load_model(o, res, &model_owned, &m);
+  ComputeInfo compute;
+  st = load_model(o, res, &model_owned, &m, &compute);
   if (!st.ok()) return st;
+  sum->compute_dtype = compute.dtype;
+  sum->compute_path = compute.path;
+  sum->threads = compute.threads;
   if (m->config().head_dim <= 0 || m->config().num_key_value_heads <= 0)
     return Status::InvalidArgument("model " + o.model_dir + " has no KV heads / head_dim");
   std::unique_ptr<tok::Tokenizer> tok_owned;

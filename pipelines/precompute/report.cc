@@ -34,6 +34,9 @@ std::string PrecomputeSummary::to_json() const {
   j["seconds"] = seconds;
   j["prefill_seconds"] = prefill_seconds;
   j["tokens_per_second"] = tokens_per_second;
+  j["compute_dtype"] = compute_dtype;
+  j["compute_path"] = compute_path;
+  j["threads"] = threads;
   j["interrupted"] = interrupted;
   j["signal"] = signal;
   j["namespace"] = namespace_name;
@@ -59,9 +62,10 @@ std::string PrecomputeSummary::to_text() const {
   if (skipped_entries.size() > kShown || skipped_entries_truncated)
     s << "  ... and more skipped entries (all of them: --json, or the warnings on stderr)\n";
   s << "blocks " << blocks_written << " written, " << blocks_existing << " already present\n";
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "tokens %llu in %.1f s (%.0f tokens/s; prefill %.1f s)\n",
-                (unsigned long long)tokens, seconds, tokens_per_second, prefill_seconds);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "tokens %llu in %.1f s (%.0f tokens/s; prefill %.1f s, %s compute on %s, %d threads)\n",
+                (unsigned long long)tokens, seconds, tokens_per_second, prefill_seconds, compute_dtype.c_str(),
+                compute_path.c_str(), threads);
   s << buf;
   if (interrupted)
     s << "interrupted" << (signal ? " by signal " + std::to_string(signal) : std::string())
@@ -81,7 +85,10 @@ std::string BenchResult::to_json() const {
                       {"precompute_seconds", precompute_seconds},
                       {"precompute_tokens_per_second", precompute_tokens_per_second},
                       {"ratio", ratio},
-                      {"device", device}};
+                      {"device", device},
+                      {"compute_dtype", compute_dtype},
+                      {"compute_path", compute_path},
+                      {"threads", threads}};
   return j.dump();
 }
 
@@ -91,10 +98,12 @@ std::string BenchResult::to_text() const {
                 "documents %llu, tokens %llu, batches %llu\n"
                 "bare prefill:   %8.1f tokens/s (mean of %.2f s before and %.2f s after)\n"
                 "full precompute:%8.1f tokens/s (%.2f s, of which %.2f s in the model forward)\n"
-                "ratio %.3f (target >= 0.9)\n",
+                "ratio %.3f (target >= 0.9)\n"
+                "compute %s (%s), %d threads, device %s\n",
                 (unsigned long long)documents, (unsigned long long)tokens, (unsigned long long)batches,
                 prefill_tokens_per_second, prefill_seconds_before, prefill_seconds_after,
-                precompute_tokens_per_second, precompute_seconds, precompute_prefill_seconds, ratio);
+                precompute_tokens_per_second, precompute_seconds, precompute_prefill_seconds, ratio,
+                compute_dtype.c_str(), compute_path.c_str(), threads, device.c_str());
   return buf;
 }
 

@@ -19,6 +19,9 @@ namespace ucm::generate {
 
 struct GenerateOptions {
   std::string model_dir;       ///< Hugging Face model directory
+  /// The runner's GEMM dtype: "fp32" (default: the reference engine is the reference), "bf16" or
+  /// "auto" (docs/model.md, "Compute dtype"). Cached and recomputed paths use the same.
+  std::string compute_dtype = "fp32";
   std::string tokenizer_file;  ///< default <model_dir>/tokenizer.json
   std::string store;           ///< store directory ("" = none: full recompute only)
   std::string prompt;          ///< prompt text (or prompt_file)

@@ -65,12 +65,19 @@ struct PrecomputeOptions {
   /// the R4 projections are computed on the device and come back to host memory per batch; the
   /// store writes of a batch overlap the next batch's prefill as on the CPU.
   std::string device = "cpu";
+  /// The dtype of the runner's GEMMs: "auto" (bf16 where the device has bf16 matrix units: AMX-BF16
+  /// or AVX512-BF16 CPUs, CUDA devices; fp32 elsewhere), "bf16" or "fp32" (docs/model.md,
+  /// "Compute dtype"). The stored K/V are in `dtype` either way.
+  std::string compute_dtype = "auto";
+  /// libtorch intra-op threads for prefill; 0 = every core this process may use (unless
+  /// OMP_NUM_THREADS is set). Store I/O runs on its own threads.
+  int threads = 0;
 };
 
 /// Reads a YAML config (configs/precompute.yaml) into `o`: keys are the option names above
 /// (model, tokenizer, corpus, corpus_suffix, store, template, namespace_name, block_size, dtype,
 /// hash_bits, dense_layers, projection_seed, limit, shard ("I/N"), resume, strict, batch_tokens,
-/// max_doc_tokens, max_batches_in_flight, device). Unknown keys are an InvalidArgument error naming them.
+/// max_doc_tokens, max_batches_in_flight, device, compute_dtype, threads). Unknown keys are an InvalidArgument error naming them.
 Status load_config(const std::string& path, PrecomputeOptions* o);
 /// Parses "I/N" (0 <= I < N).
 Status parse_shard(const std::string& s, uint32_t* index, uint32_t* count);
@@ -98,6 +105,9 @@ struct PrecomputeSummary {
   double seconds = 0;            ///< wall time of the pipeline (model load excluded)
   double prefill_seconds = 0;    ///< time spent inside LlamaModel::forward
   double tokens_per_second = 0;
+  std::string compute_dtype;     ///< "bf16" | "fp32": what the GEMMs ran in
+  std::string compute_path;      ///< "amx_bf16" | "avx512_bf16" | "cuda" | "fp32"
+  int threads = 0;               ///< libtorch intra-op threads
   bool interrupted = false;      ///< stopped by SIGINT/SIGTERM
   int signal = 0;                ///< the signal that stopped the run (2 SIGINT, 15 SIGTERM), 0 = none
   std::string namespace_name, namespace_id;
@@ -129,6 +139,8 @@ struct BenchResult {
   double precompute_prefill_seconds = 0;  ///< time inside LlamaModel::forward during the precompute
   double ratio = 0;  ///< precompute / prefill throughput (target >= 0.9)
   std::string device = "cpu";  ///< where prefill ran (--device)
+  std::string compute_dtype, compute_path;  ///< as in PrecomputeSummary
+  int threads = 0;
   std::string to_json() const;
   std::string to_text() const;
 };

@@ -1,0 +1,33 @@
+// pipelines/model/compute.h: which dtype the runner's GEMMs use (LlamaModel::load's `compute`),
+// chosen from what the CPU offers, and the intra-op threads of libtorch. Internal to ucm_model.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+
+namespace ucm::model {
+
+/// The CPU's bf16 matrix instructions, from /proc/cpuinfo's flags: "amx_bf16" (AMX tiles,
+/// Sapphire Rapids and later), "avx512_bf16" (Cooper Lake, Zen 4), or "" (none: bf16 GEMMs would
+/// be emulated, slower than fp32).
+std::string cpu_bf16_isa();
+
+/// What a run computes with, and why.
+struct ComputeChoice {
+  torch::ScalarType dtype = torch::kFloat;  ///< kFloat or kBFloat16
+  std::string name;                         ///< "fp32" | "bf16"
+  std::string path;  ///< what runs the GEMMs: "amx_bf16", "avx512_bf16", "cuda", or "fp32" (the fallback)
+};
+
+/// Resolves --compute-dtype: "auto" (bf16 where the device has bf16 matrix units: a CUDA device,
+/// or a CPU with AMX-BF16 or AVX512-BF16; fp32 otherwise), "bf16" (refused with a reason on a CPU
+/// without either: it would be slower than fp32), or "fp32". Throws std::invalid_argument naming
+/// the value and the choices.
+ComputeChoice choose_compute(const std::string& want, torch::Device dev);
+
+/// Sets libtorch's intra-op threads (GEMMs, element-wise ops) to `n`, or, for n = 0, to every
+/// core this process may run on (sched_getaffinity) unless OMP_NUM_THREADS is set. libgomp counts
+/// 1 on some 2-vCPU machines, which leaves a core idle. Returns the count in effect.
+int set_compute_threads(int n);
+
+}  // namespace ucm::model
