@@ -7,7 +7,7 @@
 # Documents: the first N (24) of the default corpus (Debian's python3.11-doc sources, the chat
 # template of configs/), tokenized once by `ucm tokenize` and cut at 512 tokens (whole blocks),
 # written as a token-ids corpus that every engine reads:
-#   ucm bench precompute   bare prefill and full precompute (store dtype bf16 and fp32)
+#   ucm bench precompute   bare prefill and full precompute (compute bf16 and fp32, store bf16)
 #   vLLM CPU build         .venv-vllm (scripts/venv_vllm.sh): max_tokens=1, prefix caching off
 #   transformers           .venv-torch (scripts/venv_torch.sh)
 #   matmul limit           torch.matmul GFLOP/s of the model's MLP shape, fp32 and bf16, and the
@@ -74,9 +74,9 @@ print(json.dumps(d))" >>"$RES"
     echo "{\"name\": \"$name\", \"error\": $(tail -c 400 "$OUT/$name.stderr.txt" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$RES"
   fi
 }
-for dt in bf16 fp32; do
-  run "ucm-$dt" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" --template "" --docs "$DOCS" \
-    --max-doc-tokens "$CUT" --dtype "$dt" --json
+for ct in bf16 fp32; do  # compute dtype (--compute-dtype); the store holds bf16 either way
+  run "ucm-$ct" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" --template "" --docs "$DOCS" \
+    --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype "$ct" --json
 done
 for dt in bfloat16 float32; do
   if [ -x .venv-vllm/bin/python ]; then run "vllm-$dt" .venv-vllm/bin/python scripts/bench_prefill_engines.py vllm --model "$MODEL" --ids "$IDS" --dtype "$dt"
@@ -100,8 +100,8 @@ for r in rows:
     if "error" in r:
         print(f"| {r['name']} | | | {r['error'][:120]} |")
     elif r["name"].startswith("ucm"):
-        print(f"| ucm bench precompute, bare prefill | store {r['name'][4:]}, compute fp32 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches |")
-        print(f"| ucm bench precompute, full precompute | store {r['name'][4:]} | {r['precompute_tokens_per_second']:.1f} | ratio {r['ratio']:.3f} |")
+        print(f"| ucm bench precompute, bare prefill | compute {r.get('compute_dtype', '?')} ({r.get('compute_path', '?')}, {r.get('threads', '?')} threads), store bf16 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches |")
+        print(f"| ucm bench precompute, full precompute | compute {r.get('compute_dtype', '?')} | {r['precompute_tokens_per_second']:.1f} | ratio {r['ratio']:.3f} |")
     elif r["engine"] == "matmul":
         print(f"| matmul limit ({r['gflops']:.0f} GFLOP/s) | {r['dtype']} | {r.get('tokens_per_second_bound', 0):.0f} | bound at 2 FLOPs/param/token |")
     else:

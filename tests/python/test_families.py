@@ -148,3 +148,40 @@ def test_unsupported_architecture_is_refused_before_any_work(tmp_path, ucm_bin, 
     if "model_type" in change:
         assert "supported: llama, mistral, qwen2, qwen3" in p.stderr, p.stderr
     assert not (tmp_path / "store").exists(), "nothing is created for a model that is refused"
+
+
+def test_bf16_compute_is_reported_and_close(tmp_path, ucm_bin):
+    """--compute-dtype: the report names what ran; bf16-computed blocks stay close to transformers."""
+    flags = open("/proc/cpuinfo").read()
+    mdir = FAMILIES_DIR / "qwen3"
+    golden = load_file(str(mdir / "parity.safetensors"))
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "g", "token_ids": golden["p1.ids"].tolist()}) + "\n")
+    p = run([ucm_bin, "precompute", "--model", mdir, "--corpus", corpus, "--store", tmp_path / "s16",
+             "--compute-dtype", "bf16", "--json"], ok=(0, 1))
+    if " amx_bf16" not in flags and " avx512_bf16" not in flags:
+        assert p.returncode == 1 and "neither AMX-BF16 nor AVX512-BF16" in p.stderr, p.stderr
+        return
+    rep = json.loads(p.stdout)
+    assert rep["compute_dtype"] == "bf16" and rep["compute_path"] in ("amx_bf16", "avx512_bf16"), rep
+    assert rep["threads"] >= 1
+    with ucm.Store(str(tmp_path / "s16")) as s:
+        ns = only_namespace(s)
+        ids = golden["p1.ids"]
+        n = len(ids) // ns.block_size
+        hashes = ucm.hash_blocks(ns.hash_seed, ids, ns.block_size)
+        out = np.zeros((n,) + ns.payload_shape(), dtype=np.uint16)
+        assert (s.load(ns, hashes[:n], out) == 0).all()
+        got = bf16_to_f32(out)
+        for kv, key in enumerate(("k", "v")):
+            ref = golden[f"p1.{key}"].astype(np.float32)[:, : n * ns.block_size]
+            mine = got[:, :, kv].transpose(1, 0, 2, 3, 4).reshape(ref.shape)
+            for l in range(ref.shape[0]):
+                rel = np.abs(mine[l] - ref[l]).max() / np.abs(ref[l]).max()
+                assert rel <= 0.05, f"bf16 compute, {key} layer {l}: {rel:.2%} of max |value|"
+    p = run([ucm_bin, "precompute", "--model", mdir, "--corpus", corpus, "--store", tmp_path / "s32", "--json"])
+    rep = json.loads(p.stdout)
+    assert (rep["compute_dtype"], rep["compute_path"]) == ("fp32", "fp32"), rep
+    p = run([ucm_bin, "precompute", "--model", mdir, "--corpus", corpus, "--store", tmp_path / "bad",
+             "--compute-dtype", "fp16"], ok=(2,))
+    assert "fp16" in p.stderr and not (tmp_path / "bad").exists()

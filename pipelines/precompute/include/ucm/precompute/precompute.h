@@ -65,10 +65,11 @@ struct PrecomputeOptions {
   /// the R4 projections are computed on the device and come back to host memory per batch; the
   /// store writes of a batch overlap the next batch's prefill as on the CPU.
   std::string device = "cpu";
-  /// The dtype of the runner's GEMMs: "auto" (bf16 where the device has bf16 matrix units: AMX-BF16
-  /// or AVX512-BF16 CPUs, CUDA devices; fp32 elsewhere), "bf16" or "fp32" (docs/model.md,
-  /// "Compute dtype"). The stored K/V are in `dtype` either way.
-  std::string compute_dtype = "auto";
+  /// The dtype of the runner's GEMMs: "fp32" (default), "bf16" (fp32 accumulation; refused on a
+  /// CPU without AMX-BF16 or AVX512-BF16) or "auto" (bf16 where the device has bf16 matrix units,
+  /// fp32 elsewhere). The stored K/V are in `dtype` either way. fp32 stays the default until bf16
+  /// meets the K/V parity bar on every layer (docs/model.md, "Compute dtype").
+  std::string compute_dtype = "fp32";
   /// libtorch intra-op threads for prefill; 0 = every core this process may use (unless
   /// OMP_NUM_THREADS is set). Store I/O runs on its own threads.
   int threads = 0;
