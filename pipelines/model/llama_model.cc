@@ -25,7 +25,6 @@ using ops::rms_norm;
 using ops::add_linear_;
 using ops::attn_matmul;
 
-
 [[noreturn]] void cfg_fail(const std::string& path, const std::string& what) {
   throw ModelError("model config " + path + ": " + what);
 }

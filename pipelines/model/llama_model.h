@@ -70,7 +70,7 @@ struct ModelConfig {
   bool attention_bias = false;       // q/k/v bias (always true for qwen2)
   bool qk_norm = false;              // per-head RMSNorm of q and k before RoPE (qwen3)
   std::optional<int64_t> sliding_window;  // mistral only; nullopt = full causal
-  std::string torch_dtype = "float32";    // as stored; compute is fp32 regardless
+  std::string torch_dtype = "float32";    // as stored; the compute dtype is load()'s `compute`
 
   /// Parses a Hugging Face config.json. Throws ModelError naming the file and the
   /// field for a missing/invalid field, unsupported model_type, hidden_act other than
