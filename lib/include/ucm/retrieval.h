@@ -22,9 +22,9 @@ extern "C" {
 #endif
 
 /* Representation sections, as bits of a mask. */
-#define UCM_REPR_R0 0x1u /* mean key per block: [D] per (layer, KV head) (ESA, seed 002) */
+#define UCM_REPR_R0 0x1u /* mean key per block: [D] per (layer, KV head) (UCM's ESA) */
 #define UCM_REPR_R1 0x2u /* per-channel key min and max: [2][D] (Quest, Tang et al. 2024 §3) */
-#define UCM_REPR_R4 0x4u /* per-token sign hash: [T][B/8] bytes (GSA on device, seed 002) */
+#define UCM_REPR_R4 0x4u /* per-token sign hash: [T][B/8] bytes (UCM's GSA on device) */
 
 /* Element types of R0/R1 buffers and of queries. */
 #define UCM_DTYPE_BF16 1
@@ -100,12 +100,12 @@ UCM_API int ucm_repr_encode(const ucm_repr_info* info, const float* keys, const 
                             size_t cap, size_t* len);
 
 /* Retrieval policies. */
-#define UCM_POLICY_ESA 0   /* top-k by q . R0 (mean key); seed 002 (ESA) */
+#define UCM_POLICY_ESA 0   /* top-k by q . R0 (mean key); UCM's ESA */
 #define UCM_POLICY_QUEST 1 /* top-k by the R1 upper bound sum_i max(q_i min_i, q_i max_i); Quest §3 */
 #define UCM_POLICY_GSA 2   /* top-k by the best Hamming similarity between the sign-hashed query
-                              (r4_projection) and the block's tokens (R4); seed 002, GSA on device */
+                              (r4_projection) and the block's tokens (R4); UCM's GSA on device */
 #define UCM_POLICY_PSA 3   /* blocks in descending R1 bound order until the estimated attention
-                              mass covered reaches psa_tau (seed 001, PSA), at most psa_max_blocks;
+                              mass covered reaches psa_tau (PSA, arXiv:2503.00392), at most psa_max_blocks;
                               a block's mass is estimated as exp(bound / sqrt(D)) normalised over
                               the valid blocks */
 
@@ -118,7 +118,7 @@ UCM_API int ucm_repr_encode(const ucm_repr_info* info, const float* keys, const 
  * Sink-window, local-window and invalid blocks are always selected, even beyond k; the other
  * blocks fill k by score, higher first, equal scores lower index first.
  * GQA: a KV head scores a block by the maximum over its group's query heads (ESA, QUEST), from the
- * group's mean query (GSA, seed 002 §10.5.2), or by the mean of the heads' estimated attention
+ * group's mean query (GSA, as UCM's GSA on device), or by the mean of the heads' estimated attention
  * masses (PSA); shared_heads applies the same over all query heads. docs/retrieval-api.md. */
 typedef struct ucm_retriever_params {
   uint32_t struct_size;   /* sizeof(ucm_retriever_params), set by the defaults call */
@@ -138,7 +138,7 @@ typedef struct ucm_retriever_params {
   int32_t honor_dense_layers; /* 1: layers of ucm_repr_info.dense_layers select every block */
 } ucm_retriever_params;
 
-/* The defaults (configs/retrieval.yaml documents them and the seeds they come from). */
+/* The defaults (configs/retrieval.yaml documents them and where they come from). */
 UCM_API ucm_retriever_params ucm_retriever_default_params(void);
 
 /* Reads a YAML file like configs/retrieval.yaml into *params, starting from the defaults. Unknown

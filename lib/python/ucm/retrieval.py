@@ -3,8 +3,8 @@
 A server decoding with block-sparse attention keeps, per request, its blocks' representations in
 a ReprBuffers (loaded with Store.load_repr) and asks a Retriever, once per decode step and layer,
 which blocks each KV head attends to. Representations (store_v1.md §4.3): R0 mean key [D]
-(ESA, seed 002), R1 per-channel key min/max [2][D] (Quest, Tang et al. 2024 §3), R4 per-token
-sign hash [T][B/8] bytes (GSA, seed 002). Runs on the calling thread's CPU.
+(UCM's ESA), R1 per-channel key min/max [2][D] (Quest, Tang et al. 2024 §3), R4 per-token
+sign hash [T][B/8] bytes (UCM's GSA on device). Runs on the calling thread's CPU.
 """
 from __future__ import annotations
 

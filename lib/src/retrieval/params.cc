@@ -15,16 +15,16 @@ namespace ucm::retrieval {
 ucm_retriever_params default_params() {
   ucm_retriever_params p{};
   p.struct_size = sizeof(ucm_retriever_params);
-  p.policy = UCM_POLICY_QUEST;  // configs/retrieval.yaml: bounds beat mean keys (ArkVale, BRIEF)
-  p.sink_blocks = 1;            // seed 000 §7.1 init_window_sz
-  p.local_blocks = 2;           // seed 000 §7.1 local_window_sz
-  p.sparse_ratio = 0.3f;        // seed 000 §7.1 sparse_ratio; seed 002 ESA / KVStar configs
-  p.min_blocks = 4;             // seed 000 §7.1 min_blocks
-  p.top_k = 0;                  // seed 000 §5.1: k from ratio and min_blocks
-  p.psa_tau = 0.95f;            // seed 001 §3.2 ("例如 95%")
+  p.policy = UCM_POLICY_QUEST;  // configs/retrieval.yaml: bounds beat mean keys (ArkVale, NeurIPS 2024)
+  p.sink_blocks = 1;            // UCM GSA's init_window_sz
+  p.local_blocks = 2;           // UCM GSA's local_window_sz
+  p.sparse_ratio = 0.3f;        // UCM GSA's sparse_ratio; UCM's ESA / KVStar configs
+  p.min_blocks = 4;             // UCM GSA's min_blocks
+  p.top_k = 0;                  // UCM's GSA: k from ratio and min_blocks
+  p.psa_tau = 0.95f;            // PSA (arXiv:2503.00392) §3.2: "e.g. 95%"
   p.psa_max_blocks = 0;
-  p.reuse_steps = 1;            // seed 000 §5.1: selection every scheduler step
-  p.shared_heads = 1;           // seed 000 §5.1: one selected_blocks list per request
+  p.reuse_steps = 1;            // UCM's GSA: selection every scheduler step
+  p.shared_heads = 1;           // UCM's GSA: one selected_blocks list per request
   p.honor_dense_layers = 1;     // extra.dense_layers, recorded by precompute for servers
   return p;
 }

@@ -8,7 +8,7 @@
 // Top-k keeps the best k - forced others. It finds the (k - forced)-th largest rank key with a
 // most-significant-bit-first radix search: 64 rounds of "how many keys are >= this prefix", each a
 // count over the set's blocks split among the warp's threads (topk_count_ge), summed by shuffles.
-// PSA (seed 001 §3.2, Algorithm 1) keeps, after the forced blocks, the others in rank order while
+// PSA (arXiv:2503.00392 §3.2, Algorithm 1) keeps, after the forced blocks, the others in rank order while
 // fewer than cap blocks are selected and the covered mass is below tau: block c is kept iff
 // forced + (others ranked above c) < cap and forced mass + (their mass) < tau (psa_keep; O(n) per
 // block; the mass sums run in index order in double, the CPU's in rank order: equal on data

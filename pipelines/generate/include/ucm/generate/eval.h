@@ -1,5 +1,6 @@
 // `ucm eval retrieval`: how much of the true attention the block-sparse policies keep, on real
-// documents and real queries (shared/BRIEF.md, "Quality metric for sparse retrieval").
+// documents and real queries (docs/retrieval.md gives the metric: attention-mass recall R at a
+// block budget against the oracle R*, and k_tau).
 //
 // For each document (template applied, as precompute stores it) a context of C tokens (C a
 // multiple of the block size, 2K to 8K) is followed by Q held-out continuation tokens. The model

@@ -47,7 +47,7 @@ using repr::fp16_to_float;
 ///     Q, R = QR(G) (torch::linalg_qr, reduced, double); Q[:, j] *= sign(R[j][j]) (Haar, Mezzadri
 ///     2007 "How to generate random matrices from the classical compact groups", §5);
 ///     columns c*D .. min(B, (c+1)*D)-1 of P[l][h] are the first columns of Q.
-/// Source: seed 002 (GSA on-device: random orthogonal projection to sign bits).
+/// Source: UCM's GSA on device (Unified Cache Manager: random orthogonal projection to sign bits).
 std::vector<float> make_projection(uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim,
                                    uint32_t hash_bits, uint64_t seed);
 

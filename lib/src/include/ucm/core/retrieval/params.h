@@ -1,6 +1,6 @@
 // lib/src/retrieval/params.h: retriever settings (ucm_retriever_params, ucm/retrieval.h): the
 // defaults, their checks, and the YAML reader behind ucm_retriever_params_load. The defaults and
-// the seeds they come from are documented in configs/retrieval.yaml.
+// where they come from are documented in configs/retrieval.yaml.
 #pragma once
 #include <cstddef>
 #include <string>

@@ -10,7 +10,7 @@
 //    of the group attends to it; the maximum keeps the Quest bound an upper bound of every head's
 //    logits (a sum or a mean would let one head's strong block drown in the others' weak ones).
 //  - GSA: the group's queries are averaged and the mean is sign-hashed, as UCM's GSA on device
-//    does for GQA (seed 002 §10.5.2, compute_hash, "GQA 模式": query.view(..., G, D).mean(2)); one
+//    does for GQA (its compute_hash, GQA mode: query.view(..., G, D).mean(2)); one
 //    code per KV head keeps the popcount work independent of G.
 //  - PSA: the estimated attention masses of the G heads are averaged: each head's mass
 //    distribution sums to 1, so the mean is the group's expected covered fraction, and tau is a
@@ -18,11 +18,11 @@
 //  With shared_heads, the same rules run over all query heads of all KV heads in the range (max of
 //  the per-KV-head scores; mean of all heads' masses).
 //
-// PSA mass estimate (seed 001 §3.2): for query head g the logit of block c is bounded by the Quest
+// PSA mass estimate (PSA, arXiv:2503.00392, §3.2): for query head g the logit of block c is bounded by the Quest
 // bound u_g(c); the block's attention mass is estimated as exp(u_g(c) / sqrt(D)) normalised over
 // the valid blocks (every token taking the bound; T cancels). Blocks are then taken in
 // descending estimated mass (= descending bound for G = 1) until the covered mass reaches psa_tau
-// (Algorithm 1, lines 13-17: stop once P_acc reaches the threshold). The seed's running estimate
+// (Algorithm 1, lines 13-17: stop once P_acc reaches the threshold). PSA's running estimate
 // of the total (AS_acc + AS_min * N_left) is needed only while the remaining blocks' scores are
 // unknown; here every block's estimate is known after the scan, so the total is their sum.
 //

@@ -35,7 +35,7 @@ size_t mark_forced(size_t n, const uint8_t* valid, uint32_t sink, uint32_t local
 void select_topk(const float* score, size_t n, const uint8_t* valid, uint32_t sink, uint32_t local, size_t k,
                  SelectScratch& s, std::vector<uint32_t>* out);
 
-/// PSA (seed 001 §3.2, Algorithm 1): forced blocks first, then the others in descending order of
+/// PSA (arXiv:2503.00392 §3.2, Algorithm 1): forced blocks first, then the others in descending order of
 /// estimated mass until the covered mass reaches tau or the set holds cap blocks. mass: [n]
 /// estimated attention mass of each block (invalid blocks carry 0 and count as unknown), summing to
 /// 1 over the valid blocks. out: the ascending set.
