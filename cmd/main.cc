@@ -1,5 +1,6 @@
-// cmd/main.cc: the `ucm` binary. Each subcommand lives in its own file pair (CLI11's
-// subcom_in_files pattern) and is registered by one line in kSubcommands below.
+// cmd/main.cc: the `ucm` binary. Each top-level subcommand lives in its own file pair (CLI11's
+// subcom_in_files pattern) and is registered by one line in kSubcommands below; bench's are
+// added by setup_bench; the libtorch ones are also listed in kTorchCommands (docs/cli.md).
 #include <CLI/CLI.hpp>
 
 #include <nlohmann/json.hpp>
