@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 .venv/bin/python scripts/fetch_model.py --out models/SmolLM2-135M-Instruct
-(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j1)
+# Two at a time: the tests that run the model hold the resource lock `cpu` (tests/CMakeLists.txt),
+# so they run one after another while the quick ones run beside them. `ctest -L quick` is the
+# fast subset (docs/testing.md).
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j"${CTEST_JOBS:-2}")
 # A short burst of every libFuzzer target (docs/fuzzing.md): builds build-fuzz/ with clang first.
 scripts/fuzz.sh --runs 2000

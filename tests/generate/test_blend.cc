@@ -28,6 +28,7 @@
 #include "ucm/hash.h"
 #include "ucm/store.h"
 #include "real_data.h"
+#include "shared_fixture.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -128,18 +129,27 @@ class Blend : public ::testing::Test {
   static void SetUpTestSuite() {
     if (!have_model()) GTEST_SKIP() << "model not fetched";
     root_ = fs::temp_directory_path() / ("ucm-test-blend-" + std::to_string(::getpid()));
-    fs::create_directories(root_ / "corpus");
-    for (const auto& d : kDocs) fs::copy_file(fs::path(kDocsDir) / d, root_ / "corpus" / d);
-    auto r = run_shell(std::string(UCM_BIN) + " precompute --chunks --json --model " + shell_quote(model_dir()) +
-                       " --corpus " + shell_quote((root_ / "corpus").string()) + " --store " +
-                       shell_quote((root_ / "store").string()) + " --template " +
-                       shell_quote(std::string(UCM_SOURCE_DIR) + "/configs/template_chat.txt"));
-    ASSERT_EQ(r.code, 0) << r.err;
-    ASSERT_EQ(json::parse(r.out)["documents"].get<int>(), int(kDocs.size())) << r.out;
+    fs::create_directories(root_);
+    // The chunk store, precomputed once per ctest run (tests/common/shared_fixture.h).
+    fixture_ = ucm::test::shared_fixture("blend-store", [](const fs::path& dir) -> std::string {
+      fs::create_directories(dir / "corpus");
+      for (const auto& d : kDocs) fs::copy_file(fs::path(kDocsDir) / d, dir / "corpus" / d);
+      auto r = run_shell(std::string(UCM_BIN) + " precompute --chunks --json --model " + shell_quote(model_dir()) +
+                         " --corpus " + shell_quote((dir / "corpus").string()) + " --store " +
+                         shell_quote((dir / "store").string()) + " --template " +
+                         shell_quote(std::string(UCM_SOURCE_DIR) + "/configs/template_chat.txt"));
+      if (r.code != 0) return "precompute exit " + std::to_string(r.code) + ": " + r.err;
+      const json j = json::parse(r.out, nullptr, false);
+      if (j.is_discarded() || !j.contains("documents") || j["documents"] != kDocs.size()) return "report: " + r.out;
+      return "";
+    });
+    ASSERT_EQ(fixture_.error, "");
+    store_ = fixture_.dir / "store";
   }
   static void TearDownTestSuite() {
     std::error_code ec;
     fs::remove_all(root_, ec);
+    if (fixture_.owned) fs::remove_all(fixture_.dir, ec);
   }
   void SetUp() override {
     if (!have_model()) GTEST_SKIP() << "model not fetched";
@@ -154,12 +164,16 @@ class Blend : public ::testing::Test {
     EXPECT_EQ(r.code, 0) << r.err;
     return r.code == 0 ? json::parse(r.out) : json::object();
   }
-  static fs::path root_;
+  static fs::path root_;                   // this process's scratch directory
+  static ucm::test::FixtureDir fixture_;  // the precomputed chunk store's directory
+  static fs::path store_;                  // the chunk store of the four documents: read only
 };
 fs::path Blend::root_;
+ucm::test::FixtureDir Blend::fixture_;
+fs::path Blend::store_;
 
 TEST_F(Blend, SingleDocumentAtPositionZeroAnswersLikeThePrefixCache) {
-  const json j = blend(root_ / "store", "copy.rst.txt", "--recompute-ratio 0");
+  const json j = blend(store_, "copy.rst.txt", "--recompute-ratio 0");
   ASSERT_TRUE(j.contains("tokens")) << j.dump();
   // The document follows the chunk prefix as it did in precompute: nothing moves (delta 0).
   EXPECT_EQ(j["docs_missing"].size(), 0u);
@@ -174,7 +188,7 @@ TEST_F(Blend, SingleDocumentAtPositionZeroAnswersLikeThePrefixCache) {
 }
 
 TEST_F(Blend, FullRecomputeRatioIsFullRecomputeExactly) {
-  const json j = blend(root_ / "store", "netrc.rst.txt,codeop.rst.txt,linecache.rst.txt", "--recompute-ratio 1");
+  const json j = blend(store_, "netrc.rst.txt,codeop.rst.txt,linecache.rst.txt", "--recompute-ratio 1");
   ASSERT_TRUE(j.contains("tokens")) << j.dump();
   EXPECT_EQ(j["recomputed_tokens"], j["stored_tokens"]);
   EXPECT_EQ(j["mean_kl"].get<double>(), 0.0);  // bit-identical logits
@@ -185,8 +199,8 @@ TEST_F(Blend, FullRecomputeRatioIsFullRecomputeExactly) {
 
 TEST_F(Blend, DocumentsServedFromTheStoreAndRatioBuysQuality) {
   const std::string docs = "linecache.rst.txt,codeop.rst.txt,netrc.rst.txt,copy.rst.txt";
-  const json r0 = blend(root_ / "store", docs, "--recompute-ratio 0");
-  const json r30 = blend(root_ / "store", docs, "--recompute-ratio 0.3");
+  const json r0 = blend(store_, docs, "--recompute-ratio 0");
+  const json r30 = blend(store_, docs, "--recompute-ratio 0.3");
   ASSERT_TRUE(r0.contains("tokens") && r30.contains("tokens"));
   // Every full block of every chunk is used: all but the documents' tails and the separators.
   const uint64_t n = r0["prompt_tokens"].get<uint64_t>();
@@ -207,15 +221,15 @@ TEST_F(Blend, PositionPriorIsTheSelectionsAndOnlyChangesWhichTokens) {
   // deviation): the same number of tokens recomputed, reported as asked; a negative decay is a
   // usage error naming the option.
   const std::string docs = "netrc.rst.txt,codeop.rst.txt";
-  const json with = blend(root_ / "store", docs, "--recompute-ratio 0.15");
-  const json without = blend(root_ / "store", docs, "--recompute-ratio 0.15 --position-decay 0");
+  const json with = blend(store_, docs, "--recompute-ratio 0.15");
+  const json without = blend(store_, docs, "--recompute-ratio 0.15 --position-decay 0");
   ASSERT_TRUE(with.contains("tokens") && without.contains("tokens"));
   EXPECT_DOUBLE_EQ(with["position_decay"].get<double>(), 128.0);
   EXPECT_DOUBLE_EQ(without["position_decay"].get<double>(), 0.0);
   EXPECT_EQ(with["recomputed_tokens"], without["recomputed_tokens"]);
   EXPECT_NEAR(double(with["recomputed_tokens"].get<uint64_t>()), 0.15 * with["stored_tokens"].get<double>(), 1.0);
   EXPECT_NE(with["mean_kl"].get<double>(), without["mean_kl"].get<double>());  // other tokens were chosen
-  auto bad = blend_run(root_ / "store", docs, "--position-decay -1");
+  auto bad = blend_run(store_, docs, "--position-decay -1");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE((bad.out + bad.err).find("--position-decay"), std::string::npos) << bad.out << bad.err;
 }
@@ -226,8 +240,8 @@ TEST_F(Blend, SelectionsRankByTheQuestionsAttentionOrByDeviation) {
   // deviation at layer 1. Same number of tokens recomputed, other tokens chosen. A deviation at
   // layer 0 (always 0) and an unknown selection are usage errors.
   const std::string docs = "linecache.rst.txt,codeop.rst.txt,netrc.rst.txt,copy.rst.txt";
-  const json rel = blend(root_ / "store", docs, "--recompute-ratio 0.15");
-  const json dev = blend(root_ / "store", docs, "--recompute-ratio 0.15 --selection deviation");
+  const json rel = blend(store_, docs, "--recompute-ratio 0.15");
+  const json dev = blend(store_, docs, "--recompute-ratio 0.15 --selection deviation");
   ASSERT_TRUE(rel.contains("tokens") && dev.contains("tokens"));
   EXPECT_EQ(rel["selection"], "relevance");
   EXPECT_EQ(rel["check_layer"].get<int>(), 0);
@@ -242,24 +256,23 @@ TEST_F(Blend, SelectionsRankByTheQuestionsAttentionOrByDeviation) {
               "KL %.4f\n",
               rel["top1_agreement"].get<double>(), rel["mean_kl"].get<double>(), rel["relevance_ms"].get<double>(),
               dev["top1_agreement"].get<double>(), dev["mean_kl"].get<double>());
-  auto bad = blend_run(root_ / "store", docs, "--selection deviation --check-layer 0");
+  auto bad = blend_run(store_, docs, "--selection deviation --check-layer 0");
   EXPECT_NE(bad.code, 0) << bad.out << bad.err;
   EXPECT_NE((bad.out + bad.err).find("--check-layer 0"), std::string::npos) << bad.out << bad.err;
-  bad = blend_run(root_ / "store", docs, "--selection sideways");
+  bad = blend_run(store_, docs, "--selection sideways");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE((bad.out + bad.err).find("--selection"), std::string::npos) << bad.out << bad.err;
 }
 
 TEST_F(Blend, UnknownDocumentIsAnError) {
-  auto r = blend_run(root_ / "store", "copy.rst.txt,no-such-doc.rst.txt", "");
+  auto r = blend_run(store_, "copy.rst.txt,no-such-doc.rst.txt", "");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("unknown document 'no-such-doc.rst.txt'"), std::string::npos) << r.err;
 }
 
-// Rewrites the namespace's rope attachment of a copy of the store.
-fs::path with_rope(const fs::path& root, const std::string& name, const std::string& rope_json) {
-  const fs::path copy = root / name;
-  fs::copy(root / "store", copy, fs::copy_options::recursive);
+// Copies `store` to `copy` and rewrites the copy's rope attachment.
+fs::path with_rope(const fs::path& store, const fs::path& copy, const std::string& rope_json) {
+  fs::copy(store, copy, fs::copy_options::recursive);
   std::unique_ptr<ucm::Store> s;
   ucm::OpenOptions oo;
   oo.mode = ucm::OpenOptions::Mode::kReadWrite;
@@ -270,14 +283,14 @@ fs::path with_rope(const fs::path& root, const std::string& name, const std::str
 }
 
 TEST_F(Blend, RopeThatCannotBeMovedOrIsAnotherModelsIsRefused) {
-  const fs::path yarn = with_rope(root_, "store-yarn",
+  const fs::path yarn = with_rope(store_, root_ / "store-yarn",
                                   R"({"style":"rotate_half","theta":100000.0,"head_dim":64,)"
                                   R"("scaling":{"type":"yarn","factor":4.0}})");
   auto r = blend_run(yarn, "copy.rst.txt", "");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("NOT_SUPPORTED"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("yarn"), std::string::npos) << r.err;
-  const fs::path other = with_rope(root_, "store-theta",
+  const fs::path other = with_rope(store_, root_ / "store-theta",
                                    R"({"style":"rotate_half","theta":10000.0,"head_dim":64,"scaling":{"type":"none"}})");
   r = blend_run(other, "copy.rst.txt", "");
   EXPECT_NE(r.code, 0);
@@ -286,11 +299,11 @@ TEST_F(Blend, RopeThatCannotBeMovedOrIsAnotherModelsIsRefused) {
 
 TEST_F(Blend, CorruptChunkBlockIsRecomputedNeverServed) {
   const fs::path copy = root_ / "store-corrupt";
-  fs::copy(root_ / "store", copy, fs::copy_options::recursive);
+  fs::copy(store_, copy, fs::copy_options::recursive);
   // Block 10 of chunk:netrc.rst.txt.
   ASSERT_EQ(ucm::test::corrupt_document_block(copy, "chunk:netrc.rst.txt", 10, 777, 0x21), "");
   const std::string docs = "copy.rst.txt,netrc.rst.txt";
-  const json clean = blend(root_ / "store", docs, "--recompute-ratio 1");
+  const json clean = blend(store_, docs, "--recompute-ratio 1");
   const json bad = blend(copy, docs, "--recompute-ratio 1");
   ASSERT_TRUE(clean.contains("tokens") && bad.contains("tokens"));
   EXPECT_EQ(clean["chunk_blocks_failed"].get<uint64_t>(), 0u);

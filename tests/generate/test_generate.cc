@@ -30,6 +30,7 @@
 #include "ucm/hash.h"
 #include "ucm/store.h"
 #include "real_data.h"
+#include "shared_fixture.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -55,17 +56,26 @@ class Generate : public ::testing::Test {
   static void SetUpTestSuite() {
     if (!fs::exists(fs::path(model_dir()) / "model.safetensors")) GTEST_SKIP() << "model not fetched";
     root_ = fs::temp_directory_path() / ("ucm-test-generate-" + std::to_string(::getpid()));
-    fs::create_directories(root_ / "corpus");
-    for (const auto& d : kDocs) fs::copy_file(fs::path(kDocsDir) / d, root_ / "corpus" / d);
-    auto r = run_shell(std::string(UCM_BIN) + " precompute --json --model " + shell_quote(model_dir()) +
-                       " --corpus " + shell_quote((root_ / "corpus").string()) + " --store " +
-                       shell_quote((root_ / "store").string()) + " --template " + shell_quote(tmpl()));
-    ASSERT_EQ(r.code, 0) << r.err;
-    ASSERT_EQ(json::parse(r.out)["documents"].get<int>(), int(kDocs.size())) << r.out;
+    fs::create_directories(root_);
+    // The precomputed store, once per ctest run (tests/common/shared_fixture.h).
+    fixture_ = ucm::test::shared_fixture("generate-store", [](const fs::path& dir) -> std::string {
+      fs::create_directories(dir / "corpus");
+      for (const auto& d : kDocs) fs::copy_file(fs::path(kDocsDir) / d, dir / "corpus" / d);
+      auto r = run_shell(std::string(UCM_BIN) + " precompute --json --model " + shell_quote(model_dir()) +
+                         " --corpus " + shell_quote((dir / "corpus").string()) + " --store " +
+                         shell_quote((dir / "store").string()) + " --template " + shell_quote(tmpl()));
+      if (r.code != 0) return "precompute exit " + std::to_string(r.code) + ": " + r.err;
+      const json j = json::parse(r.out, nullptr, false);
+      if (j.is_discarded() || !j.contains("documents") || j["documents"] != kDocs.size()) return "report: " + r.out;
+      return "";
+    });
+    ASSERT_EQ(fixture_.error, "");
+    store_ = fixture_.dir / "store";
   }
   static void TearDownTestSuite() {
     std::error_code ec;
     fs::remove_all(root_, ec);
+    if (fixture_.owned) fs::remove_all(fixture_.dir, ec);
   }
   void SetUp() override {
     if (!fs::exists(fs::path(model_dir()) / "model.safetensors")) GTEST_SKIP() << "model not fetched";
@@ -83,9 +93,13 @@ class Generate : public ::testing::Test {
     return r.code == 0 ? json::parse(r.out) : json::object();
   }
 
-  static fs::path root_;
+  static fs::path root_;                   // this process's scratch directory
+  static ucm::test::FixtureDir fixture_;  // the precomputed store's directory
+  static fs::path store_;                  // the store of the seven documents: read only
 };
 fs::path Generate::root_;
+ucm::test::FixtureDir Generate::fixture_;
+fs::path Generate::store_;
 
 TEST_F(Generate, CachedPrefixGivesTheRecomputedTokens) {
   // The cached path reads K/V that precompute rounded to bf16 in its own batches, full recompute
@@ -98,7 +112,7 @@ TEST_F(Generate, CachedPrefixGivesTheRecomputedTokens) {
   double worst = 0;
   size_t exact = 0;
   for (const auto& d : kDocs) {
-    const json j = generate(read_file(fs::path(kDocsDir) / d) + kQuestion, root_ / "store");
+    const json j = generate(read_file(fs::path(kDocsDir) / d) + kQuestion, store_);
     ASSERT_TRUE(j.contains("tokens")) << d;
     const uint64_t doc_blocks = j["prompt_blocks"].get<uint64_t>();
     // Every full block of the templated document is stored; the document's last full block may
@@ -139,7 +153,7 @@ TEST_F(Generate, PromptEndingMidBlockHitsItsFullBlocks) {
   json j;
   uint64_t n = 0;
   for (size_t cut : {1000, 1037, 1111, 1234}) {
-    j = generate(full.substr(0, cut), root_ / "store");
+    j = generate(full.substr(0, cut), store_);
     ASSERT_TRUE(j.contains("tokens"));
     n = j["prompt_tokens"].get<uint64_t>();
     if (n % 16 != 0) break;
@@ -153,7 +167,7 @@ TEST_F(Generate, PromptEndingMidBlockHitsItsFullBlocks) {
 
 TEST_F(Generate, CorruptBlockIsRecomputedNeverUsed) {
   const fs::path copy = root_ / "store-corrupt";
-  fs::copy(root_ / "store", copy, fs::copy_options::recursive);
+  fs::copy(store_, copy, fs::copy_options::recursive);
   const std::string prompt = read_file(fs::path(kDocsDir) / "netrc.rst.txt") + kQuestion;
   const json clean = generate(prompt, copy);
   ASSERT_TRUE(clean.contains("tokens"));
@@ -206,7 +220,7 @@ TEST_F(Generate, SparseDecodeWithEveryBlockSelectedIsDense) {
   // sparse_ratio 1: every block is selected on every layer, so the masked attention must give
   // the dense distributions (up to fp32 summation order) and the same greedy tokens.
   const fs::path cfg = retrieval_config(root_, "all", "sparse_ratio: 1.0\n");
-  const json j = generate(read_file(fs::path(kDocsDir) / "copy.rst.txt") + kQuestion, root_ / "store",
+  const json j = generate(read_file(fs::path(kDocsDir) / "copy.rst.txt") + kQuestion, store_,
                           "--no-recompute --sparse quest --retrieval-config " + shell_quote(cfg.string()));
   ASSERT_TRUE(j.contains("sparse")) << j.dump();
   const json& s = j["sparse"];
@@ -222,7 +236,7 @@ TEST_F(Generate, SparseDecodeReadsStoredReprsAndRetrievalBeatsWindowsAlone) {
   // the sink/local windows alone (k = sink + local). Retrieval must lose less than the windows.
   const std::string prompt = read_file(fs::path(kDocsDir) / "linecache.rst.txt") + kQuestion;
   const fs::path windows = retrieval_config(root_, "windows", "sparse_ratio: 0.0\nmin_blocks: 3\n");
-  const json w = generate(prompt, root_ / "store", "--no-recompute --sparse quest --retrieval-config " +
+  const json w = generate(prompt, store_, "--no-recompute --sparse quest --retrieval-config " +
                                                        shell_quote(windows.string()));
   ASSERT_TRUE(w.contains("sparse")) << w.dump();
   const uint64_t n = w["sparse"]["context_blocks"].get<uint64_t>();
@@ -230,7 +244,7 @@ TEST_F(Generate, SparseDecodeReadsStoredReprsAndRetrievalBeatsWindowsAlone) {
   const double windows_kl = w["sparse"]["mean_kl"].get<double>();
   EXPECT_GT(windows_kl, 0.0);
   for (const char* policy : {"esa", "quest", "gsa", "psa"}) {
-    const json j = generate(prompt, root_ / "store", std::string("--no-recompute --sparse ") + policy);
+    const json j = generate(prompt, store_, std::string("--no-recompute --sparse ") + policy);
     ASSERT_TRUE(j.contains("sparse")) << policy << j.dump();
     const json& s = j["sparse"];
     // The prompt's stored blocks give their representations; only the blocks past the hit are computed.

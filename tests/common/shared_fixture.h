@@ -1,0 +1,67 @@
+// A test fixture (for example a store precomputed with the real model) built once per ctest run
+// and shared by the test processes that need it.
+//
+// gtest_discover_tests runs every test in a process of its own, so a suite's SetUpTestSuite runs
+// once per test. Where that setup is a model forward pass over several documents (tens of seconds),
+// the suite builds it through shared_fixture(): with $UCM_TEST_SHARED_DIR set (tests/CMakeLists.txt
+// sets it, and a ctest FIXTURES_SETUP test empties that directory at the start of every ctest run,
+// so nothing is reused across builds), the first process builds <shared>/<name> while holding
+// <shared>/<name>.lock and marks it complete; the others wait for the lock and reuse it. Without the
+// variable (the test binary run by hand) it builds a private directory that the caller removes.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+namespace ucm::test {
+
+struct FixtureDir {
+  std::filesystem::path dir;  // holds what make() wrote
+  bool owned = false;         // true: private to this process, the caller removes it
+  std::string error;          // non-empty: make() failed (or the lock could not be taken)
+};
+
+// make(dir) writes the fixture under dir (which exists and is empty) and returns "" or an error.
+// A failed make leaves no complete marker, so the next process tries again.
+inline FixtureDir shared_fixture(const std::string& name, const std::function<std::string(const std::filesystem::path&)>& make) {
+  namespace fs = std::filesystem;
+  FixtureDir out;
+  const char* shared = std::getenv("UCM_TEST_SHARED_DIR");
+  if (shared == nullptr || *shared == '\0') {
+    out.dir = fs::temp_directory_path() / ("ucm-test-" + name + "-" + std::to_string(::getpid()));
+    out.owned = true;
+    fs::remove_all(out.dir);
+    fs::create_directories(out.dir);
+    out.error = make(out.dir);
+    return out;
+  }
+  std::error_code ec;
+  fs::create_directories(shared, ec);
+  out.dir = fs::path(shared) / name;
+  const fs::path lock = fs::path(shared) / (name + ".lock");
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0 || ::flock(fd, LOCK_EX) != 0) {
+    if (fd >= 0) ::close(fd);
+    out.error = "cannot lock " + lock.string();
+    return out;
+  }
+  if (!fs::exists(out.dir / ".complete")) {
+    fs::remove_all(out.dir, ec);
+    fs::create_directories(out.dir);
+    out.error = make(out.dir);
+    if (out.error.empty()) {
+      const int m = ::open((out.dir / ".complete").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (m >= 0) ::close(m);
+    }
+  }
+  ::close(fd);  // releases the lock
+  return out;
+}
+
+}  // namespace ucm::test
