@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds ucm into build/ (override with BUILD_DIR). Extra args go to cmake.
+# TARGETS="a b" builds only those targets (scripts/setup.sh: the binaries and libucm, no tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -7,4 +8,9 @@ JOBS=${JOBS:-$(nproc)}
 mkdir -p "$BUILD_DIR"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} "$@" >"$BUILD_DIR/configure.log" 2>&1 \
   || { cat "$BUILD_DIR/configure.log"; exit 1; }
-cmake --build "$BUILD_DIR" -j"$JOBS"
+if [ -n "${TARGETS:-}" ]; then
+  # shellcheck disable=SC2086  # a list of target names
+  cmake --build "$BUILD_DIR" -j"$JOBS" --target $TARGETS
+else
+  cmake --build "$BUILD_DIR" -j"$JOBS"
+fi

@@ -7,7 +7,8 @@ DOCS=${DOCS:-20}
 STORE=${STORE:-stores/python311-doc}
 CORPUS=${CORPUS:-/usr/share/doc/python3.11/html/_sources}
 scripts/deps.sh
-scripts/build.sh
+# The main job needs `ucm`, `ucm-torch` and libucm only: the tests are built by scripts/test.sh.
+TARGETS="ucm_cli ucm_torch_cli ucm" scripts/build.sh
 .venv/bin/python scripts/fetch_model.py --out models/SmolLM2-135M-Instruct
 bin=${BUILD_DIR:-build}/bin/ucm
 "$bin" --version
