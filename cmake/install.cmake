@@ -1,15 +1,17 @@
 # `cmake --install BUILD [--prefix P]`: libucm.so (with its SOVERSION), the C ABI headers
-# (ucm/ucm.h, ucm/retrieval.h, ucm/version.h), ucmConfig.cmake (find_package(ucm) -> ucm::ucm), ucm.pc, the
-# `ucm` binary and the `ucm-torch` binary it runs for its libtorch subcommands. The C++ API (ucm_core) is internal and not installed.
+# (UCM_PUBLIC_HEADERS: every header of lib/include/ucm, and the generated ucm/version.h),
+# ucmConfig.cmake (find_package(ucm) -> ucm::ucm), ucm.pc, the `ucm` binary and the `ucm-torch`
+# binary it runs for its libtorch subcommands. The C++ API (lib/cxx/include, ucm_core) is internal
+# and not installed. docs/library.md lists the installed headers.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(TARGETS ucm EXPORT ucmTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(FILES ${PROJECT_SOURCE_DIR}/lib/include/ucm/ucm.h ${PROJECT_SOURCE_DIR}/lib/include/ucm/retrieval.h
-              ${UCM_GENERATED_INCLUDE}/ucm/version.h
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ucm)
+set(UCM_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/lib/include/ucm/ucm.h ${PROJECT_SOURCE_DIR}/lib/include/ucm/retrieval.h
+                       ${PROJECT_SOURCE_DIR}/lib/include/ucm/blend.h ${UCM_GENERATED_INCLUDE}/ucm/version.h)
+install(FILES ${UCM_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ucm)
 install(EXPORT ucmTargets NAMESPACE ucm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ucm)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ucmConfig.cmake.in
                               ${CMAKE_BINARY_DIR}/cmake/ucmConfig.cmake

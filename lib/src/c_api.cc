@@ -6,8 +6,10 @@
 #include <memory>
 #include <string>
 
-#include "ucm/format/format.h"
 #include "ucm/core/c_api_internal.h"
+#include "ucm/core/c_struct.h"
+#include "ucm/format/format.h"
+#include "ucm/format/shards.h"
 #include "ucm/core/log.h"
 #include "ucm/hash.h"
 #include "ucm/status.h"
@@ -33,6 +35,7 @@ using ucm::capi::guarded;
 using ucm::capi::hashes_of;
 using ucm::capi::ns_of;
 using ucm::capi::ok;
+using ucm::capi::sized_output;
 
 namespace ucm::capi {
 std::string& last_error() {
@@ -59,7 +62,10 @@ using ucm::capi::finish_task;
 extern "C" {
 
 UCM_API const char* ucm_version(void) { return UCM_VERSION_STRING; }
-UCM_API uint32_t ucm_format_version(void) { return ucm::fmt::kFormatVersion; }
+// The newest format read and written: a sharded root (3) is newer than a single-writer store (2).
+UCM_API uint32_t ucm_format_version(void) {
+  return std::max(ucm::fmt::kFormatVersion, ucm::fmt::kShardedFormatVersion);
+}
 UCM_API const char* ucm_last_error(void) { return ucm::capi::last_error().c_str(); }
 
 UCM_API const char* ucm_code_name(int code) {
@@ -98,7 +104,7 @@ UCM_API const char* ucm_strerror(int code) {
   }
 }
 
-UCM_API void ucm_log_set_callback(ucm_log_callback cb, void* user_data, int min_level) {
+UCM_API void ucm_log_set_callback(ucm_log_callback cb, void* user_data, int32_t min_level) {
   try {
     ucm::set_log_callback(reinterpret_cast<ucm::LogCallback>(cb), user_data,
                           static_cast<ucm::LogLevel>(std::clamp(min_level, UCM_LOG_DEBUG, UCM_LOG_ERROR)));
@@ -127,11 +133,11 @@ UCM_API int ucm_store_open_shard(const char* path, const ucm_store_open_params* 
   return guarded("ucm_store_open", [&] {
     if (out) *out = nullptr;
     if (!path || !out) return fail(UCM_E_INVALID, "ucm_store_open: path and out must not be NULL");
-    const ucm_store_open_params p = params ? *params : ucm_store_default_open_params();
-    if (p.struct_size < sizeof(ucm_store_open_params))
-      return fail(UCM_E_INVALID, "ucm_store_open: params.struct_size " + std::to_string(p.struct_size) +
-                                     " is smaller than this library's " + std::to_string(sizeof(ucm_store_open_params)) +
-                                     "; start from ucm_store_default_open_params()");
+    ucm_store_open_params p = ucm_store_default_open_params();
+    if (params) {
+      ucm::Status st = ucm::capi::read_struct("ucm_store_open: params", params, p, &p);
+      if (!st.ok()) return fail(st);
+    }
     ucm::OpenOptions o;
     switch (p.mode) {
       case UCM_OPEN_READ_ONLY: o.mode = ucm::OpenOptions::Mode::kReadOnly; break;
@@ -181,15 +187,7 @@ UCM_API int ucm_store_namespace_find(ucm_store_t* store, const char* name_or_id,
     ucm::Status s = store->s->find_namespace(name_or_id, &d, &id);
     if (!s.ok()) return fail(s);
     if (ns_out) std::memcpy(ns_out, id.data(), 16);
-    const std::string j = d.to_json();
-    if (desc_len) *desc_len = j.size();
-    if (desc_json) {
-      if (desc_cap < j.size() + 1)
-        return fail(UCM_E_INVALID, "ucm_store_namespace_find: desc_cap " + std::to_string(desc_cap) + " too small, need " +
-                                       std::to_string(j.size() + 1));
-      std::memcpy(desc_json, j.c_str(), j.size() + 1);
-    }
-    return ok();
+    return sized_output("ucm_store_namespace_find", d.to_json(), true, desc_json, desc_cap, desc_len);
   });
 }
 
@@ -204,12 +202,7 @@ UCM_API int ucm_store_namespace_list(ucm_store_t* store, char* json, size_t cap,
       first = false;
     }
     out += "]";
-    *len = out.size();
-    if (!json || cap < out.size() + 1)
-      return fail(UCM_E_INVALID, "ucm_store_namespace_list: cap " + std::to_string(cap) + " too small, need " +
-                                     std::to_string(out.size() + 1) + " (*len + 1)");
-    std::memcpy(json, out.c_str(), out.size() + 1);
-    return ok();
+    return sized_output("ucm_store_namespace_list", out, true, json, cap, len);
   });
 }
 
@@ -260,12 +253,7 @@ UCM_API int ucm_store_attachment_get(ucm_store_t* store, const uint8_t* ns, cons
     std::string data;
     ucm::Status s = store->s->get_attachment(ns_of(ns), name, &data);
     if (!s.ok()) return fail(s);
-    if (len) *len = data.size();
-    if (data.size() > cap || (!buf && !data.empty()))
-      return fail(UCM_E_INVALID, "ucm_store_attachment_get: attachment \"" + std::string(name) + "\" is " +
-                                     std::to_string(data.size()) + " bytes, buffer holds " + std::to_string(cap));
-    if (!data.empty()) std::memcpy(buf, data.data(), data.size());
-    return ok();
+    return sized_output("ucm_store_attachment_get", data, false, buf, cap, len);
   });
 }
 
@@ -278,12 +266,7 @@ UCM_API int ucm_store_document_get(ucm_store_t* store, const uint8_t* ns, const 
     if (!s.ok()) return fail(s);
     if (blocks) *blocks = e.blocks;
     if (tokens) *tokens = e.tokens;
-    if (!source) return ok();
-    if (e.source.size() + 1 > cap)
-      return fail(UCM_E_INVALID, "ucm_store_document_get: the source is " + std::to_string(e.source.size()) +
-                                     " bytes, buffer holds " + std::to_string(cap) + " with its NUL");
-    std::memcpy(source, e.source.c_str(), e.source.size() + 1);
-    return ok();
+    return sized_output("ucm_store_document_get", e.source, true, source, cap, nullptr);
   });
 }
 
@@ -402,13 +385,7 @@ UCM_API void ucm_task_free(ucm_task_t* task) {
 UCM_API int ucm_store_metrics(ucm_store_t* store, char* buf, size_t cap, size_t* len) {
   return guarded("ucm_store_metrics", [&] {
     if (!store) return fail(UCM_E_INVALID, "ucm_store_metrics: store is NULL");
-    const std::string m = store->s->metrics_text();
-    if (len) *len = m.size();
-    if (!buf || cap < m.size() + 1)
-      return fail(UCM_E_INVALID, "ucm_store_metrics: buffer of " + std::to_string(cap) + " bytes, need " +
-                                     std::to_string(m.size() + 1));
-    std::memcpy(buf, m.c_str(), m.size() + 1);
-    return ok();
+    return sized_output("ucm_store_metrics", store->s->metrics_text(), true, buf, cap, len);
   });
 }
 

@@ -10,6 +10,7 @@
 
 #include "ucm/core/blend/rope.h"
 #include "ucm/core/c_api_internal.h"
+#include "ucm/core/c_struct.h"
 #include "ucm/core/cuda_plugin.h"
 #include "ucm/retrieval.h"
 
@@ -17,6 +18,8 @@ using ucm::capi::fail;
 using ucm::capi::guarded;
 using ucm::capi::ns_of;
 using ucm::capi::ok;
+using ucm::capi::read_struct;
+using ucm::capi::write_struct;
 
 extern "C" {
 
@@ -25,16 +28,17 @@ UCM_API ucm_rope_params ucm_rope_default_params(void) { return ucm::blend::defau
 UCM_API int ucm_store_rope_params(ucm_store_t* store, const uint8_t* ns, ucm_rope_params* out) {
   return guarded("ucm_store_rope_params", [&] {
     if (!store || !ns || !out) return fail(UCM_E_INVALID, "ucm_store_rope_params: store, ns and out must not be NULL");
-    if (out->struct_size < sizeof(ucm_rope_params))
-      return fail(UCM_E_INVALID, "ucm_store_rope_params: out->struct_size " + std::to_string(out->struct_size) +
-                                     " is smaller than " + std::to_string(sizeof(ucm_rope_params)));
+    ucm::Status s = ucm::capi::check_struct_size<ucm_rope_params>("ucm_store_rope_params: out", out->struct_size);
+    if (!s.ok()) return fail(s);
     std::string data;
-    ucm::Status s = store->s->get_attachment(ns_of(ns), "rope", &data);
+    s = store->s->get_attachment(ns_of(ns), "rope", &data);
     if (s.code() == ucm::Code::kNotFound)
       return fail(UCM_E_NOT_FOUND, "ucm_store_rope_params: the namespace has no \"rope\" attachment (it holds no "
                                    "chunks; precompute them with `ucm precompute --chunks`)");
     if (!s.ok()) return fail(s);
-    s = ucm::blend::parse_rope(data, out);
+    ucm_rope_params p = ucm::blend::default_rope();
+    s = ucm::blend::parse_rope(data, &p);
+    if (s.ok()) s = write_struct("ucm_store_rope_params: out", p, out);
     return s.ok() ? ok() : fail(s);
   });
 }
@@ -63,14 +67,14 @@ UCM_API int ucm_store_chunk_prefix(ucm_store_t* store, const uint8_t* ns, uint32
 
 namespace {
 
-// The checks ucm_rope_shift and ucm_rope_shift_device share; UCM_OK when the shift may run.
-int check_shift(const char* fn, const ucm_rope_params* rope, const void* keys, int dtype, size_t n_tokens,
-                uint32_t n_heads, size_t token_stride) {
+// The checks ucm_rope_shift and ucm_rope_shift_device share; UCM_OK when the shift may run, with
+// *rope the caller's params as this library's struct (the growth rule).
+int check_shift(const char* fn, const ucm_rope_params* rope_in, const void* keys, int32_t dtype, size_t n_tokens,
+                uint32_t n_heads, size_t token_stride, ucm_rope_params* rope) {
   const std::string f = fn;
-  if (!rope || (!keys && n_tokens)) return fail(UCM_E_INVALID, f + ": rope and keys must not be NULL");
-  if (rope->struct_size < sizeof(ucm_rope_params))
-    return fail(UCM_E_INVALID, f + ": rope->struct_size is smaller than sizeof(ucm_rope_params)");
-  ucm::Status s = ucm::blend::check_rope(*rope);
+  if (!rope_in || (!keys && n_tokens)) return fail(UCM_E_INVALID, f + ": rope and keys must not be NULL");
+  ucm::Status s = read_struct(f + ": rope", rope_in, ucm::blend::default_rope(), rope);
+  if (s.ok()) s = ucm::blend::check_rope(*rope);
   if (!s.ok()) return fail(s);
   if (dtype != UCM_DTYPE_BF16 && dtype != UCM_DTYPE_F16 && dtype != UCM_DTYPE_F32)
     return fail(UCM_E_INVALID, f + ": dtype " + std::to_string(dtype) + " is not BF16, F16 or F32");
@@ -81,23 +85,27 @@ int check_shift(const char* fn, const ucm_rope_params* rope, const void* keys, i
 
 }  // namespace
 
-UCM_API int ucm_rope_shift(const ucm_rope_params* rope, void* keys, int dtype, size_t n_tokens, uint32_t n_heads,
-                           size_t token_stride, int64_t delta) {
+UCM_API int ucm_rope_shift(const ucm_rope_params* rope_in, void* keys, int32_t dtype, size_t n_tokens,
+                           uint32_t n_heads, size_t token_stride, int64_t delta) {
   return guarded("ucm_rope_shift", [&] {
-    const int rc = check_shift("ucm_rope_shift", rope, keys, dtype, n_tokens, n_heads, token_stride);
+    ucm_rope_params rope = ucm::blend::default_rope();
+    const int rc = check_shift("ucm_rope_shift", rope_in, keys, dtype, n_tokens, n_heads, token_stride, &rope);
     if (rc != UCM_OK) return rc;
     if (n_tokens == 0 || delta == 0) return ok();
-    ucm::blend::shift_keys(ucm::blend::inv_freq(*rope), keys, dtype, n_tokens, n_heads, rope->head_dim, token_stride,
+    ucm::blend::shift_keys(ucm::blend::inv_freq(rope), keys, dtype, n_tokens, n_heads, rope.head_dim, token_stride,
                            delta);
     return ok();
   });
 }
 
-UCM_API int ucm_rope_shift_device(const ucm_rope_params* rope, void* keys, int dtype, size_t n_tokens,
+UCM_API int ucm_rope_shift_device(const ucm_rope_params* rope_in, void* keys, int32_t dtype, size_t n_tokens,
                                   uint32_t n_heads, size_t token_stride, int64_t delta, int device, void* stream) {
   return guarded("ucm_rope_shift_device", [&] {
-    const int rc = check_shift("ucm_rope_shift_device", rope, keys, dtype, n_tokens, n_heads, token_stride);
+    ucm_rope_params rope_v = ucm::blend::default_rope();
+    const int rc =
+        check_shift("ucm_rope_shift_device", rope_in, keys, dtype, n_tokens, n_heads, token_stride, &rope_v);
     if (rc != UCM_OK) return rc;
+    const ucm_rope_params* rope = &rope_v;
     if (rope->head_dim / 2 > ucm::kernels::kMaxRopePairs)
       return fail(UCM_E_INVALID, "ucm_rope_shift_device: head_dim " + std::to_string(rope->head_dim) + " > 512");
     const ucm_cuda_plugin* p = nullptr;
@@ -149,21 +157,21 @@ UCM_API ucm_blend_select_params ucm_blend_select_default_params(void) {
 namespace {
 
 // ucm_blend_select_weighted (relevance NULL) and ucm_blend_select_relevant.
-int select_scored(const char* fn, const ucm_blend_select_params* params, const float* stored, const float* fresh,
+int select_scored(const char* fn, const ucm_blend_select_params* params_in, const float* stored, const float* fresh,
                   const uint32_t* doc_pos, const float* relevance, bool deviation_optional, size_t n_tokens,
                   size_t row, uint32_t* out_idx, size_t cap, size_t* n_out, float* score) {
   return guarded(fn, [&] {
     const std::string f = fn;
-    if (!params || !n_out || (n_tokens && (deviation_optional ? (!stored != !fresh) : (!stored || !fresh))))
+    if (!params_in || !n_out || (n_tokens && (deviation_optional ? (!stored != !fresh) : (!stored || !fresh))))
       return fail(UCM_E_INVALID, f + (deviation_optional ? ": params and n_out must not be NULL, and stored and fresh "
                                                            "are both given or both NULL"
                                                          : ": params, stored, fresh and n_out must not be NULL"));
-    // 0.4's struct ended at position_decay; relevance_exponent is read only when it is there.
-    constexpr size_t v04 = offsetof(ucm_blend_select_params, position_decay) + sizeof(double);
-    if (params->struct_size < v04)
-      return fail(UCM_E_INVALID, f + ": params->struct_size " + std::to_string(params->struct_size) +
-                                     " is smaller than " + std::to_string(v04));
-    const double beta = params->struct_size >= sizeof(ucm_blend_select_params) ? params->relevance_exponent : 2.0;
+    // 0.4's struct ended at position_decay: its callers get relevance_exponent's default.
+    ucm_blend_select_params pv = ucm_blend_select_default_params();
+    const ucm::Status rs = read_struct(f + ": params", params_in, pv, &pv);
+    if (!rs.ok()) return fail(rs);
+    const ucm_blend_select_params* params = &pv;
+    const double beta = params->relevance_exponent;
     if (!(params->ratio >= 0.0 && params->ratio <= 1.0)) return fail(UCM_E_INVALID, f + ": ratio must be in [0, 1]");
     if (!(params->position_decay >= 0.0) || std::isinf(params->position_decay))
       return fail(UCM_E_INVALID, f + ": position_decay must be a finite number >= 0 (0: no prior)");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ucm/core/c_api_internal.h"
+#include "ucm/core/c_struct.h"
 #include "ucm/core/cuda_plugin.h"
 #include "ucm/core/device_load.h"
 #include "ucm/ucm.h"
@@ -13,9 +14,6 @@
 using namespace ucm::capi;
 
 namespace {
-
-// The smallest struct_size ucm_store_load_ex accepts: the host fields, up to head_end.
-constexpr size_t kLoadParamsMin = offsetof(ucm_store_load_params, head_end) + sizeof(uint32_t);
 
 int load_host(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n, const ucm_store_load_params& p,
               const ucm::NamespaceDesc& d, ucm_task_t** task) {
@@ -72,13 +70,9 @@ UCM_API int ucm_store_load_ex(ucm_store_t* store, const uint8_t* ns, const uint8
     if (!store || !ns || !task || !params || (n && !hashes))
       return fail(UCM_E_INVALID, "ucm_store_load_ex: store, ns, hashes, params and task must not be NULL");
     *task = nullptr;
-    if (params->struct_size < kLoadParamsMin)
-      return fail(UCM_E_INVALID, "ucm_store_load_ex: params->struct_size " + std::to_string(params->struct_size) +
-                                     " is below the smallest ucm_store_load_params (" + std::to_string(kLoadParamsMin) +
-                                     "); start from ucm_store_default_load_params()");
-    // The growth rule: the caller's fields over the defaults, the rest as defaulted.
     ucm_store_load_params p = ucm_store_default_load_params();
-    std::memcpy(&p, params, std::min<size_t>(params->struct_size, sizeof p));
+    ucm::Status st = ucm::capi::read_struct("ucm_store_load_ex: params", params, p, &p);
+    if (!st.ok()) return fail(st);
     ucm::NamespaceDesc d;
     ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
     if (!s.ok()) return fail(s);
@@ -93,7 +87,7 @@ UCM_API int ucm_store_load_ex(ucm_store_t* store, const uint8_t* ns, const uint8
   });
 }
 
-UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n, int dest_kind,
+UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n, int32_t dest_kind,
                            void* const* ptrs, uint32_t head_begin, uint32_t head_end, ucm_task_t** task) {
   if (dest_kind != UCM_DEST_CONTIGUOUS && dest_kind != UCM_DEST_PAGED) {
     if (task) *task = nullptr;

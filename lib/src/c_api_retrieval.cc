@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ucm/core/c_api_internal.h"
+#include "ucm/core/c_struct.h"
 #include "ucm/core/repr_encode.h"
 #include "ucm/core/repr_load.h"
 #include "ucm/core/retrieval/params.h"
@@ -22,6 +23,8 @@ using ucm::capi::guarded;
 using ucm::capi::hashes_of;
 using ucm::capi::ns_of;
 using ucm::capi::ok;
+using ucm::capi::read_struct;
+using ucm::capi::write_struct;
 
 static_assert(UCM_DTYPE_BF16 == static_cast<int>(ucm::DType::kBF16) && UCM_DTYPE_F16 == static_cast<int>(ucm::DType::kFP16) &&
               UCM_DTYPE_F32 == static_cast<int>(ucm::DType::kFP32));
@@ -31,17 +34,19 @@ extern "C" {
 UCM_API int ucm_store_repr_info(ucm_store_t* store, const uint8_t* ns, ucm_repr_info* out) {
   return guarded("ucm_store_repr_info", [&] {
     if (!store || !ns || !out) return fail(UCM_E_INVALID, "ucm_store_repr_info: store, ns and out must not be NULL");
-    if (out->struct_size < sizeof(ucm_repr_info))
-      return fail(UCM_E_INVALID, "ucm_store_repr_info: out->struct_size " + std::to_string(out->struct_size) +
-                                     " is smaller than " + std::to_string(sizeof(ucm_repr_info)));
+    ucm::Status s = ucm::capi::check_struct_size<ucm_repr_info>("ucm_store_repr_info: out", out->struct_size);
+    if (!s.ok()) return fail(s);
     ucm::NamespaceDesc d;
-    ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
+    s = store->s->get_namespace(ns_of(ns), &d);
     if (!s.ok()) return fail(s);
     ucm::detail::ReprGeometry g;
     s = ucm::detail::repr_geometry(d, &g);
     if (!s.ok()) return fail(s);
-    ucm::detail::repr_info_from(g, out);
-    return ok();
+    ucm_repr_info info{};
+    info.struct_size = sizeof info;
+    ucm::detail::repr_info_from(g, &info);
+    s = write_struct("ucm_store_repr_info: out", info, out);
+    return s.ok() ? ok() : fail(s);
   });
 }
 
@@ -51,14 +56,17 @@ UCM_API int ucm_store_load_repr(ucm_store_t* store, const uint8_t* ns, const uin
     if (task) *task = nullptr;
     if (!store || !ns || !dst || !task || (n && !hashes))
       return fail(UCM_E_INVALID, "ucm_store_load_repr: store, ns, hashes, dst and task must not be NULL");
+    ucm_repr_buffers b{};
+    ucm::Status s = read_struct("ucm_store_load_repr: dst", dst, &b);
+    if (!s.ok()) return fail(s);
     ucm::NamespaceDesc d;
-    ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
+    s = store->s->get_namespace(ns_of(ns), &d);
     if (!s.ok()) return fail(s);
     auto g = std::make_shared<ucm::detail::ReprGeometry>();
     s = ucm::detail::repr_geometry(d, g.get());
     if (!s.ok()) return fail(s);
     ucm::detail::ReprDest rd;
-    s = ucm::detail::resolve_repr_dest(*g, dst, first, n, &rd);
+    s = ucm::detail::resolve_repr_dest(*g, &b, first, n, &rd);
     if (!s.ok()) return fail(UCM_E_INVALID, "ucm_store_load_repr: " + s.message());
     auto t = store->s->visit_repr(ns_of(ns), hashes_of(hashes), n,
                                   [g, rd, first](size_t i, const uint8_t* p, size_t len) {
@@ -68,13 +76,14 @@ UCM_API int ucm_store_load_repr(ucm_store_t* store, const uint8_t* ns, const uin
   });
 }
 
-UCM_API int ucm_repr_encode(const ucm_repr_info* info, const float* keys, const float* projection, void* out,
+UCM_API int ucm_repr_encode(const ucm_repr_info* info_in, const float* keys, const float* projection, void* out,
                             size_t cap, size_t* len) {
   return guarded("ucm_repr_encode", [&] {
-    if (!info || !len) return fail(UCM_E_INVALID, "ucm_repr_encode: info and len must not be NULL");
-    if (info->struct_size < sizeof(ucm_repr_info))
-      return fail(UCM_E_INVALID, "ucm_repr_encode: info->struct_size " + std::to_string(info->struct_size) +
-                                     " is smaller than " + std::to_string(sizeof(ucm_repr_info)));
+    if (!info_in || !len) return fail(UCM_E_INVALID, "ucm_repr_encode: info and len must not be NULL");
+    ucm_repr_info ri{};
+    const ucm::Status rs = read_struct("ucm_repr_encode: info", info_in, &ri);
+    if (!rs.ok()) return fail(rs);
+    const ucm_repr_info* info = &ri;
     if (!info->num_layers || !info->num_kv_heads || !info->head_dim || !info->block_size)
       return fail(UCM_E_INVALID, "ucm_repr_encode: info has a zero num_layers, num_kv_heads, head_dim or block_size");
     if (info->hash_bits == 0 || info->hash_bits % 8 != 0)
@@ -108,7 +117,11 @@ UCM_API int ucm_retriever_params_load(const char* yaml_path, ucm_retriever_param
   return guarded("ucm_retriever_params_load", [&] {
     if (!yaml_path || !params)
       return fail(UCM_E_INVALID, "ucm_retriever_params_load: yaml_path and params must not be NULL");
-    ucm::Status s = ucm::retrieval::load_params_yaml(yaml_path, params);
+    ucm::Status s = ucm::capi::check_struct_size<ucm_retriever_params>("ucm_retriever_params_load: params",
+                                                                       params->struct_size);
+    ucm_retriever_params p = ucm::retrieval::default_params();
+    if (s.ok()) s = ucm::retrieval::load_params_yaml(yaml_path, &p);
+    if (s.ok()) s = write_struct("ucm_retriever_params_load: params", p, params);
     return s.ok() ? ok() : fail(s);
   });
 }
@@ -119,8 +132,13 @@ UCM_API int ucm_retriever_create(const ucm_retriever_params* params, const ucm_r
     if (out) *out = nullptr;
     if (!params || !info || !out)
       return fail(UCM_E_INVALID, "ucm_retriever_create: params, info and out must not be NULL");
+    ucm_retriever_params p = ucm::retrieval::default_params();
+    ucm_repr_info i{};
+    ucm::Status s = read_struct("ucm_retriever_create: params", params, p, &p);
+    if (s.ok()) s = read_struct("ucm_retriever_create: info", info, &i);
+    if (!s.ok()) return fail(s);
     std::unique_ptr<ucm::retrieval::Retriever> r;
-    ucm::Status s = ucm::retrieval::Retriever::Create(*params, *info, projection, &r);
+    s = ucm::retrieval::Retriever::Create(p, i, projection, &r);
     if (!s.ok()) return fail(s);
     *out = new ucm_retriever{std::move(r)};
     return ok();
@@ -138,7 +156,15 @@ UCM_API int ucm_retriever_select(ucm_retriever_t* r, const ucm_retrieval_query* 
                                  uint32_t* counts, uint32_t* n_sets) {
   return guarded("ucm_retriever_select", [&] {
     if (!r || !query) return fail(UCM_E_INVALID, "ucm_retriever_select: retriever and query must not be NULL");
-    ucm::Status s = r->r->select(*query, indices, cap, counts, n_sets);
+    // The query and the buffers it points at, as this library's structs (the growth rule).
+    ucm_retrieval_query q{};
+    ucm_repr_buffers b{};
+    ucm::Status s = read_struct("query", query, &q);
+    if (s.ok() && q.reprs) {
+      s = read_struct("reprs", q.reprs, &b);
+      q.reprs = &b;
+    }
+    if (s.ok()) s = r->r->select(q, indices, cap, counts, n_sets);
     if (!s.ok()) return fail(UCM_E_INVALID, "ucm_retriever_select: " + s.message());
     return ok();
   });

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ucm/core/c_struct.h"
 #include "ucm/core/retrieval/convert.h"
 
 namespace ucm::detail {
@@ -83,9 +84,7 @@ void repr_info_from(const ReprGeometry& g, ucm_repr_info* out) {
 
 Status resolve_repr_dest(const ReprGeometry& g, const ucm_repr_buffers* b, size_t first, size_t n, ReprDest* out) {
   if (!b) return Status::InvalidArgument("dst is NULL");
-  if (b->struct_size < sizeof(ucm_repr_buffers))
-    return Status::InvalidArgument("dst->struct_size " + std::to_string(b->struct_size) + " is smaller than " +
-                                   std::to_string(sizeof(ucm_repr_buffers)));
+  UCM_RETURN_IF_ERROR(capi::check_struct_size<ucm_repr_buffers>("dst", b->struct_size));
   const uint32_t H = g.shape.num_kv_heads;
   ReprDest d;
   d.h0 = b->head_begin;

@@ -1,5 +1,5 @@
 // Fuzz target: the JSON values of the store index: namespace descriptors
-// (ucm::NamespaceDesc::from_json, lib/include/ucm/namespace.h, store_v1.md §7) and document
+// (ucm::NamespaceDesc::from_json, lib/cxx/include/ucm/namespace.h, store_v1.md §7) and document
 // registry entries (ucm::document_from_json, lib/src/document.h, §5.6).
 //
 // Input: one selector byte (bit 0: 0 namespace, 1 document), then the JSON text.

@@ -57,3 +57,21 @@ def test_selections():
         ucm.blend_select(stored, fresh, 1.5)
     with pytest.raises(ucm.Invalid):
         ucm.blend_select_relevant(n, stored=stored, relevance=rel)
+
+
+def test_ctypes_structs_match_the_library():
+    """Every struct the package mirrors has the library's size (the defaults calls set struct_size =
+    sizeof in C), and the blend structs carry 0.6's uint32 struct_size and int32 scaling."""
+    import ctypes as C
+    from ucm import _lib as L
+    lib = L.lib()
+    for fn, cls in [("ucm_store_default_open_params", L.OpenParams), ("ucm_store_default_load_params", L.LoadParamsC),
+                    ("ucm_retriever_default_params", L.RetrieverParamsC),
+                    ("ucm_rope_default_params", L.RopeParamsC),
+                    ("ucm_blend_select_default_params", L.BlendSelectParamsC)]:
+        assert getattr(lib, fn)().struct_size == C.sizeof(cls), fn
+    assert dict(L.RopeParamsC._fields_)["struct_size"] is C.c_uint32
+    assert dict(L.RopeParamsC._fields_)["scaling"] is C.c_int32
+    assert dict(L.BlendSelectParamsC._fields_)["struct_size"] is C.c_uint32
+    rope = lib.ucm_rope_default_params()
+    assert (rope.theta, rope.scaling, rope.factor) == (10000.0, 0, 1.0)

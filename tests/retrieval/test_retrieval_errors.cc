@@ -47,6 +47,7 @@ TEST(RetrievalErrors, DefaultsAreTheDocumentedOnes) {
 
 TEST(RetrievalErrors, ConfigFileHoldsEveryDefault) {
   ucm_retriever_params p{};
+  p.struct_size = sizeof p;  // an out-struct: the caller says its size
   ASSERT_EQ(ucm_retriever_params_load(UCM_SOURCE_DIR "/configs/retrieval.yaml", &p), UCM_OK) << ucm_last_error();
   const ucm_retriever_params d = ucm_retriever_default_params();
   EXPECT_EQ(std::memcmp(&p, &d, sizeof(p)), 0) << "configs/retrieval.yaml differs from the defaults";
@@ -60,6 +61,7 @@ TEST(RetrievalErrors, ConfigFileHoldsEveryDefault) {
 
 TEST(RetrievalErrors, ParamsLoadReadsValuesAndRejectsBadOnes) {
   ucm_retriever_params p{};
+  p.struct_size = sizeof p;
   const std::string good = write_tmp("policy: GSA\nsink_blocks: 4\nsparse_ratio: 0.125\nshared_heads: false\n"
                                      "honor_dense_layers: 0\nreuse_steps: 8\n");
   ASSERT_EQ(ucm_retriever_params_load(good.c_str(), &p), UCM_OK) << ucm_last_error();

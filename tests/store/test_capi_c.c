@@ -1,12 +1,14 @@
 /* tests/store/test_capi_c.c: ucm/ucm.h compiled as C (C11) and used from C, linking libucm.so
  * only: the header is valid C, and the calls a C server makes work (default params, create,
- * register, hash, dump, lookup, load, per-block status, strerror, close), and ucm/retrieval.h
- * likewise (a namespace without representations, a retriever over a two-block request).
+ * register, hash, dump, lookup, load, per-block status, strerror, close), ucm/retrieval.h
+ * likewise (a namespace without representations, a retriever over a two-block request), and
+ * ucm/blend.h (RoPE shift and its inverse, the weighted selection, a namespace without chunks).
  * Usage: test_capi_c DIR (a scratch directory; the store is DIR/store). Exit 0 = pass. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ucm/blend.h"
 #include "ucm/retrieval.h"
 #include "ucm/ucm.h"
 
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
   snprintf(path, sizeof path, "%s/store", argv[1]);
   CHECK(strcmp(ucm_version(), UCM_VERSION_STRING) == 0);
   CHECK(strcmp(ucm_code_name(UCM_E_BUSY), "UCM_E_BUSY") == 0);
+  CHECK(ucm_format_version() == 3);
 
   ucm_store_open_params p = ucm_store_default_open_params();
   CHECK(p.struct_size == sizeof(ucm_store_open_params));
@@ -115,6 +118,35 @@ int main(int argc, char** argv) {
   CHECK(ucm_retriever_select(ret, &rq, idx, 2, counts, &n_sets) == UCM_OK);
   CHECK(n_sets == 1 && counts[0] == 2 && idx[0] == 0 && idx[1] == 1);
   ucm_retriever_free(ret);
+
+  /* ucm/blend.h from C. */
+  ucm_rope_params rope = ucm_rope_default_params();
+  CHECK(rope.struct_size == sizeof rope && rope.scaling == UCM_ROPE_SCALING_NONE);
+  rope.head_dim = D;
+  float keys[2 * D] = {1, 2, 3, 4, 5, 6, 7, 8};
+  CHECK(ucm_rope_shift(&rope, keys, UCM_DTYPE_F32, 2, 1, D, 5) == UCM_OK);
+  CHECK(keys[0] != 1.0f);
+  CHECK(ucm_rope_shift(&rope, keys, UCM_DTYPE_F32, 2, 1, D, -5) == UCM_OK);
+  for (int i = 0; i < 2 * D; ++i) CHECK(keys[i] > (float)(i + 1) - 1e-4f && keys[i] < (float)(i + 1) + 1e-4f);
+  ucm_rope_params stored_rope;
+  memset(&stored_rope, 0, sizeof stored_rope);
+  stored_rope.struct_size = sizeof stored_rope;
+  CHECK(ucm_store_rope_params(w, ns, &stored_rope) == UCM_E_NOT_FOUND);
+  size_t n_prefix = 0;
+  CHECK(ucm_store_chunk_prefix(w, ns, NULL, 0, &n_prefix) == UCM_E_NOT_FOUND);
+  ucm_blend_select_params bp = ucm_blend_select_default_params();
+  CHECK(bp.struct_size == sizeof bp);
+  bp.ratio = 0.5;
+  bp.position_decay = 0;
+  const float stored[4] = {0, 0, 0, 0}, fresh[4] = {1, 3, 0, 2};
+  uint32_t sel[4];
+  size_t n_sel = 0;
+  CHECK(ucm_blend_select_weighted(&bp, stored, fresh, NULL, 4, 1, sel, 4, &n_sel, NULL) == UCM_OK);
+  CHECK(n_sel == 2 && sel[0] == 1 && sel[1] == 3);
+
+  /* A sized output: NULL asks the size. */
+  size_t list_len = 0;
+  CHECK(ucm_store_namespace_list(w, NULL, 0, &list_len) == UCM_OK && list_len > 2);
 
   ucm_store_close(w);
   printf("test_capi_c: OK\n");

@@ -22,7 +22,8 @@
  *      document) on the stored and the recomputed V picks them.
  *   5. the later layers recompute the picked tokens and the free text over the mixed cache.
  *
- * Conventions are those of ucm/ucm.h (return codes, ucm_last_error, caller-owned buffers). All
+ * Conventions are those of ucm/ucm.h (return codes, ucm_last_error, caller-owned buffers, structs
+ * that grow). All
  * calls run on the caller's thread and are thread-safe (no shared state but the store's).
  */
 #ifndef UCM_BLEND_H_
@@ -31,7 +32,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ucm/retrieval.h" /* UCM_DTYPE_* */
 #include "ucm/ucm.h"
 
 #ifdef __cplusplus
@@ -43,12 +43,14 @@ extern "C" {
 #define UCM_ROPE_SCALING_LINEAR 1
 #define UCM_ROPE_SCALING_LLAMA3 2
 
-/* The rotary embedding of a namespace's keys, rotate_half convention (transformers' Llama). */
+/* The rotary embedding of a namespace's keys, rotate_half convention (transformers' Llama).
+ * Grows at its end (ucm/ucm.h, "Structs that grow"); minimum struct_size: all of it (0.6.0
+ * changed struct_size from size_t to uint32_t, so 0.6.0 is its first layout). */
 typedef struct ucm_rope_params {
-  size_t struct_size;       /* sizeof(ucm_rope_params) */
+  uint32_t struct_size;     /* sizeof(ucm_rope_params), set by the defaults call */
   uint32_t head_dim;        /* D, even */
   double theta;             /* base of the frequencies, e.g. 100000 for SmolLM2 */
-  int scaling;              /* UCM_ROPE_SCALING_* */
+  int32_t scaling;          /* UCM_ROPE_SCALING_* */
   double factor;            /* linear, llama3 */
   double low_freq_factor;   /* llama3 */
   double high_freq_factor;  /* llama3 */
@@ -58,8 +60,8 @@ typedef struct ucm_rope_params {
 /* theta 10000, no scaling, head_dim 0 (to be set). */
 UCM_API ucm_rope_params ucm_rope_default_params(void);
 
-/* Reads the namespace's `rope` attachment into *out (out->struct_size must be set).
- * Errors: UCM_E_INVALID (NULL, struct_size too small, attachment not valid JSON or missing a
+/* Reads the namespace's `rope` attachment into *out, an out-struct: set out->struct_size, and
+ * only that many bytes are written. Errors: UCM_E_INVALID (NULL, struct_size below the minimum, attachment not valid JSON or missing a
  * field: the message says which), UCM_E_NOT_FOUND (no namespace, or a namespace without a `rope`
  * attachment: it cannot serve chunks), UCM_E_NOT_SUPPORTED (a scaling other than none, linear or
  * llama3, e.g. "yarn" or "dynamic", or a style other than rotate_half: stored keys cannot be
@@ -72,12 +74,12 @@ UCM_API int ucm_store_rope_params(ucm_store_t* store, const uint8_t* ns, ucm_rop
 UCM_API int ucm_store_chunk_prefix(ucm_store_t* store, const uint8_t* ns, uint32_t* tokens, size_t cap, size_t* n);
 
 /* Moves n_tokens post-RoPE keys by delta positions, in place: each key (n_heads rows of head_dim
- * elements, dtype UCM_DTYPE_BF16 / F16 / F32 of ucm/retrieval.h) is rotated by R(delta)
+ * elements, dtype UCM_DTYPE_BF16 / F16 / F32 of ucm/ucm.h) is rotated by R(delta)
  * (store_v1.md §4.4), computed in fp32 with angles in float64, rounded back to dtype.
  * keys: token t's head h starts at element t * token_stride + h * head_dim (token_stride in
  * elements, >= n_heads * head_dim). delta may be negative. Errors: UCM_E_INVALID (NULL,
  * unknown dtype, odd or zero head_dim, stride too small), UCM_E_NOT_SUPPORTED (scaling). */
-UCM_API int ucm_rope_shift(const ucm_rope_params* rope, void* keys, int dtype, size_t n_tokens, uint32_t n_heads,
+UCM_API int ucm_rope_shift(const ucm_rope_params* rope, void* keys, int32_t dtype, size_t n_tokens, uint32_t n_heads,
                            size_t token_stride, int64_t delta);
 
 /* ucm_rope_shift on keys in GPU memory: the same rotation (bit for bit: the kernel rounds as the
@@ -85,7 +87,7 @@ UCM_API int ucm_rope_shift(const ucm_rope_params* rope, void* keys, int dtype, s
  * `device`; it has run when the stream reaches this point. head_dim <= 512. Errors: those of
  * ucm_rope_shift; UCM_E_NOT_SUPPORTED without libucm_cuda.so or that device (the message says
  * which); UCM_E_IO when the launch fails. Added in ucm 0.5.2. */
-UCM_API int ucm_rope_shift_device(const ucm_rope_params* rope, void* keys, int dtype, size_t n_tokens,
+UCM_API int ucm_rope_shift_device(const ucm_rope_params* rope, void* keys, int32_t dtype, size_t n_tokens,
                                   uint32_t n_heads, size_t token_stride, int64_t delta, int device, void* stream);
 
 /* CacheBlend's token selection (§4.3, "HKVD tokens"): of n_tokens tokens, the
@@ -99,9 +101,11 @@ UCM_API int ucm_rope_shift_device(const ucm_rope_params* rope, void* keys, int d
 UCM_API int ucm_blend_select(const float* stored, const float* fresh, size_t n_tokens, size_t row, double ratio,
                              uint32_t* out_idx, size_t cap, size_t* n_out, float* deviation);
 
-/* Parameters of ucm_blend_select_weighted. */
+/* Parameters of ucm_blend_select_weighted. Grows at its end (ucm/ucm.h, "Structs that grow");
+ * minimum struct_size: up to position_decay (0.4.0's). 0.6.0 made struct_size a uint32_t (the
+ * offsets of the other fields did not move). */
 typedef struct ucm_blend_select_params {
-  size_t struct_size;    /* sizeof(ucm_blend_select_params) */
+  uint32_t struct_size;  /* sizeof(ucm_blend_select_params), set by the defaults call */
   double ratio;          /* fraction of the tokens to select, [0, 1]; default 0.15 */
   double position_decay; /* tau, in tokens, > 0; 0 = no prior (ucm_blend_select); default 128 */
   /* Added in 0.5.0 (a caller built against 0.4 passes a smaller struct_size: then 2 is used).

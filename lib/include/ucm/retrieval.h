@@ -5,7 +5,8 @@
  * for new blocks) and asks a ucm_retriever_t, once per decode step and layer, which blocks each
  * KV head should attend to. Everything runs on the CPU of the caller's thread; no libtorch.
  *
- * Conventions are those of ucm/ucm.h (return codes, ucm_last_error, caller-owned buffers).
+ * Conventions are those of ucm/ucm.h (return codes, ucm_last_error, caller-owned buffers, structs
+ * that grow; the element types UCM_DTYPE_* are defined there).
  * Formats: the representations are those of store_v1.md §4.3 (R0 mean key, R1 key bounds,
  * R4 sign hash); the projection is the namespace attachment "r4_projection".
  */
@@ -26,12 +27,10 @@ extern "C" {
 #define UCM_REPR_R1 0x2u /* per-channel key min and max: [2][D] (Quest, Tang et al. 2024 §3) */
 #define UCM_REPR_R4 0x4u /* per-token sign hash: [T][B/8] bytes (UCM's GSA on device) */
 
-/* Element types of R0/R1 buffers and of queries. */
-#define UCM_DTYPE_BF16 1
-#define UCM_DTYPE_F16 2
-#define UCM_DTYPE_F32 3
-
-/* What a namespace's representations look like (from its descriptor; store_v1.md §4.3, §7). */
+/* What a namespace's representations look like (from its descriptor; store_v1.md §4.3, §7).
+ * Like every struct here it grows at its end (ucm/ucm.h, "Structs that grow"); minimum
+ * struct_size for it and the other three of this header (ucm_repr_buffers, ucm_retriever_params,
+ * ucm_retrieval_query): all of it (0.2.0's). */
 typedef struct ucm_repr_info {
   uint32_t struct_size;   /* sizeof(ucm_repr_info); set by the caller before the call */
   uint32_t num_layers;    /* L */
@@ -44,9 +43,10 @@ typedef struct ucm_repr_info {
   uint64_t dense_layers;  /* bit l set: layer l is kept dense (extra.dense_layers; l < 64) */
 } ucm_repr_info;
 
-/* The representation shape of namespace ns. Errors: UCM_E_INVALID (NULL, struct_size too
- * small), UCM_E_NOT_FOUND (namespace not registered), UCM_E_NOT_SUPPORTED (the namespace has no
- * representations). */
+/* The representation shape of namespace ns into *out, an out-struct: set out->struct_size, and
+ * only that many bytes are written. Errors: UCM_E_INVALID (NULL, struct_size below the
+ * minimum), UCM_E_NOT_FOUND (namespace not registered), UCM_E_NOT_SUPPORTED (the namespace has
+ * no representations). */
 UCM_API int ucm_store_repr_info(ucm_store_t* store, const uint8_t* ns, ucm_repr_info* out);
 
 /* Caller-owned representation arrays of one request, laid out for scoring: per (layer, KV head),
@@ -141,8 +141,10 @@ typedef struct ucm_retriever_params {
 /* The defaults (configs/retrieval.yaml documents them and where they come from). */
 UCM_API ucm_retriever_params ucm_retriever_default_params(void);
 
-/* Reads a YAML file like configs/retrieval.yaml into *params, starting from the defaults. Unknown
- * keys and bad values are UCM_E_INVALID (the message names the key); a missing file UCM_E_IO. */
+/* Reads a YAML file like configs/retrieval.yaml into *params, starting from the defaults (not
+ * from *params). *params is an out-struct: set params->struct_size (start from
+ * ucm_retriever_default_params()); only that many bytes are written. Unknown keys and bad values
+ * are UCM_E_INVALID (the message names the key); a missing file UCM_E_IO. */
 UCM_API int ucm_retriever_params_load(const char* yaml_path, ucm_retriever_params* params);
 
 typedef struct ucm_retriever ucm_retriever_t;

@@ -3,7 +3,10 @@
  * Conventions
  *  - Opaque handles: ucm_store_t, ucm_task_t. Each has a create/destroy pair; never free them
  *    yourself.
- *  - Every function returning int returns a UCM_* code below (0 = success).
+ *  - Every function returning int returns a UCM_* code below (0 = success). The one exception is
+ *    ucm_task_check, a predicate (1 finished, 0 not). Return codes are int; enum-like values
+ *    passed in (UCM_OPEN_*, UCM_DEST_*, UCM_DTYPE_*, UCM_LOG_*, UCM_POLICY_*, UCM_ROPE_SCALING_*)
+ *    are int32_t, in struct fields and arguments alike.
  *  - The text of the last error on the calling thread: ucm_last_error() (valid until the next
  *    call into libucm on that thread).
  *  - Buffers are caller-owned. Hashes and namespace ids are 16 raw bytes; arrays of them are
@@ -16,6 +19,31 @@
  *    thread uses the task. Close a store only after every task it created has been freed
  *    (ucm_task_free waits for a task that is still running). The log callback (ucm_log_set_callback)
  *    is called from libucm's own threads as well as from the caller's.
+ *  - Structs that grow (every params and info struct of ucm.h, ucm/retrieval.h and ucm/blend.h):
+ *    the first field is `uint32_t struct_size`, which the caller sets to the sizeof of the struct
+ *    it was compiled with (the defaults calls set it). A release may add fields at the end only.
+ *    libucm accepts any struct_size from the struct's minimum (the size of its first release,
+ *    given at each struct) upwards:
+ *      - in-structs: the fields beyond the caller's struct_size are not read; they take their
+ *        defaults (those of the struct's defaults call; 0 where it has none). A struct_size
+ *        larger than this library's (a newer ucm.h) is accepted, the fields it does not know
+ *        ignored;
+ *      - out-structs (ucm_repr_info of ucm_store_repr_info, ucm_rope_params of
+ *        ucm_store_rope_params): libucm writes only the caller's struct_size bytes, never past
+ *        them, and leaves struct_size as the caller set it;
+ *      - a struct_size below the minimum is UCM_E_INVALID (the message gives the minimum).
+ *  - Sized outputs (ucm_store_namespace_find, ucm_store_namespace_list, ucm_store_attachment_get,
+ *    ucm_store_document_get, ucm_store_metrics): the output goes into a caller buffer buf[cap].
+ *    The length out-parameter (desc_len, len: may be NULL where documented) is always set to the
+ *    length the output needs, in bytes, without the NUL of a text. Then:
+ *      - buf NULL: a size query; nothing is written, and the call returns UCM_OK;
+ *      - cap too small (a text needs length + 1 for its NUL): nothing is written to buf, the call
+ *        returns UCM_E_INVALID and ucm_last_error gives the size needed;
+ *      - otherwise the output is copied (texts NUL-terminated) and the call returns UCM_OK.
+ *    ucm_store_document_get has no length parameter: a too-small buffer is reported the same way
+ *    and its message gives the size. Arrays of counted items (ucm_hash_blocks,
+ *    ucm_store_chunk_prefix, ucm_blend_select*, ucm_repr_encode) likewise set their count and
+ *    write nothing when cap is too small, returning UCM_E_INVALID.
  *  - The format behind it: formats/store/store_v1.md. Guide: docs/library.md.
  */
 #ifndef UCM_UCM_H_
@@ -68,13 +96,20 @@ extern "C" {
 #define UCM_DEST_DEVICE_PAGED 2      /* page = [T][h1-h0][D] (NHD: vLLM, FlashInfer "NHD") */
 #define UCM_DEST_DEVICE_PAGED_HND 3  /* page = [h1-h0][T][D] (FlashInfer "HND") */
 
+/* Element types (of a namespace, of representation buffers and queries in ucm/retrieval.h, of
+ * keys in ucm/blend.h). */
+#define UCM_DTYPE_BF16 1
+#define UCM_DTYPE_F16 2
+#define UCM_DTYPE_F32 3
+
 typedef struct ucm_store ucm_store_t;
 typedef struct ucm_task ucm_task_t;
 
 /* Library version, "MAJOR.MINOR.PATCH" (static storage); equals UCM_VERSION_STRING of the
  * header the library was built with. */
 UCM_API const char* ucm_version(void);
-/* Newest store format version this library reads and writes. */
+/* Newest store format version this library reads and writes: 3, a sharded root (store_v1.md
+ * §11). It reads every version from 1; a single-writer store is written as 2. */
 UCM_API uint32_t ucm_format_version(void);
 /* Text of the last error on this thread ("" if none); valid until the next call on this thread. */
 UCM_API const char* ucm_last_error(void);
@@ -87,14 +122,14 @@ UCM_API const char* ucm_code_name(int code);
 /* Receives libucm's messages: level UCM_LOG_*, a NUL-terminated line (valid during the call),
  * and the user_data given to ucm_log_set_callback. Called from any libucm thread, possibly from
  * several at once: it must be thread-safe, must return quickly, and must not call into libucm. */
-typedef void (*ucm_log_callback)(int level, const char* message, void* user_data);
+typedef void (*ucm_log_callback)(int32_t level, const char* message, void* user_data);
 /* Routes libucm's messages (the store's and RocksDB's) to cb from now on; messages below
  * min_level are dropped. cb == NULL restores the default: lines on stderr. libucm never writes
  * to stdout. Process-wide; safe to call at any time, from any thread. */
-UCM_API void ucm_log_set_callback(ucm_log_callback cb, void* user_data, int min_level);
+UCM_API void ucm_log_set_callback(ucm_log_callback cb, void* user_data, int32_t min_level);
 
-/* How to open a store. Get the defaults from ucm_store_default_open_params() and change fields;
- * struct_size lets later versions add fields at the end. */
+/* How to open a store. Get the defaults from ucm_store_default_open_params() and change fields.
+ * Grows at its end ("Structs that grow"); minimum struct_size: all of it (0.2.0's). */
 typedef struct ucm_store_open_params {
   uint32_t struct_size;          /* sizeof(ucm_store_open_params), set by the defaults call */
   int32_t mode;                  /* UCM_OPEN_*; default UCM_OPEN_READ_ONLY */
@@ -138,15 +173,16 @@ UCM_API void ucm_store_close(ucm_store_t* store);
  * plus the catch-up time without it). Writer handles: no-op. */
 UCM_API int ucm_store_refresh(ucm_store_t* store);
 
-/* Namespace by name or 32-hex id. ns_out: [16]. desc_json (optional, may be NULL): the
- * descriptor JSON, NUL-terminated, into desc_cap bytes; *desc_len (optional) gets the length
- * needed (without NUL). UCM_E_INVALID if desc_cap is too small. */
+/* Namespace by name or 32-hex id. ns_out: [16]. desc_json: the descriptor JSON, NUL-terminated,
+ * into desc_cap bytes, a sized output (see "Sized outputs": NULL = only the id and *desc_len);
+ * desc_len may be NULL. Errors: UCM_E_NOT_FOUND, UCM_E_INVALID (NULL store or name_or_id,
+ * desc_cap too small: ns_out and *desc_len are still set). */
 UCM_API int ucm_store_namespace_find(ucm_store_t* store, const char* name_or_id, uint8_t* ns_out,
                                      char* desc_json, size_t desc_cap, size_t* desc_len);
 /* Every namespace of the store, as a JSON array of descriptors (store_v1.md §7) each with its
- * "id" (32 hex) added, NUL-terminated, into json[cap]; *len gets the length needed (without NUL).
- * A server uses it to find the namespace matching its model, or to say what a store holds.
- * Errors: UCM_E_INVALID (NULL store or len; json NULL or cap < *len + 1: nothing written).
+ * "id" (32 hex) added, NUL-terminated, into json[cap], a sized output ("Sized outputs"); *len
+ * gets the length needed (without NUL). A server uses it to find the namespace matching its
+ * model, or to say what a store holds. Errors: UCM_E_INVALID (NULL store or len, cap < *len + 1).
  * Added in ucm 0.5.1. */
 UCM_API int ucm_store_namespace_list(ucm_store_t* store, char* json, size_t cap, size_t* len);
 /* The namespace id that seeds the block hash chains of namespace ns (store_v1.md §7.1) into
@@ -163,14 +199,18 @@ UCM_API int ucm_store_namespace_hash_seed(ucm_store_t* store, const uint8_t* ns,
 UCM_API int ucm_namespace_id(const char* desc_json, uint8_t* id_out);
 /* Writer: registers a namespace from its descriptor JSON (store_v1.md §7). ns_out: [16]. */
 UCM_API int ucm_store_namespace_register(ucm_store_t* store, const char* desc_json, uint8_t* ns_out);
-/* A namespace attachment (e.g. "r4_projection") into buf[cap]; *len gets its size. */
+/* A namespace attachment (e.g. "r4_projection") into buf[cap], a sized output ("Sized
+ * outputs": bytes, no NUL); *len (may be NULL) gets its size. Errors: UCM_E_NOT_FOUND (no such
+ * namespace or attachment), UCM_E_INVALID (NULL store, ns or name; cap < *len). */
 UCM_API int ucm_store_attachment_get(ucm_store_t* store, const uint8_t* ns, const char* name,
                                      void* buf, size_t cap, size_t* len);
 /* The document registry (store_v1.md §5.6): entry `id` of namespace ns (a corpus id, or
  * "chunk:<corpus id>" for a chunk, §4.4). source[cap] receives its source (the corpus file or
- * "<file>:<line>" precompute recorded), NUL-terminated; *blocks and *tokens its size (either may
- * be NULL). Errors: UCM_E_NOT_FOUND (no such entry or namespace), UCM_E_INVALID (NULL store, ns
- * or id; cap too small for the source and its NUL: nothing copied). */
+ * "<file>:<line>" precompute recorded), NUL-terminated, a sized output without a length
+ * parameter ("Sized outputs": NULL = not wanted); *blocks and *tokens its size (either may be
+ * NULL, both set even when cap is too small). Errors: UCM_E_NOT_FOUND (no such entry or
+ * namespace), UCM_E_INVALID (NULL store, ns or id; cap too small for the source and its NUL:
+ * nothing copied, the message gives the size). */
 UCM_API int ucm_store_document_get(ucm_store_t* store, const uint8_t* ns, const char* id, char* source, size_t cap,
                                    uint64_t* blocks, uint64_t* tokens);
 
@@ -201,7 +241,7 @@ UCM_API int ucm_store_lookup(ucm_store_t* store, const uint8_t* ns, const uint8_
  * Bad arguments (head range, NULL pointers, unknown namespace) return UCM_E_INVALID / NOT_FOUND at
  * once and create no task. */
 UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n,
-                           int dest_kind, void* const* ptrs, uint32_t head_begin, uint32_t head_end,
+                           int32_t dest_kind, void* const* ptrs, uint32_t head_begin, uint32_t head_end,
                            ucm_task_t** task);
 
 /* Called once per layer of a device load when that layer's copies are done on the stream
@@ -211,8 +251,8 @@ UCM_API int ucm_store_load(ucm_store_t* store, const uint8_t* ns, const uint8_t*
 typedef void (*ucm_layer_callback)(uint32_t layer, int status, void* user_data);
 
 /* How ucm_store_load_ex loads. Get the defaults from ucm_store_default_load_params() and change
- * fields. The struct grows at its end: a caller built against an older ucm.h passes its smaller
- * struct_size and the fields it lacks take their defaults (minimum: up to head_end). Every
+ * fields. Grows at its end ("Structs that grow"); minimum struct_size: up to head_end (the host
+ * fields, what ucm_store_load takes), the rest taking their defaults. Every
  * pointer array is read during the call only (copied), except the memory it points at.
  * Added in ucm 0.5.2. */
 typedef struct ucm_store_load_params {
@@ -279,7 +319,8 @@ UCM_API int ucm_store_dump_repr(ucm_store_t* store, const uint8_t* ns, const uin
                                 const uint8_t* parents, size_t n, const void* const* kv,
                                 const void* const* reprs, const size_t* repr_lens, ucm_task_t** task);
 
-/* 1 if finished, 0 if not (never blocks). */
+/* 1 if finished, 0 if not (never blocks); a NULL task counts as finished. The exception to the
+ * return-code rule: a predicate, not a UCM_* code (ucm_task_wait(task, 0) gives the code). */
 UCM_API int ucm_task_check(ucm_task_t* task);
 /* Waits up to timeout_ms (< 0 = forever). UCM_E_PENDING on timeout; else UCM_OK or the first
  * block's error code. */
@@ -291,8 +332,8 @@ UCM_API int ucm_task_block_status(ucm_task_t* task, size_t i);
  * are no longer used when this returns. Call it exactly once per task, from one thread. */
 UCM_API void ucm_task_free(ucm_task_t* task);
 
-/* Prometheus text exposition into buf[cap] (NUL-terminated); *len gets the length needed.
- * UCM_E_INVALID if cap is too small (nothing written but *len). */
+/* Prometheus text exposition into buf[cap] (NUL-terminated), a sized output ("Sized outputs");
+ * *len (may be NULL) gets the length needed. Errors: UCM_E_INVALID (NULL store, cap too small). */
 UCM_API int ucm_store_metrics(ucm_store_t* store, char* buf, size_t cap, size_t* len);
 
 #ifdef __cplusplus

@@ -31,7 +31,7 @@ from .retrieval import ReprBuffers, ReprInfo, Retriever, RetrieverParams, repr_e
 from .store import (Document, LookupResult, Namespace, Store, Task, code_name, format_version, hash_blocks,
                     hash_root, namespace_id, parents_of, strerror, version)
 
-__version__ = "0.5.2"
+__version__ = "0.6.0"
 
 LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR = _lib.LOG_DEBUG, _lib.LOG_INFO, _lib.LOG_WARN, _lib.LOG_ERROR
 _log_cb = None  # the ctypes callback must outlive its registration

@@ -76,19 +76,19 @@ class QueryC(C.Structure):
 
 
 class RopeParamsC(C.Structure):
-    """ucm_rope_params."""
-    _fields_ = [("struct_size", C.c_size_t), ("head_dim", C.c_uint32), ("theta", C.c_double),
-                ("scaling", C.c_int), ("factor", C.c_double), ("low_freq_factor", C.c_double),
+    """ucm_rope_params (layout of ucm 0.6: uint32_t struct_size)."""
+    _fields_ = [("struct_size", C.c_uint32), ("head_dim", C.c_uint32), ("theta", C.c_double),
+                ("scaling", C.c_int32), ("factor", C.c_double), ("low_freq_factor", C.c_double),
                 ("high_freq_factor", C.c_double), ("original_max_position_embeddings", C.c_uint32)]
 
 
 class BlendSelectParamsC(C.Structure):
     """ucm_blend_select_params."""
-    _fields_ = [("struct_size", C.c_size_t), ("ratio", C.c_double), ("position_decay", C.c_double),
+    _fields_ = [("struct_size", C.c_uint32), ("ratio", C.c_double), ("position_decay", C.c_double),
                 ("relevance_exponent", C.c_double)]
 
 
-LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int, C.c_char_p, C.c_void_p)
+LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
 LAYER_CALLBACK = C.CFUNCTYPE(None, C.c_uint32, C.c_int, C.c_void_p)
 
 
@@ -99,7 +99,8 @@ class LoadParamsC(C.Structure):
                 ("slot_stride", C.c_uint64), ("device", C.c_int32), ("stream", C.c_void_p),
                 ("layer_events", vpp), ("on_layer", LAYER_CALLBACK), ("on_layer_data", C.c_void_p)]
 
-_I = C.c_int
+_I = C.c_int  # return codes (and plain ints: devices, timeouts)
+_E = C.c_int32  # enum-like values passed in: UCM_DEST_*, UCM_DTYPE_*, UCM_LOG_* (ucm.h conventions)
 # name: (restype, argtypes). Every function of the three public headers.
 SIGNATURES = {
     # ucm/ucm.h
@@ -108,7 +109,7 @@ SIGNATURES = {
     "ucm_last_error": (C.c_char_p, []),
     "ucm_strerror": (C.c_char_p, [_I]),
     "ucm_code_name": (C.c_char_p, [_I]),
-    "ucm_log_set_callback": (None, [LOG_CALLBACK, C.c_void_p, _I]),
+    "ucm_log_set_callback": (None, [LOG_CALLBACK, C.c_void_p, _E]),
     "ucm_store_default_open_params": (OpenParams, []),
     "ucm_store_open": (_I, [C.c_char_p, C.POINTER(OpenParams), vpp]),
     "ucm_store_open_shard": (_I, [C.c_char_p, C.POINTER(OpenParams), C.c_char_p, vpp]),
@@ -124,7 +125,7 @@ SIGNATURES = {
     "ucm_hash_blocks": (_I, [u8p, u8p, u32p, C.c_size_t, C.c_uint32, u8p, C.c_size_t, szp]),
     "ucm_hash_root": (_I, [u8p, u8p]),
     "ucm_store_lookup": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, u8p, szp]),
-    "ucm_store_load": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, _I, vpp, C.c_uint32, C.c_uint32, vpp]),
+    "ucm_store_load": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, _E, vpp, C.c_uint32, C.c_uint32, vpp]),
     "ucm_store_default_load_params": (LoadParamsC, []),
     "ucm_store_load_ex": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, C.POINTER(LoadParamsC), vpp]),
     "ucm_cuda_device_count": (_I, [C.POINTER(C.c_int)]),
@@ -149,9 +150,9 @@ SIGNATURES = {
     "ucm_rope_default_params": (RopeParamsC, []),
     "ucm_store_rope_params": (_I, [C.c_void_p, u8p, C.POINTER(RopeParamsC)]),
     "ucm_store_chunk_prefix": (_I, [C.c_void_p, u8p, u32p, C.c_size_t, szp]),
-    "ucm_rope_shift": (_I, [C.POINTER(RopeParamsC), C.c_void_p, _I, C.c_size_t, C.c_uint32, C.c_size_t,
+    "ucm_rope_shift": (_I, [C.POINTER(RopeParamsC), C.c_void_p, _E, C.c_size_t, C.c_uint32, C.c_size_t,
                             C.c_int64]),
-    "ucm_rope_shift_device": (_I, [C.POINTER(RopeParamsC), C.c_void_p, _I, C.c_size_t, C.c_uint32, C.c_size_t,
+    "ucm_rope_shift_device": (_I, [C.POINTER(RopeParamsC), C.c_void_p, _E, C.c_size_t, C.c_uint32, C.c_size_t,
                                    C.c_int64, _I, C.c_void_p]),
     "ucm_blend_select": (_I, [f32p, f32p, C.c_size_t, C.c_size_t, C.c_double, u32p, C.c_size_t, szp, f32p]),
     "ucm_blend_select_default_params": (BlendSelectParamsC, []),

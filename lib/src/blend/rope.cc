@@ -85,7 +85,6 @@ Status parse_rope(const std::string& text, ucm_rope_params* out) {
                                 "exactly, so the namespace is not served");
   }
   UCM_RETURN_IF_ERROR(check_rope(p));
-  p.struct_size = out->struct_size;
   *out = p;
   return Status::OK();
 }

@@ -1,6 +1,8 @@
 // lib/src/retrieval/params.cc: retriever defaults, checks and YAML reader (see params.h).
 #include "ucm/core/retrieval/params.h"
 
+#include "ucm/core/c_struct.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -51,9 +53,7 @@ const char* policy_name(int policy) {
 
 Status validate_params(const ucm_retriever_params& p) {
   auto bad = [](const std::string& m) { return Status::InvalidArgument("retriever params: " + m); };
-  if (p.struct_size < sizeof(ucm_retriever_params))
-    return bad("struct_size " + std::to_string(p.struct_size) + " is smaller than " +
-               std::to_string(sizeof(ucm_retriever_params)) + "; start from ucm_retriever_default_params()");
+  UCM_RETURN_IF_ERROR(capi::check_struct_size<ucm_retriever_params>("retriever params: params", p.struct_size));
   if (p.policy < UCM_POLICY_ESA || p.policy > UCM_POLICY_PSA)
     return bad("policy " + std::to_string(p.policy) + " is not a UCM_POLICY_* value");
   if (!(p.sparse_ratio >= 0.0f && p.sparse_ratio <= 1.0f))

@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "ucm/core/c_struct.h"
 #include "ucm/core/retrieval/convert.h"
 #include "ucm/core/retrieval/kernels.h"
 #include "ucm/core/retrieval/params.h"
@@ -26,9 +27,7 @@ Status bad(const std::string& m) { return Status::InvalidArgument(m); }
 Status Retriever::Create(const ucm_retriever_params& params, const ucm_repr_info& info, const float* projection,
                          std::unique_ptr<Retriever>* out) {
   UCM_RETURN_IF_ERROR(validate_params(params));
-  if (info.struct_size < sizeof(ucm_repr_info))
-    return bad("info.struct_size " + std::to_string(info.struct_size) + " is smaller than " +
-               std::to_string(sizeof(ucm_repr_info)) + "; fill it with ucm_store_repr_info");
+  UCM_RETURN_IF_ERROR(capi::check_struct_size<ucm_repr_info>("info", info.struct_size));
   if (info.num_layers == 0 || info.num_kv_heads == 0 || info.head_dim == 0 || info.block_size == 0)
     return bad("info: num_layers, num_kv_heads, head_dim and block_size must be positive");
   if (info.head_dim > kMaxHeadDim) return bad("info.head_dim " + std::to_string(info.head_dim) + " exceeds 1024");
@@ -55,9 +54,7 @@ void Retriever::reset() {
 }
 
 Status Retriever::resolve(const ucm_retrieval_query& q, Resolved* r) const {
-  if (q.struct_size < sizeof(ucm_retrieval_query))
-    return bad("query.struct_size " + std::to_string(q.struct_size) + " is smaller than " +
-               std::to_string(sizeof(ucm_retrieval_query)));
+  UCM_RETURN_IF_ERROR(capi::check_struct_size<ucm_retrieval_query>("query", q.struct_size));
   if (q.layer >= info_.num_layers)
     return bad("query.layer " + std::to_string(q.layer) + " >= num_layers " + std::to_string(info_.num_layers));
   if (!q.q) return bad("query.q is NULL");
@@ -66,9 +63,7 @@ Status Retriever::resolve(const ucm_retrieval_query& q, Resolved* r) const {
   if (q.group_size == 0) return bad("query.group_size is 0");
   const ucm_repr_buffers* b = q.reprs;
   if (!b) return bad("query.reprs is NULL");
-  if (b->struct_size < sizeof(ucm_repr_buffers))
-    return bad("reprs->struct_size " + std::to_string(b->struct_size) + " is smaller than " +
-               std::to_string(sizeof(ucm_repr_buffers)));
+  UCM_RETURN_IF_ERROR(capi::check_struct_size<ucm_repr_buffers>("reprs", b->struct_size));
   const uint32_t H = info_.num_kv_heads;
   const uint32_t h0 = b->head_begin, h1 = (b->head_begin == 0 && b->head_end == 0) ? H : b->head_end;
   if (h0 >= h1 || h1 > H)

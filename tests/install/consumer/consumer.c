@@ -1,8 +1,11 @@
 /* A tiny program built against an installed ucm (tests/install/check_install.sh): opens a new
- * store through the C ABI, hashes a block, and prints the library version. */
+ * store through the C ABI, hashes a block, takes the retrieval and blend defaults (so that every
+ * installed header compiles as C), and prints the library version. */
 #include <stdio.h>
 #include <string.h>
 
+#include <ucm/blend.h>
+#include <ucm/retrieval.h>
 #include <ucm/ucm.h>
 
 int main(int argc, char** argv) {
@@ -24,6 +27,9 @@ int main(int argc, char** argv) {
   int rc = ucm_hash_blocks(ns, NULL, toks, 16, 16, h, 1, &nb);
   ucm_store_close(s);
   if (rc != UCM_OK || nb != 1) return 1;
+  ucm_retriever_params rp = ucm_retriever_default_params();
+  ucm_rope_params rope = ucm_rope_default_params();
+  if (rp.struct_size != sizeof rp || rope.struct_size != sizeof rope) return 1;
   printf("consumer: libucm %s ok\n", ucm_version());
   return 0;
 }

@@ -18,7 +18,7 @@
 
 namespace ucm::kernels {
 
-/// Element types (equal to UCM_DTYPE_* of ucm/retrieval.h).
+/// Element types (equal to UCM_DTYPE_* of ucm/ucm.h).
 enum : int32_t { kBF16 = 1, kF16 = 2, kF32 = 3 };
 
 /// Bytes per element of a dtype above; 0 for anything else.

@@ -1,6 +1,6 @@
-// lib/src/c_api_internal.h: what the C ABI translation units of libucm share (c_api.cc for
-// ucm/ucm.h, c_api_retrieval.cc for ucm/retrieval.h): the handle structs and the return-code /
-// last-error / exception-guard helpers. Internal to libucm.
+// lib/src/include/ucm/core/c_api_internal.h: what the C ABI translation units of libucm share
+// (c_api*.cc): the handle structs, the return-code / last-error / exception-guard helpers and the
+// "Sized outputs" rule of ucm/ucm.h. The growth rule of structs: ucm/core/c_struct.h. Internal.
 #pragma once
 #include <cstring>
 #include <memory>
@@ -59,6 +59,21 @@ inline ucm::NamespaceId ns_of(const uint8_t* p) {
 inline const ucm::BlockHash* hashes_of(const uint8_t* p) {
   static_assert(sizeof(ucm::BlockHash) == 16, "BlockHash must be 16 packed bytes");
   return reinterpret_cast<const ucm::BlockHash*>(p);
+}
+
+/// The "Sized outputs" rule of ucm/ucm.h, for every function that copies a variable-size output
+/// into a caller buffer: *len (when len is not NULL) = data.size() (without NUL); buf NULL: a size
+/// query, UCM_OK and nothing written; cap < data.size() (+ 1 for a text's NUL): UCM_E_INVALID,
+/// nothing written, the message giving the size needed; else the copy (NUL-terminated when text).
+inline int sized_output(const char* fn, const std::string& data, bool text, void* buf, size_t cap, size_t* len) {
+  if (len) *len = data.size();
+  if (!buf) return ok();
+  const size_t need = data.size() + (text ? 1 : 0);
+  if (cap < need)
+    return fail(UCM_E_INVALID, std::string(fn) + ": the buffer holds " + std::to_string(cap) + " bytes, the output needs " +
+                                   std::to_string(need) + (text ? " (with its NUL)" : ""));
+  if (need) std::memcpy(buf, data.c_str(), need);
+  return ok();
 }
 
 /// Hands a store task to the caller as *out; a task that already failed with InvalidArgument

@@ -14,7 +14,8 @@ namespace ucm::blend {
 /// ucm_rope_default_params(): theta 10000, no scaling, head_dim 0.
 ucm_rope_params default_rope();
 
-/// Parses the `rope` attachment (UTF-8 JSON, store_v1.md §4.4) into *out. InvalidArgument for bad
+/// Parses the `rope` attachment (UTF-8 JSON, store_v1.md §4.4) into *out (all of it,
+/// struct_size = sizeof: the C ABI then writes the caller's part). InvalidArgument for bad
 /// JSON or fields; NotSupported for a scaling or style that cannot be re-rotated exactly.
 Status parse_rope(const std::string& json, ucm_rope_params* out);
 
