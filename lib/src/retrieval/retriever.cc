@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include "ucm/core/retrieval/convert.h"
+#include "ucm/half.h"
 #include "ucm/core/retrieval/kernels.h"
 #include "ucm/core/retrieval/params.h"
 
