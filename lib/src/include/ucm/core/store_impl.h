@@ -122,6 +122,18 @@ class StoreImpl : public Store {
   Status refresh() override;
   std::string metrics_text() const override;
 
+  /// Which payload of a block record read_verified reads.
+  enum class Payload { kKV, kRepr };
+  /// The one verified read of a block payload (load, load_repr, visit_repr): looks (ns, h) up in
+  /// the index into *rec, then reads its kKV or kRepr record into *buf (the 4096-byte record
+  /// header page, then the payload), checking record type, namespace, key, length and checksum.
+  /// kKV with kv_bytes != 0: Corruption when the index's kv_length differs. kRepr: NotFound when
+  /// the block has no representations. A NotFound from the data file means gc retired it and our
+  /// view is stale: the file is dropped, the handle catches up (refresh) and the read is retried
+  /// once. Errors: NotFound (not in the index / no repr / still missing), Corruption, IOError.
+  Status read_verified(const NamespaceId& ns, const BlockHash& h, Payload which, uint64_t kv_bytes,
+                       fmt::BlockRecord* rec, fmt::AlignedBuffer* buf);
+
  private:
   Status writer_only(const char* what) const {
     if (!read_only()) return Status::OK();
