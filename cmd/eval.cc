@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "ucm/generate/eval.h"
+#include "ucm/strings.h"
 
 namespace ucm::cli {
 namespace {
@@ -18,9 +19,7 @@ namespace {
 template <class T, class F>
 bool split_list(const std::string& s, std::vector<T>* out, F conv) {
   out->clear();
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  for (const std::string& item : split_comma(s)) {
     if (item.empty()) continue;
     try {
       out->push_back(conv(item));

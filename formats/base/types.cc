@@ -1,17 +1,10 @@
 // formats/base/types.cc: hex forms of hashes and ids (ucm/types.h).
 #include "ucm/types.h"
+#include "ucm/hex.h"
 
 namespace ucm {
 
-std::string to_hex(const std::array<uint8_t, 16>& h) {
-  static const char* d = "0123456789abcdef";
-  std::string s(32, '0');
-  for (size_t i = 0; i < 16; ++i) {
-    s[2 * i] = d[h[i] >> 4];
-    s[2 * i + 1] = d[h[i] & 15];
-  }
-  return s;
-}
+std::string to_hex(const std::array<uint8_t, 16>& h) { return hex_encode(h.data(), h.size()); }
 
 Status parse_hex16(std::string_view hex, std::array<uint8_t, 16>* out) {
   auto nib = [](char c) -> int {

@@ -1,19 +1,16 @@
-// formats/store/common.cc: checksums, clock, byte order and MD5 (see ucm/format/common.h).
+// formats/store/common.cc: checksums, byte order and MD5 (see ucm/format/common.h).
 #include "ucm/format/common.h"
 
 #include <openssl/evp.h>
 #include <xxhash.h>
-#include <chrono>
+
+#include "ucm/clock.h"
 
 namespace ucm::fmt {
 
 uint64_t xxh3(const void* data, size_t len) { return XXH3_64bits(data, len); }
 
-uint64_t now_ms() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
+uint64_t now_ms() { return ucm::now_ms(); }  // ucm/clock.h: the one clock
 
 void put_le16(uint8_t* p, uint16_t v) { for (int i = 0; i < 2; ++i) p[i] = uint8_t(v >> (8 * i)); }
 void put_le32(uint8_t* p, uint32_t v) { for (int i = 0; i < 4; ++i) p[i] = uint8_t(v >> (8 * i)); }

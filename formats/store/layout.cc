@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <vector>
 
+#include "ucm/process.h"
+
 namespace ucm::fmt {
 
 std::string superblock_path(const std::string& s) { return s + "/UCMSTORE"; }
@@ -135,7 +137,6 @@ bool is_skeleton(const std::string& store, std::error_code* ec) {
   return true;
 }
 
-bool pid_alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno != ESRCH); }
 }  // namespace
 
 Status classify_store_dir(const std::string& store, StoreDirState* state) {

@@ -2,6 +2,7 @@
 #include "ucm/format/writer_lock.h"
 #include "ucm/format/io.h"
 #include "ucm/format/layout.h"
+#include "ucm/clock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -13,17 +14,6 @@
 #include <ctime>
 
 namespace ucm::fmt {
-
-namespace {
-std::string iso_time(uint64_t ms) {
-  time_t t = time_t(ms / 1000);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-}  // namespace
 
 Status WriterLock::Acquire(const std::string& store, std::unique_ptr<WriterLock>* out) {
   std::string p = lock_path(store);
@@ -52,7 +42,7 @@ Status WriterLock::Acquire(const std::string& store, std::unique_ptr<WriterLock>
     host = field("host=");
     since = field("since=");
     std::string since_text = since;
-    if (since != "?") since_text = iso_time(std::strtoull(since.c_str(), nullptr, 10));
+    if (since != "?") since_text = ucm::iso_time(std::strtoull(since.c_str(), nullptr, 10));
     return Status::Busy("store " + store + " is locked by pid " + pid + " on host " + host + " since " +
                         since_text + "; wait for it or stop it");
   }

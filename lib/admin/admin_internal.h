@@ -86,10 +86,6 @@ class Progress {
 /// Converts one payload between dtypes (round to nearest even). n = element count.
 /// `out` must hold n * dtype_size(to) bytes.
 void convert_dtype(const void* in, DType from, void* out, DType to, size_t n);
-uint16_t float_to_bf16(float f);
-uint16_t float_to_fp16(float f);
-float bf16_to_float(uint16_t h);
-float fp16_to_float(uint16_t h);
 
 /// Key "ns||hash" (32 bytes) for maps.
 inline std::string bkey(const NamespaceId& ns, const BlockHash& h) { return fmt::block_key(ns, h); }

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "admin_internal.h"
+#include "rebuild.h"
 #include "ucm/core/document.h"
 #include "ucm/store.h"
 
@@ -91,74 +92,58 @@ Status build(const std::string& path, const BuildOptions& opts, BuildReport* rep
 }
 
 // ------------------------------------------------------------------------- rebuild-index
+namespace rebuild {
 namespace {
-
-struct Loc {
-  uint32_t file = 0;
-  uint64_t offset = 0, length = 0, checksum = 0, created_ms = 0;
-  BlockHash parent{};
-  uint32_t token_count = 0;
-  // newest wins: by created_ms, then by (file, offset)
-  bool newer_than(const Loc& o) const {
-    if (created_ms != o.created_ms) return created_ms > o.created_ms;
-    if (file != o.file) return file > o.file;
-    return offset > o.offset;
-  }
-};
-
-struct DocRec {
-  Loc loc;
-  std::string id;
-  std::string json;
-};
-
 const char* kKnownAttachments[] = {"r4_projection"};
-
 }  // namespace
 
-Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildReport* rep) {
-  rep->rebuilt = true;
-  fmt::Superblock sb;
-  Status st = fmt::read_superblock(path, &sb);
-  if (!st.ok()) return st;
-  std::unique_ptr<fmt::WriterLock> lock;
-  st = fmt::WriterLock::Acquire(path, &lock);
-  if (!st.ok()) return st;
-  Progress prog(opts.progress);
+Status BatchWriter::count_and_flush_full() {
+  return ++in_batch_ >= 4096 ? flush() : Status::OK();
+}
 
-  // Move the damaged / lost index aside.
+Status BatchWriter::flush() {
+  if (in_batch_ == 0) return Status::OK();
+  Status s = idx_->write(*b_);
+  b_ = std::make_unique<Index::Batch>();
+  in_batch_ = 0;
+  return s;
+}
+
+Status move_index_aside(const std::string& path, BuildReport* rep) {
   std::error_code ec;
   const std::string idir = fmt::index_dir(path);
-  st = fmt::make_dirs(fmt::tmp_dir(path));
+  Status st = fmt::make_dirs(fmt::tmp_dir(path));
   if (!st.ok()) return st;
-  if (fs::exists(idir, ec)) {
-    std::string dest = fmt::tmp_dir(path) + "/index.broken-" + std::to_string(fmt::now_ms());
-    fs::rename(idir, dest, ec);
-    if (ec) return Status::IOError("cannot move " + idir + " to " + dest + ": " + ec.message());
-    // The move must be durable before a new index is built in its place.
-    Status fs1 = fmt::fsync_dir(path);
-    if (!fs1.ok()) return fs1;
-    Status fs2 = fmt::fsync_dir(fmt::tmp_dir(path));
-    if (!fs2.ok()) return fs2;
-    rep->moved_index_to = dest;
-  }
+  if (!fs::exists(idir, ec)) return Status::OK();
+  std::string dest = fmt::tmp_dir(path) + "/index.broken-" + std::to_string(fmt::now_ms());
+  fs::rename(idir, dest, ec);
+  if (ec) return Status::IOError("cannot move " + idir + " to " + dest + ": " + ec.message());
+  // The move must be durable before a new index is built in its place.
+  Status fs1 = fmt::fsync_dir(path);
+  if (!fs1.ok()) return fs1;
+  Status fs2 = fmt::fsync_dir(fmt::tmp_dir(path));
+  if (!fs2.ok()) return fs2;
+  rep->moved_index_to = dest;
+  return Status::OK();
+}
 
-  // Scan every data file.
-  std::vector<uint32_t> ids;
+Status scan_data_files(const std::string& path, Progress* prog, Scan* scan, BuildReport* rep) {
+  std::error_code ec;
   for (const auto& e : fs::directory_iterator(fmt::data_dir(path), ec)) {
     uint32_t id;
-    if (fmt::parse_data_file_name(e.path().filename().string(), &id)) ids.push_back(id);
+    if (fmt::parse_data_file_name(e.path().filename().string(), &id)) scan->ids.push_back(id);
   }
   if (ec) return Status::IOError("cannot list " + fmt::data_dir(path) + ": " + ec.message());
-  std::sort(ids.begin(), ids.end());
+  std::sort(scan->ids.begin(), scan->ids.end());
+  scan->attachment_names.insert(std::begin(kKnownAttachments), std::end(kKnownAttachments));
+  for (uint32_t id : scan->ids) {
+    Status st = scan_data_file(path, id, prog, scan, rep);
+    if (!st.ok()) return st;
+  }
+  return Status::OK();
+}
 
-  std::map<std::string, Loc> kv, repr;                    // block key -> newest record
-  std::map<NamespaceId, std::pair<Loc, std::string>> nsrec;  // ns -> newest NAMESPACE record
-  std::map<std::string, Loc> attach;                       // ns||md5(name) -> newest
-  std::map<std::pair<NamespaceId, std::string>, DocRec> docs;
-  std::map<uint32_t, uint64_t> file_size;
-  std::set<std::string> attachment_names(std::begin(kKnownAttachments), std::end(kKnownAttachments));
-
+Status scan_data_file(const std::string& path, uint32_t id, Progress* prog, Scan* scan, BuildReport* rep) {
   auto keep = [&](std::map<std::string, Loc>& m, const std::string& k, const Loc& l) {
     auto it = m.find(k);
     if (it == m.end()) m.emplace(k, l);
@@ -167,101 +152,94 @@ Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildRep
       if (l.newer_than(it->second)) it->second = l;
     }
   };
-
-  uint64_t scanned_bytes = 0;
-  for (uint32_t id : ids) {
-    std::string fpath = fmt::data_file_path(path, id);
-    std::unique_ptr<fmt::DataFileScanner> sc;
-    Status o = fmt::DataFileScanner::Open(fpath, &sc);
-    ++rep->files_scanned;
-    if (!o.ok()) {
-      ++rep->corrupt_records;  // the whole file is unreadable (bad header)
+  std::string fpath = fmt::data_file_path(path, id);
+  std::unique_ptr<fmt::DataFileScanner> sc;
+  Status o = fmt::DataFileScanner::Open(fpath, &sc);
+  ++rep->files_scanned;
+  if (!o.ok()) {
+    ++rep->corrupt_records;  // the whole file is unreadable (bad header)
+    return Status::OK();
+  }
+  scan->file_size[id] = sc->file_size();
+  fmt::ScannedRecord r;
+  std::string payload;
+  while (sc->next(&r, &payload, true)) {
+    if (r.state == fmt::ScannedRecord::State::kCorrupt) {
+      ++rep->corrupt_records;
       continue;
     }
-    file_size[id] = sc->file_size();
-    fmt::ScannedRecord r;
-    std::string payload;
-    while (sc->next(&r, &payload, true)) {
-      if (r.state == fmt::ScannedRecord::State::kCorrupt) {
-        ++rep->corrupt_records;
-        continue;
-      }
-      if (r.state == fmt::ScannedRecord::State::kTornTail) {
-        rep->torn_bytes += r.length;
-        continue;
-      }
-      const auto& h = r.header;
-      Loc l;
-      l.file = id;
-      l.offset = r.offset;
-      l.length = h.payload_length;
-      l.checksum = h.payload_checksum;
-      l.created_ms = h.created_ms;
-      l.parent = h.parent;
-      l.token_count = h.token_count;
-      switch (h.type) {
-        case fmt::RecordType::kBlockKV: keep(kv, bkey(h.ns, h.key), l); break;
-        case fmt::RecordType::kBlockRepr: keep(repr, bkey(h.ns, h.key), l); break;
-        case fmt::RecordType::kNamespace: {
-          auto it = nsrec.find(h.ns);
-          if (it == nsrec.end() || l.newer_than(it->second.first)) nsrec[h.ns] = {l, payload};
-          NsIndexValue nv;  // records of early writers carried the index value, attachments included
-          if (ns_value_from_json(payload, &nv).ok())
-            for (const auto& [name, a] : nv.attachments) attachment_names.insert(name);
-          break;
-        }
-        case fmt::RecordType::kNsAttachment: {
-          // Named records (flag bit 0, store_v1.md §3.3) carry their name; older ones are only
-          // recovered when a NAMESPACE record or kKnownAttachments names them.
-          std::string name;
-          size_t data_off = 0;
-          if (fmt::decode_attachment_payload(h.flags, reinterpret_cast<const uint8_t*>(payload.data()), payload.size(),
-                                             fpath, &name, &data_off).ok() &&
-              !name.empty() && fmt::md5(name.data(), name.size()) == h.key)
-            attachment_names.insert(name);
-          keep(attach, bkey(h.ns, h.key), l);
-          break;
-        }
-        case fmt::RecordType::kDocument: {
-          json j = json::parse(payload, nullptr, false);
-          if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) {
-            ++rep->corrupt_records;
-            break;
-          }
-          auto key = std::make_pair(h.ns, j["id"].get<std::string>());
-          auto it = docs.find(key);
-          if (it == docs.end() || l.newer_than(it->second.loc))
-            docs[key] = DocRec{l, key.second, payload};
-          break;
-        }
-        default: ++rep->corrupt_records; break;
-      }
-      scanned_bytes += r.length;
-      prog.tick([&] {
-        return "rebuild-index: file " + std::to_string(id) + ", " + format_bytes(scanned_bytes) +
-               " scanned, " + std::to_string(kv.size()) + " blocks";
-      });
+    if (r.state == fmt::ScannedRecord::State::kTornTail) {
+      rep->torn_bytes += r.length;
+      continue;
     }
-    if (!sc->status().ok()) return sc->status();
+    const auto& h = r.header;
+    Loc l;
+    l.file = id;
+    l.offset = r.offset;
+    l.length = h.payload_length;
+    l.checksum = h.payload_checksum;
+    l.created_ms = h.created_ms;
+    l.parent = h.parent;
+    l.token_count = h.token_count;
+    switch (h.type) {
+      case fmt::RecordType::kBlockKV: keep(scan->kv, bkey(h.ns, h.key), l); break;
+      case fmt::RecordType::kBlockRepr: keep(scan->repr, bkey(h.ns, h.key), l); break;
+      case fmt::RecordType::kNamespace: {
+        auto it = scan->nsrec.find(h.ns);
+        if (it == scan->nsrec.end() || l.newer_than(it->second.first)) scan->nsrec[h.ns] = {l, payload};
+        NsIndexValue nv;  // records of early writers carried the index value, attachments included
+        if (ns_value_from_json(payload, &nv).ok())
+          for (const auto& [name, a] : nv.attachments) scan->attachment_names.insert(name);
+        break;
+      }
+      case fmt::RecordType::kNsAttachment: {
+        // Named records (flag bit 0, store_v1.md §3.3) carry their name; older ones are only
+        // recovered when a NAMESPACE record or kKnownAttachments names them.
+        std::string name;
+        size_t data_off = 0;
+        if (fmt::decode_attachment_payload(h.flags, reinterpret_cast<const uint8_t*>(payload.data()), payload.size(),
+                                           fpath, &name, &data_off).ok() &&
+            !name.empty() && fmt::md5(name.data(), name.size()) == h.key)
+          scan->attachment_names.insert(name);
+        keep(scan->attach, bkey(h.ns, h.key), l);
+        break;
+      }
+      case fmt::RecordType::kDocument: {
+        json j = json::parse(payload, nullptr, false);
+        if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) {
+          ++rep->corrupt_records;
+          break;
+        }
+        auto key = std::make_pair(h.ns, j["id"].get<std::string>());
+        auto it = scan->docs.find(key);
+        if (it == scan->docs.end() || l.newer_than(it->second.loc)) scan->docs[key] = DocRec{l, key.second, payload};
+        break;
+      }
+      default: ++rep->corrupt_records; break;
+    }
+    scan->scanned_bytes += r.length;
+    prog->tick([&] {
+      return "rebuild-index: file " + std::to_string(id) + ", " + format_bytes(scan->scanned_bytes) + " scanned, " +
+             std::to_string(scan->kv.size()) + " blocks";
+    });
   }
+  return sc->status();
+}
 
-  // Create the new index.
-  std::unique_ptr<Index> idx;
-  st = Index::OpenPrimary(idir, true, &idx);
+Status create_index(const std::string& path, const fmt::Superblock& sb, const Scan& scan, std::unique_ptr<Index>* idx) {
+  Status st = Index::OpenPrimary(fmt::index_dir(path), true, idx);
   if (!st.ok()) return st;
-  {
-    Index::Batch b;
-    b.put_meta_u32(kMetaFormatVersion, sb.format_version);
-    b.put_meta_u64(kMetaCreatedMs, sb.created_ms);
-    b.put_meta_string(kMetaCreatedBy, sb.created_by);
-    b.put_meta_u32(kMetaNextFileId, ids.empty() ? 1 : ids.back() + 1);
-    st = idx->write(b);
-    if (!st.ok()) return st;
-  }
+  Index::Batch b;
+  b.put_meta_u32(kMetaFormatVersion, sb.format_version);
+  b.put_meta_u64(kMetaCreatedMs, sb.created_ms);
+  b.put_meta_string(kMetaCreatedBy, sb.created_by);
+  b.put_meta_u32(kMetaNextFileId, scan.ids.empty() ? 1 : scan.ids.back() + 1);
+  return (*idx)->write(b);
+}
 
-  // Namespaces known from their records.
+std::map<NamespaceId, NamespaceDesc> namespaces_from_records(const Scan& scan, BuildReport* rep) {
   std::map<NamespaceId, NamespaceDesc> descs;
-  for (auto& [id, rec] : nsrec) {
+  for (auto& [id, rec] : scan.nsrec) {
     NamespaceDesc d;
     if (!NamespaceDesc::from_json(rec.second, &d).ok() || d.id() != id) {
       ++rep->corrupt_records;
@@ -269,19 +247,12 @@ Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildRep
     }
     descs[id] = d;
   }
+  return descs;
+}
 
-  std::map<uint32_t, uint64_t> live;
-  std::map<NamespaceId, std::pair<uint64_t, uint64_t>> counts;
-  auto bp = std::make_unique<Index::Batch>();
-  size_t in_batch = 0;
-  auto flush = [&]() -> Status {
-    if (in_batch == 0) return Status::OK();
-    Status s = idx->write(*bp);
-    bp = std::make_unique<Index::Batch>();
-    in_batch = 0;
-    return s;
-  };
-  for (auto& [k, l] : kv) {
+Status index_blocks(const Scan& scan, const std::map<NamespaceId, NamespaceDesc>& descs, BatchWriter* w,
+                    Totals* tot, BuildReport* rep) {
+  for (auto& [k, l] : scan.kv) {
     NamespaceId ns;
     BlockHash h;
     fmt::parse_block_key(k, &ns, &h);
@@ -298,45 +269,52 @@ Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildRep
     br.kv_checksum = l.checksum;
     br.created_ms = l.created_ms;
     br.last_access_ms = l.created_ms;
-    live[l.file] += fmt::record_size(l.length);
-    auto rit = repr.find(k);
-    if (rit != repr.end()) {
+    tot->live[l.file] += fmt::record_size(l.length);
+    auto rit = scan.repr.find(k);
+    if (rit != scan.repr.end()) {
       br.flags |= 1u;
       br.repr_file = rit->second.file;
       br.repr_offset = rit->second.offset;
       br.repr_length = rit->second.length;
       br.repr_checksum = rit->second.checksum;
-      live[rit->second.file] += fmt::record_size(rit->second.length);
+      tot->live[rit->second.file] += fmt::record_size(rit->second.length);
     }
-    bp->put_block(ns, h, br);
-    counts[ns].first += 1;
-    counts[ns].second += br.bytes();
+    w->batch().put_block(ns, h, br);
+    tot->counts[ns].first += 1;
+    tot->counts[ns].second += br.bytes();
     ++rep->blocks_indexed;
-    if (++in_batch >= 4096) {
-      st = flush();
-      if (!st.ok()) return st;
-    }
+    Status st = w->count_and_flush_full();
+    if (!st.ok()) return st;
   }
+  return Status::OK();
+}
+
+void index_namespaces(Scan* scan, const std::map<NamespaceId, NamespaceDesc>& descs, BatchWriter* w, Totals* tot,
+                      BuildReport* rep) {
   for (auto& [id, d] : descs) {
-    const Loc& l = nsrec[id].first;
+    const Loc& l = scan->nsrec[id].first;
     NsIndexValue v = NsIndexValue::Fresh(d.to_json(), l.file, l.offset);
-    v.blocks = uint64_t(counts[id].first);
-    v.bytes = uint64_t(counts[id].second);
-    live[l.file] += fmt::record_size(l.length);
-    for (const auto& name : attachment_names) {
+    v.blocks = uint64_t(tot->counts[id].first);
+    v.bytes = uint64_t(tot->counts[id].second);
+    tot->live[l.file] += fmt::record_size(l.length);
+    for (const auto& name : scan->attachment_names) {
       BlockHash key = fmt::md5(name.data(), name.size());
-      auto it = attach.find(bkey(id, key));
-      if (it == attach.end()) continue;
+      auto it = scan->attach.find(bkey(id, key));
+      if (it == scan->attach.end()) continue;
       v.attachments[name] = {it->second.file, it->second.offset, it->second.length, it->second.checksum};
-      live[it->second.file] += fmt::record_size(it->second.length);
-      attach.erase(it);
+      tot->live[it->second.file] += fmt::record_size(it->second.length);
+      scan->attach.erase(it);
     }
-    bp->put_namespace(id, ns_value_to_json(v));
+    w->batch().put_namespace(id, ns_value_to_json(v));
     ++rep->namespaces;
-    ++in_batch;
+    w->count();
   }
-  rep->unknown_namespace_records += attach.size();  // attachments whose name is not known
-  for (auto& [key, d] : docs) {
+  rep->unknown_namespace_records += scan->attach.size();  // attachments whose name is not known
+}
+
+Status index_documents(const Scan& scan, const std::map<NamespaceId, NamespaceDesc>& descs, BatchWriter* w,
+                       Totals* tot, BuildReport* rep) {
+  for (auto& [key, d] : scan.docs) {
     if (!descs.count(key.first)) {
       ++rep->unknown_namespace_records;
       continue;
@@ -346,8 +324,8 @@ Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildRep
     DocumentEntry de;
     const bool complete =
         document_from_json(d.json, &de).ok() && document_complete(de, [&](const BlockHash& h, BlockHash* parent) {
-          auto it = kv.find(bkey(key.first, h));
-          if (it == kv.end()) return false;
+          auto it = scan.kv.find(bkey(key.first, h));
+          if (it == scan.kv.end()) return false;
           *parent = it->second.parent;
           return true;
         });
@@ -355,25 +333,56 @@ Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildRep
       ++rep->incomplete_documents;
       continue;
     }
-    bp->put_doc(key.first, key.second, d.json);
-    live[d.loc.file] += fmt::record_size(d.loc.length);
+    w->batch().put_doc(key.first, key.second, d.json);
+    tot->live[d.loc.file] += fmt::record_size(d.loc.length);
     ++rep->documents;
-    if (++in_batch >= 4096) {
-      st = flush();
-      if (!st.ok()) return st;
-    }
+    Status st = w->count_and_flush_full();
+    if (!st.ok()) return st;
   }
-  for (auto& [id, size] : file_size) {
+  return Status::OK();
+}
+
+Status index_files(const Scan& scan, const Totals& tot, BatchWriter* w) {
+  for (auto& [id, size] : scan.file_size) {
     fmt::FileRecord fr;
     fr.size = size;
-    fr.live_bytes = std::min(size, live[id]);
+    auto lit = tot.live.find(id);
+    fr.live_bytes = std::min(size, lit == tot.live.end() ? uint64_t{0} : lit->second);
     fr.state = fmt::FileState::kSealed;
-    bp->put_file(id, fr);
-    ++in_batch;
+    w->batch().put_file(id, fr);
+    w->count();
   }
-  bp->put_meta_u32(kMetaNextFileId, ids.empty() ? 1 : ids.back() + 1);
-  ++in_batch;
-  st = flush();
+  w->batch().put_meta_u32(kMetaNextFileId, scan.ids.empty() ? 1 : scan.ids.back() + 1);
+  w->count();
+  return w->flush();
+}
+
+}  // namespace rebuild
+
+Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildReport* rep) {
+  using namespace rebuild;
+  rep->rebuilt = true;
+  fmt::Superblock sb;
+  Status st = fmt::read_superblock(path, &sb);
+  if (!st.ok()) return st;
+  std::unique_ptr<fmt::WriterLock> lock;
+  st = fmt::WriterLock::Acquire(path, &lock);
+  if (!st.ok()) return st;
+  Progress prog(opts.progress);
+  Scan scan;
+  std::unique_ptr<Index> idx;
+  st = move_index_aside(path, rep);
+  if (st.ok()) st = scan_data_files(path, &prog, &scan, rep);
+  if (st.ok()) st = create_index(path, sb, scan, &idx);
+  if (!st.ok()) return st;
+  const std::map<NamespaceId, NamespaceDesc> descs = namespaces_from_records(scan, rep);
+  BatchWriter w(idx.get());
+  Totals tot;
+  st = index_blocks(scan, descs, &w, &tot, rep);
+  if (!st.ok()) return st;
+  index_namespaces(&scan, descs, &w, &tot, rep);
+  st = index_documents(scan, descs, &w, &tot, rep);
+  if (st.ok()) st = index_files(scan, tot, &w);
   if (!st.ok()) return st;
   prog.tick([&] { return "rebuild-index: done, " + std::to_string(rep->blocks_indexed) + " blocks"; },
             true);

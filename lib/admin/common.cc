@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "ucm/core/retrieval/convert.h"
+#include "ucm/half.h"
 #include "admin_internal.h"
 #include "ucm/hash.h"
 
@@ -111,49 +111,6 @@ void Progress::tick(const std::function<std::string()>& line, bool force) {
 }
 
 // -------------------------------------------------------------------------------- dtype
-uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + rounding) >> 16);
-}
-
-float bf16_to_float(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-uint16_t float_to_fp16(float f) { return retrieval::f32_to_f16(f); }
-
-float fp16_to_float(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t u;
-  if (exp == 0) {
-    if (mant == 0) {
-      u = sign;
-    } else {  // subnormal
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while (!(mant & 0x400u));
-      u = sign | ((112u - static_cast<uint32_t>(e)) << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 31) {
-    u = sign | 0x7f800000u | (mant << 13);
-  } else {
-    u = sign | ((exp + 112u) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 void convert_dtype(const void* in, DType from, void* out, DType to, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     float f;
@@ -162,12 +119,12 @@ void convert_dtype(const void* in, DType from, void* out, DType to, size_t n) {
     } else {
       uint16_t v;
       std::memcpy(&v, static_cast<const uint8_t*>(in) + 2 * i, 2);
-      f = from == DType::kBF16 ? bf16_to_float(v) : fp16_to_float(v);
+      f = from == DType::kBF16 ? bf16_to_f32(v) : f16_to_f32(v);
     }
     if (to == DType::kFP32) {
       std::memcpy(static_cast<uint8_t*>(out) + 4 * i, &f, 4);
     } else {
-      uint16_t v = to == DType::kBF16 ? float_to_bf16(f) : float_to_fp16(f);
+      uint16_t v = to == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
       std::memcpy(static_cast<uint8_t*>(out) + 2 * i, &v, 2);
     }
   }

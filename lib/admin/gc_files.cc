@@ -79,246 +79,266 @@ Status GcRun::measure_files() {
   return Status::OK();
 }
 
-Status GcRun::compact_files() {
+// 7b. Compaction, in phases: copy each file's live records (compact_copy_file, record by record:
+// compact_is_live, compact_copy_record), make the copies durable (compact_sync), point the index
+// at them (compact_index_moves: phase A), then retire the old files (compact_retire).
+Status GcRun::compact_spill(Compaction* c) {
+  for (const auto& [k, r] : c->moved) {
+    Status s = scratch->put("M" + k, fmt::encode_block_record(r));
+    if (!s.ok()) return s;
+  }
+  c->moved.clear();
+  return scratch->settle();
+}
+
+Status GcRun::compact_writer(Compaction* c, uint64_t need) {
+  std::shared_ptr<ActiveFile> af;
+  Status s = c->roller.get(need, &af);
+  if (s.ok() && (c->writers.empty() || c->writers.back() != af)) c->writers.push_back(std::move(af));
+  return s;
+}
+
+bool GcRun::compact_is_live(Compaction* c, uint32_t fid, const fmt::ScannedRecord& rec, LiveRecord* lr) {
+  const fmt::RecordHeader& h = rec.header;
+  switch (h.type) {
+    case fmt::RecordType::kBlockKV:
+    case fmt::RecordType::kBlockRepr: {
+      // Removals are committed: a removed block is not in the index any more. The block's current
+      // record includes this run's relocations.
+      const std::string k = bkey(h.ns, h.key);
+      std::string m;
+      auto rel = c->moved.find(k);
+      if (rel != c->moved.end()) {
+        lr->blk_rec = rel->second;
+      } else if (scratch->get("M" + k, &m).ok()) {
+        if (!fmt::decode_block_record(m, &lr->blk_rec).ok()) return false;
+      } else if (!idx_->get_block(h.ns, h.key, &lr->blk_rec).ok()) {
+        return false;
+      }
+      lr->blk = true;
+      if (h.type == fmt::RecordType::kBlockKV)
+        return lr->blk_rec.kv_file == fid && lr->blk_rec.kv_offset == rec.offset;
+      return lr->blk_rec.has_repr() && lr->blk_rec.repr_file == fid && lr->blk_rec.repr_offset == rec.offset;
+    }
+    case fmt::RecordType::kNamespace: {
+      auto it = ns_by_id.find(h.ns);
+      if (it == ns_by_id.end()) return false;
+      lr->nsi = it->second;
+      return lr->nsi->value.has_record && lr->nsi->value.record_file == fid &&
+             lr->nsi->value.record_offset == rec.offset;
+    }
+    case fmt::RecordType::kNsAttachment: {
+      auto it = ns_by_id.find(h.ns);
+      if (it == ns_by_id.end()) return false;
+      lr->nsi = it->second;
+      bool live = false;
+      for (const auto& [name, v] : lr->nsi->value.attachments)
+        if (v.file == fid && v.offset == rec.offset) {
+          live = true;
+          lr->att_name = name;
+        }
+      return live;
+    }
+    case fmt::RecordType::kDocument: return true;  // decided after reading it
+    default: return false;
+  }
+}
+
+Status GcRun::compact_copy_record(Compaction* c, uint32_t fid, int fd, const std::string& where,
+                                  const fmt::ScannedRecord& rec, LiveRecord* lr) {
+  const fmt::RecordHeader& h = rec.header;
+  fmt::RecordExpect ex;
+  ex.type = h.type;
+  ex.check_ids = true;
+  ex.ns = h.ns;
+  ex.key = h.key;
+  ex.payload_length = h.payload_length;
+  ex.payload_checksum = h.payload_checksum;
+  Status r = fmt::read_record(fd, rec.offset, ex, &c->rbuf, where);
+  if (!r.ok()) {
+    if (lr->blk) c->corrupt_found.push_back({h.ns, h.key});
+    return Status::OK();
+  }
+  const uint8_t* payload = c->rbuf.data() + fmt::kPage;
+  if (h.type == fmt::RecordType::kDocument) {
+    json d = json::parse(payload, payload + h.payload_length, nullptr, false);
+    std::string cur;
+    if (!d.is_object() || !d.contains("id") || !d["id"].is_string() ||
+        !idx_->get_doc(h.ns, d["id"].get<std::string>(), &cur).ok() || json::parse(cur, nullptr, false) != d)
+      return Status::OK();  // superseded or deleted document
+  }
+  Status st = compact_writer(c, fmt::record_size(h.payload_length));
+  if (!st.ok()) return st;
+  fmt::RecordHeader nh = h;
+  uint64_t noff = 0;
+  st = c->writers.back()->w->append(&nh, {{payload, h.payload_length}}, &noff);
+  if (!st.ok()) return st;
+  const uint32_t nid = c->writers.back()->w->file_id();
+  c->new_live[nid] += fmt::record_size(h.payload_length);
+  if (lr->blk) {
+    if (h.type == fmt::RecordType::kBlockKV) {
+      lr->blk_rec.kv_file = nid;
+      lr->blk_rec.kv_offset = noff;
+    } else {
+      lr->blk_rec.repr_file = nid;
+      lr->blk_rec.repr_offset = noff;
+    }
+    // Relocations in memory up to a share of the budget, then written out to 'M'.
+    c->moved[bkey(h.ns, h.key)] = lr->blk_rec;
+    if (c->moved.size() * 256 >= opts.memory_budget / 4) {
+      st = compact_spill(c);
+      if (!st.ok()) return st;
+    }
+  } else if (lr->nsi && h.type == fmt::RecordType::kNamespace) {
+    lr->nsi->value.record_file = nid;
+    lr->nsi->value.record_offset = noff;
+    c->ns_changed.insert(lr->nsi->id);
+  } else if (lr->nsi) {
+    NsAttachmentRef& v = lr->nsi->value.attachments[lr->att_name];
+    v.file = nid;
+    v.offset = noff;
+    c->ns_changed.insert(lr->nsi->id);
+  }
+  prog.tick([&] {
+    return "gc compaction: file " + std::to_string(fid) + ", " +
+           format_bytes(c->writers.empty() ? 0 : c->writers.back()->w->size()) + " copied";
+  });
+  return Status::OK();
+}
+
+Status GcRun::compact_copy_file(Compaction* c, uint32_t fid) {
+  const std::string fpath = fmt::data_file_path(path, fid);
+  std::unique_ptr<fmt::DataFileScanner> sc;
+  Status o = fmt::DataFileScanner::Open(fpath, &sc);
+  int fd = ::open(fpath.c_str(), O_RDONLY | O_CLOEXEC);
+  if (!o.ok() || fd < 0) {
+    if (fd >= 0) ::close(fd);
+    // Unreadable file: blocks in it were removed as corrupt above (size check) or will be
+    // by a --verify run; retire it only when nothing references it.
+    if (files[fid].live_bytes == 0) to_retire.push_back(fid);
+    return Status::OK();
+  }
+  const std::string where = "data/" + fs::path(fpath).filename().string();
+  fmt::ScannedRecord rec;
+  Status st;
+  while (sc->next(&rec, nullptr, false)) {
+    if (rec.state != fmt::ScannedRecord::State::kValid) continue;
+    LiveRecord lr;
+    if (!compact_is_live(c, fid, rec, &lr)) continue;
+    st = compact_copy_record(c, fid, fd, where, rec, &lr);
+    if (!st.ok()) break;
+  }
+  ::close(fd);
+  if (st.ok() && !sc->status().ok()) st = sc->status();
+  if (!st.ok()) return st;  // nothing committed yet: the new files are dead space
+  to_retire.push_back(fid);
+  return Status::OK();
+}
+
+Status GcRun::compact_sync(Compaction* c) {
+  // Data first, then the index.
+  for (auto& dw : c->writers) {
+    Status st = dw->w->sync();
+    if (!st.ok()) return st;
+  }
+  // The new files' directory entries must be durable before the index points at them.
+  Status st = fmt::fsync_dir(fmt::data_dir(path));
+  if (!st.ok()) return st;
+  return compact_spill(c);
+}
+
+Status GcRun::compact_index_moves(Compaction* c, Batcher* bt) {
   Index& idx = *idx_;
   Status st;
-  if (!to_compact.empty() || !to_retire.empty()) {
-    std::mutex commit_mu;  // FileRoller's; gc commits from this thread only
-    FileRoller roller(path, &idx, &commit_mu);
-    std::vector<std::shared_ptr<ActiveFile>> writers;  // the files the copies go to, in order
-    std::map<uint32_t, uint64_t> new_live;
-    std::set<NamespaceId> ns_changed;
-    std::vector<std::pair<NamespaceId, BlockHash>> corrupt_found;
-    fmt::AlignedBuffer rbuf;
-    const size_t retired_without_copy = to_retire.size();
-    std::map<std::string, fmt::BlockRecord> moved;  // relocated blocks not yet in 'M'
-    auto spill = [&]() -> Status {
-      for (const auto& [k, r] : moved) {
-        Status s = scratch->put("M" + k, fmt::encode_block_record(r));
-        if (!s.ok()) return s;
-      }
-      moved.clear();
-      return scratch->settle();
-    };
-    auto writer = [&](uint64_t need) -> Status {
-      std::shared_ptr<ActiveFile> af;
-      Status s = roller.get(need, &af);
-      if (s.ok() && (writers.empty() || writers.back() != af)) writers.push_back(std::move(af));
-      return s;
-    };
-    for (uint32_t fid : to_compact) {
-      const std::string fpath = fmt::data_file_path(path, fid);
-      std::unique_ptr<fmt::DataFileScanner> sc;
-      Status o = fmt::DataFileScanner::Open(fpath, &sc);
-      int fd = ::open(fpath.c_str(), O_RDONLY | O_CLOEXEC);
-      if (!o.ok() || fd < 0) {
-        if (fd >= 0) ::close(fd);
-        // Unreadable file: blocks in it were removed as corrupt above (size check) or will be
-        // by a --verify run; retire it only when nothing references it.
-        if (files[fid].live_bytes == 0) to_retire.push_back(fid);
-        continue;
-      }
-      const std::string where = "data/" + fs::path(fpath).filename().string();
-      fmt::ScannedRecord rec;
-      while (sc->next(&rec, nullptr, false)) {
-        if (rec.state != fmt::ScannedRecord::State::kValid) continue;
-        const fmt::RecordHeader& h = rec.header;
-        fmt::BlockRecord blk_rec;  // the block's current record (relocations of this run included)
-        bool blk = false;
-        NsInfo* nsi = nullptr;
-        std::string att_name;
-        bool live = false;
-        switch (h.type) {
-          case fmt::RecordType::kBlockKV:
-          case fmt::RecordType::kBlockRepr: {
-            // Removals are committed: a removed block is not in the index any more.
-            const std::string k = bkey(h.ns, h.key);
-            std::string m;
-            auto rel = moved.find(k);
-            if (rel != moved.end()) {
-              blk_rec = rel->second;
-            } else if (scratch->get("M" + k, &m).ok()) {
-              if (!fmt::decode_block_record(m, &blk_rec).ok()) break;
-            } else if (!idx.get_block(h.ns, h.key, &blk_rec).ok()) {
-              break;
-            }
-            blk = true;
-            if (h.type == fmt::RecordType::kBlockKV)
-              live = blk_rec.kv_file == fid && blk_rec.kv_offset == rec.offset;
-            else
-              live = blk_rec.has_repr() && blk_rec.repr_file == fid && blk_rec.repr_offset == rec.offset;
-            break;
-          }
-          case fmt::RecordType::kNamespace: {
-            auto it = ns_by_id.find(h.ns);
-            if (it == ns_by_id.end()) break;
-            nsi = it->second;
-            live = nsi->value.has_record && nsi->value.record_file == fid && nsi->value.record_offset == rec.offset;
-            break;
-          }
-          case fmt::RecordType::kNsAttachment: {
-            auto it = ns_by_id.find(h.ns);
-            if (it == ns_by_id.end()) break;
-            nsi = it->second;
-            for (const auto& [name, v] : nsi->value.attachments)
-              if (v.file == fid && v.offset == rec.offset) {
-                live = true;
-                att_name = name;
-              }
-            break;
-          }
-          case fmt::RecordType::kDocument: live = true; break;  // decided after reading it
-          default: break;
-        }
-        if (!live) continue;
-        fmt::RecordExpect ex;
-        ex.type = h.type;
-        ex.check_ids = true;
-        ex.ns = h.ns;
-        ex.key = h.key;
-        ex.payload_length = h.payload_length;
-        ex.payload_checksum = h.payload_checksum;
-        Status r = fmt::read_record(fd, rec.offset, ex, &rbuf, where);
-        if (!r.ok()) {
-          if (blk) corrupt_found.push_back({h.ns, h.key});
-          continue;
-        }
-        const uint8_t* payload = rbuf.data() + fmt::kPage;
-        if (h.type == fmt::RecordType::kDocument) {
-          json d = json::parse(payload, payload + h.payload_length, nullptr, false);
-          std::string cur;
-          if (!d.is_object() || !d.contains("id") || !d["id"].is_string() ||
-              !idx.get_doc(h.ns, d["id"].get<std::string>(), &cur).ok() ||
-              json::parse(cur, nullptr, false) != d)
-            continue;  // superseded or deleted document
-        }
-        st = writer(fmt::record_size(h.payload_length));
-        if (!st.ok()) break;
-        fmt::RecordHeader nh = h;
-        uint64_t noff = 0;
-        st = writers.back()->w->append(&nh, {{payload, h.payload_length}}, &noff);
-        if (!st.ok()) break;
-        uint32_t nid = writers.back()->w->file_id();
-        new_live[nid] += fmt::record_size(h.payload_length);
-        if (blk) {
-          if (h.type == fmt::RecordType::kBlockKV) {
-            blk_rec.kv_file = nid;
-            blk_rec.kv_offset = noff;
-          } else {
-            blk_rec.repr_file = nid;
-            blk_rec.repr_offset = noff;
-          }
-          // Relocations in memory up to a share of the budget, then written out to 'M'.
-          moved[bkey(h.ns, h.key)] = blk_rec;
-          if (moved.size() * 256 >= opts.memory_budget / 4) {
-            st = spill();
-            if (!st.ok()) break;
-          }
-        } else if (nsi && h.type == fmt::RecordType::kNamespace) {
-          nsi->value.record_file = nid;
-          nsi->value.record_offset = noff;
-          ns_changed.insert(nsi->id);
-        } else if (nsi) {
-          NsAttachmentRef& v = nsi->value.attachments[att_name];
-          v.file = nid;
-          v.offset = noff;
-          ns_changed.insert(nsi->id);
-        }
-        prog.tick([&] {
-          return "gc compaction: file " + std::to_string(fid) + ", " +
-                 format_bytes(writers.empty() ? 0 : writers.back()->w->size()) + " copied";
-        });
-      }
-      ::close(fd);
-      if (st.ok() && !sc->status().ok()) st = sc->status();
-      if (!st.ok()) return st;  // nothing committed yet: the new files are dead space
-      to_retire.push_back(fid);
-    }
-    // Data first, then the index.
-    for (auto& dw : writers) {
-      st = dw->w->sync();
+  std::set<std::string> corrupt_keys;
+  for (auto& [ns, h] : c->corrupt_found) corrupt_keys.insert(bkey(ns, h));
+  {
+    auto cur = scratch->cursor();
+    for (cur->seek("M"); cur->valid() && cur->key().size() == 33 && cur->key()[0] == 'M'; cur->next()) {
+      if (corrupt_keys.count(std::string(cur->key().substr(1)))) continue;
+      fmt::BlockRecord r;
+      st = fmt::decode_block_record(cur->value(), &r);
       if (!st.ok()) return st;
-    }
-    // The new files' directory entries must be durable before the index points at them.
-    st = fmt::fsync_dir(fmt::data_dir(path));
-    if (!st.ok()) return st;
-    st = spill();
-    if (!st.ok()) return st;
-    Batcher bt(idx);
-    std::set<std::string> corrupt_keys;
-    for (auto& [ns, h] : corrupt_found) corrupt_keys.insert(bkey(ns, h));
-    {
-      auto c = scratch->cursor();
-      for (c->seek("M"); c->valid() && c->key().size() == 33 && c->key()[0] == 'M'; c->next()) {
-        if (corrupt_keys.count(std::string(c->key().substr(1)))) continue;
-        fmt::BlockRecord r;
-        st = fmt::decode_block_record(c->value(), &r);
-        if (!st.ok()) return st;
-        NamespaceId ns;
-        BlockHash h;
-        std::memcpy(ns.data(), c->key().data() + 1, 16);
-        std::memcpy(h.data(), c->key().data() + 17, 16);
-        bt.b().update_block(ns, h, r);
-        st = bt.op();
-        if (!st.ok()) return st;
-      }
-      if (!c->status().ok()) return c->status();
-    }
-    for (const auto& k : corrupt_keys) {
       NamespaceId ns;
       BlockHash h;
-      std::memcpy(ns.data(), k.data(), 16);
-      std::memcpy(h.data(), k.data() + 16, 16);
-      fmt::BlockRecord r;
-      if (!idx.get_block(ns, h, &r).ok()) continue;
-      bt.b().delete_block(ns, h);
-      if (ns_by_id.count(ns)) bt.b().add_ns_counters(ns, -1, -static_cast<int64_t>(r.bytes()));
-      ++rep->corrupt_removed;
-      st = bt.op();
+      std::memcpy(ns.data(), cur->key().data() + 1, 16);
+      std::memcpy(h.data(), cur->key().data() + 17, 16);
+      bt->b().update_block(ns, h, r);
+      st = bt->op();
       if (!st.ok()) return st;
     }
-    for (auto& dw : writers) {
-      fmt::FileRecord fr;
-      fr.size = dw->w->size();
-      fr.live_bytes = new_live[dw->w->file_id()];
-      fr.state = fmt::FileState::kSealed;
-      bt.b().put_file(dw->w->file_id(), fr);
-      st = bt.op();
-      if (!st.ok()) return st;
-    }
-    // Phase A durable: blocks point at the new files. A crash here leaves the old files
-    // unretired; they hold only dead copies and the next gc compacts them again.
-    st = bt.flush();
-    if (!st.ok()) return st;
-    for (const auto& id : ns_changed) {
-      // Keep the counters as they are now (after the removals above).
-      std::string cur;
-      NsIndexValue v = ns_by_id[id]->value, c;
-      if (idx.get_namespace(id, &cur).ok() && ns_value_from_json(cur, &c).ok()) {
-        v.blocks = c.blocks;
-        v.bytes = c.bytes;
-      }
-      bt.b().put_namespace(id, ns_value_to_json(v));
-      ns_by_id[id]->value = v;
-      st = bt.op();
-      if (!st.ok()) return st;
-    }
-    for (uint32_t fid : to_retire) {
-      fmt::FileRecord fr = files[fid];
-      fr.live_bytes = 0;
-      fr.state = fmt::FileState::kRetired;
-      fr.retired_ms = now;
-      bt.b().put_file(fid, fr);
-      files[fid] = fr;
-      ++rep->files_retired;
-      st = bt.op();
-      if (!st.ok()) return st;
-    }
-    st = bt.flush();
-    if (!st.ok()) return st;
-    rep->files_compacted = to_retire.size() - retired_without_copy;
+    if (!cur->status().ok()) return cur->status();
   }
+  for (const auto& k : corrupt_keys) {
+    NamespaceId ns;
+    BlockHash h;
+    std::memcpy(ns.data(), k.data(), 16);
+    std::memcpy(h.data(), k.data() + 16, 16);
+    fmt::BlockRecord r;
+    if (!idx.get_block(ns, h, &r).ok()) continue;
+    bt->b().delete_block(ns, h);
+    if (ns_by_id.count(ns)) bt->b().add_ns_counters(ns, -1, -static_cast<int64_t>(r.bytes()));
+    ++rep->corrupt_removed;
+    st = bt->op();
+    if (!st.ok()) return st;
+  }
+  for (auto& dw : c->writers) {
+    fmt::FileRecord fr;
+    fr.size = dw->w->size();
+    fr.live_bytes = c->new_live[dw->w->file_id()];
+    fr.state = fmt::FileState::kSealed;
+    bt->b().put_file(dw->w->file_id(), fr);
+    st = bt->op();
+    if (!st.ok()) return st;
+  }
+  // Phase A durable: blocks point at the new files. A crash here leaves the old files
+  // unretired; they hold only dead copies and the next gc compacts them again.
+  return bt->flush();
+}
 
+Status GcRun::compact_retire(Compaction* c, Batcher* bt) {
+  Status st;
+  for (const auto& id : c->ns_changed) {
+    // Keep the counters as they are now (after the removals above).
+    std::string cur;
+    NsIndexValue v = ns_by_id[id]->value, cv;
+    if (idx_->get_namespace(id, &cur).ok() && ns_value_from_json(cur, &cv).ok()) {
+      v.blocks = cv.blocks;
+      v.bytes = cv.bytes;
+    }
+    bt->b().put_namespace(id, ns_value_to_json(v));
+    ns_by_id[id]->value = v;
+    st = bt->op();
+    if (!st.ok()) return st;
+  }
+  for (uint32_t fid : to_retire) {
+    fmt::FileRecord fr = files[fid];
+    fr.live_bytes = 0;
+    fr.state = fmt::FileState::kRetired;
+    fr.retired_ms = now;
+    bt->b().put_file(fid, fr);
+    files[fid] = fr;
+    ++rep->files_retired;
+    st = bt->op();
+    if (!st.ok()) return st;
+  }
+  return bt->flush();
+}
+
+Status GcRun::compact_files() {
+  if (to_compact.empty() && to_retire.empty()) return Status::OK();
+  Compaction c(path, idx_);
+  c.retired_without_copy = to_retire.size();
+  for (uint32_t fid : to_compact) {
+    Status st = compact_copy_file(&c, fid);
+    if (!st.ok()) return st;
+  }
+  Batcher bt(*idx_);
+  Status st = compact_sync(&c);
+  if (st.ok()) st = compact_index_moves(&c, &bt);
+  if (st.ok()) st = compact_retire(&c, &bt);
+  if (!st.ok()) return st;
+  rep->files_compacted = to_retire.size() - c.retired_without_copy;
   return Status::OK();
 }
 

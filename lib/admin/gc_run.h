@@ -13,11 +13,13 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "admin_internal.h"
 #include "gc_scratch.h"
+#include "ucm/core/file_roller.h"
 
 namespace ucm::admin::gcrun {
 
@@ -50,6 +52,31 @@ class Batcher {
   Index& idx_;
   std::unique_ptr<Index::Batch> b_;
   size_t n_ = 0;
+};
+
+/// One compaction's state (GcRun::compact_*, gc_files.cc): the files the copies go to, in order,
+/// their live bytes, the namespaces whose records moved, blocks found corrupt while copying, and
+/// the relocated block records not yet spilled to 'M'.
+struct Compaction {
+  Compaction(const std::string& path, Index* idx) : roller(path, idx, &commit_mu) {}
+  std::mutex commit_mu;  // FileRoller's; gc commits from this thread only
+  FileRoller roller;
+  std::vector<std::shared_ptr<ActiveFile>> writers;
+  std::map<uint32_t, uint64_t> new_live;
+  std::set<NamespaceId> ns_changed;
+  std::vector<std::pair<NamespaceId, BlockHash>> corrupt_found;
+  fmt::AlignedBuffer rbuf;
+  std::map<std::string, fmt::BlockRecord> moved;  // relocated blocks not yet in 'M'
+  size_t retired_without_copy = 0;                // to_retire's size before any copy
+};
+
+/// What refers to a record compaction found live: its block's current record, or its namespace
+/// (and attachment name).
+struct LiveRecord {
+  fmt::BlockRecord blk_rec;
+  bool blk = false;
+  NsInfo* nsi = nullptr;
+  std::string att_name;
 };
 
 // Per-block state lives in the scratch database (gc_scratch.h), keyed by a one-byte kind:
@@ -102,7 +129,27 @@ class GcRun {
   bool present_after(const NamespaceId& ns, const BlockHash& h, BlockHash* parent, bool dry);
   // ---- data files (gc_files.cc)
   Status measure_files();        // 7a. unindexed tails, sizes on disk, what to retire / compact
-  Status compact_files();        // 7b. copy live records, retire the old files
+  Status compact_files();        // 7b. copy live records, retire the old files; in phases:
+  /// Copies fid's live records to the roller's files (an unreadable file is retired only when
+  /// nothing references it), then queues fid for retirement.
+  Status compact_copy_file(Compaction* c, uint32_t fid);
+  /// Is this record of fid the one its block / namespace / attachment points at? (documents:
+  /// decided by compact_copy_record). *lr: what refers to it.
+  bool compact_is_live(Compaction* c, uint32_t fid, const fmt::ScannedRecord& rec, LiveRecord* lr);
+  /// Reads the record verified (a bad block record is noted corrupt, not copied), appends it to
+  /// the current output file and records where it went.
+  Status compact_copy_record(Compaction* c, uint32_t fid, int fd, const std::string& where,
+                             const fmt::ScannedRecord& rec, LiveRecord* lr);
+  /// The output file with room for `need` bytes (rolled as needed), appended to c->writers.
+  Status compact_writer(Compaction* c, uint64_t need);
+  /// Relocations held in memory -> 'M' in the scratch database.
+  Status compact_spill(Compaction* c);
+  /// fdatasync of the output files and data/, then the last spill.
+  Status compact_sync(Compaction* c);
+  /// Phase A, one durable batch run: relocated blocks, corrupt ones removed, the new file records.
+  Status compact_index_moves(Compaction* c, Batcher* bt);
+  /// Namespace records that moved (counters as now), the old files retired; flushed.
+  Status compact_retire(Compaction* c, Batcher* bt);
   Status unlink_retired();       // 8. retired files past the grace period
   void delete_unreferenced_files();  // 9. files no index entry knows
   void housekeeping();           // 10. stale reader dirs, tmp/ leftovers

@@ -9,22 +9,13 @@
 
 #include "admin_internal.h"
 #include "ucm/admin.h"
+#include "ucm/clock.h"
 
 namespace ucm::admin {
 
 using ojson = nlohmann::ordered_json;
 
-std::string format_time_ms(uint64_t ms) {
-  if (ms == 0) return "-";
-  std::time_t t = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<unsigned>(ms % 1000));
-  return buf;
-}
+std::string format_time_ms(uint64_t ms) { return ms == 0 ? "-" : iso_time(ms, true); }
 
 std::string format_age(uint64_t ms, uint64_t now_ms) {
   if (ms == 0) return "-";

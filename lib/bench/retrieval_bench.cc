@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "ucm/core/retrieval/convert.h"
+#include "ucm/half.h"
 #include "ucm/core/retrieval/kernels.h"
 #include "ucm/core/retrieval/params.h"
 #include "ucm/core/retrieval/retriever.h"
@@ -79,9 +79,9 @@ struct Synthetic {
       for (uint32_t d = 0; d < D; ++d) {
         const float m = rng.normalish();
         const float w = std::fabs(rng.normalish()) + 0.1f;
-        r0[r * D + d] = retrieval::f32_to_bf16(m);
-        r1[r * 2 * D + d] = retrieval::f32_to_bf16(m - w);
-        r1[r * 2 * D + D + d] = retrieval::f32_to_bf16(m + w);
+        r0[r * D + d] = f32_to_bf16(m);
+        r1[r * 2 * D + d] = f32_to_bf16(m - w);
+        r1[r * 2 * D + D + d] = f32_to_bf16(m + w);
       }
     r4.resize(rows * T * (B / 8));
     for (size_t i = 0; i < r4.size(); i += 8) {

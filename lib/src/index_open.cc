@@ -17,13 +17,12 @@
 
 #include "ucm/format/format.h"
 #include "ucm/core/log.h"
+#include "ucm/process.h"
 
 namespace ucm {
 namespace fs = std::filesystem;
 
 namespace {
-
-bool pid_alive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH); }
 
 // mkdir that reports errno; EEXIST is success.
 int make_dir(const std::string& d, mode_t mode) {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "ucm/core/retrieval/convert.h"
+#include "ucm/half.h"
 
 namespace ucm::repr {
 namespace {
@@ -29,8 +29,8 @@ void put_u64(char* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
 }  // namespace
 
-uint16_t bf16_round_nearest(float x) { return retrieval::f32_to_bf16(x); }
-float bf16_to_float(uint16_t b) { return retrieval::bf16_to_f32(b); }
+uint16_t bf16_round_nearest(float x) { return f32_to_bf16(x); }
+float bf16_to_float(uint16_t b) { return bf16_to_f32(b); }
 uint16_t bf16_round_down(float x) {
   uint16_t c = bf16_round_nearest(x);
   return bf16_to_float(c) > x ? next_down16(c) : c;
@@ -39,8 +39,8 @@ uint16_t bf16_round_up(float x) {
   uint16_t c = bf16_round_nearest(x);
   return bf16_to_float(c) < x ? next_up16(c) : c;
 }
-uint16_t fp16_round_nearest(float x) { return retrieval::f32_to_f16(x); }
-float fp16_to_float(uint16_t h) { return retrieval::f16_to_f32(h); }
+uint16_t fp16_round_nearest(float x) { return f32_to_f16(x); }
+float fp16_to_float(uint16_t h) { return f16_to_f32(h); }
 uint16_t fp16_round_down(float x) {
   uint16_t c = fp16_round_nearest(x);
   return fp16_to_float(c) > x ? next_down16(c) : c;

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ucm/core/c_struct.h"
-#include "ucm/core/retrieval/convert.h"
+#include "ucm/half.h"
 
 namespace ucm::detail {
 namespace {
@@ -30,9 +30,9 @@ void copy_elems(const uint8_t* src, uint32_t sdt, void* dst, int32_t ddt, size_t
     const size_t m = std::min<size_t>(256, count - base);
     std::memcpy(tmp, src + base * 2, m * 2);
     if (sdt == fmt::kReprBF16)
-      for (size_t i = 0; i < m; ++i) d[base + i] = retrieval::bf16_to_f32(tmp[i]);
+      for (size_t i = 0; i < m; ++i) d[base + i] = bf16_to_f32(tmp[i]);
     else
-      for (size_t i = 0; i < m; ++i) d[base + i] = retrieval::f16_to_f32(tmp[i]);
+      for (size_t i = 0; i < m; ++i) d[base + i] = f16_to_f32(tmp[i]);
   }
 }
 

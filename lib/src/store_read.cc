@@ -117,33 +117,38 @@ Status StoreImpl::get_block(const NamespaceId& ns, const BlockHash& hash, BlockI
   return Status::OK();
 }
 
+Status StoreImpl::read_verified(const NamespaceId& ns, const BlockHash& h, Payload which, uint64_t kv_bytes,
+                                fmt::BlockRecord* rec, fmt::AlignedBuffer* buf) {
+  const bool kv = which == Payload::kKV;
+  Status s;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    s = index_->get_block(ns, h, rec);
+    if (!s.ok()) return s;
+    if (kv && kv_bytes && rec->kv_length != kv_bytes)
+      return Status::Corruption("block " + to_hex(h) + ": index says " + std::to_string(rec->kv_length) +
+                                " payload bytes, namespace expects " + std::to_string(kv_bytes));
+    if (!kv && !rec->has_repr()) return Status::NotFound("block " + to_hex(h) + " has no representations");
+    fmt::RecordExpect e;
+    e.type = kv ? fmt::RecordType::kBlockKV : fmt::RecordType::kBlockRepr;
+    e.ns = ns;
+    e.key = h;
+    e.payload_length = kv ? rec->kv_length : rec->repr_length;
+    e.payload_checksum = kv ? rec->kv_checksum : rec->repr_checksum;
+    const uint32_t file = kv ? rec->kv_file : rec->repr_file;
+    s = reader_->read(file, kv ? rec->kv_offset : rec->repr_offset, e, buf);
+    if (s.code() != Code::kNotFound || attempt > 0) break;
+    // The data file was retired by gc: our view is stale. Catch up once and retry.
+    reader_->drop(file);
+    (void)refresh();
+  }
+  return s;
+}
+
 void StoreImpl::load_one(const std::shared_ptr<TaskImpl>& t, size_t i, const NamespaceId& ns, const BlockHash& h,
                          const NamespaceDesc& d, uint32_t h0, uint32_t h1, const LoadDest& dest) {
   thread_local fmt::AlignedBuffer buf;
-  Status s;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    fmt::BlockRecord r;
-    s = index_->get_block(ns, h, &r);
-    if (s.ok() && r.kv_length != d.payload_bytes())
-      s = Status::Corruption("block " + to_hex(h) + ": index says " + std::to_string(r.kv_length) +
-                             " payload bytes, namespace expects " + std::to_string(d.payload_bytes()));
-    if (s.ok()) {
-      fmt::RecordExpect e;
-      e.type = fmt::RecordType::kBlockKV;
-      e.ns = ns;
-      e.key = h;
-      e.payload_length = r.kv_length;
-      e.payload_checksum = r.kv_checksum;
-      s = reader_->read(r.kv_file, r.kv_offset, e, &buf);
-      if (s.code() == Code::kNotFound && attempt == 0) {
-        // The data file was retired by gc: our view is stale. Catch up once and retry.
-        reader_->drop(r.kv_file);
-        (void)refresh();
-        continue;
-      }
-    }
-    break;
-  }
+  fmt::BlockRecord r;
+  Status s = read_verified(ns, h, Payload::kKV, d.payload_bytes(), &r, &buf);
   if (s.ok()) {
     const uint8_t* src = buf.data() + fmt::kPage;
     const size_t S = dtype_size(d.dtype), T = d.block_size, H = d.num_kv_heads, D = d.head_dim, L = d.num_layers;
@@ -244,37 +249,18 @@ std::shared_ptr<Task> StoreImpl::visit_repr(const NamespaceId& ns, const BlockHa
     pool_->submit([this, t, i, ns, hs, vf] {
       thread_local fmt::AlignedBuffer buf;
       const BlockHash& h = (*hs)[i];
-      Status s;
-      for (int attempt = 0; attempt < 2; ++attempt) {
-        fmt::BlockRecord r;
-        s = index_->get_block(ns, h, &r);
-        if (s.ok() && !r.has_repr()) s = Status::NotFound("block " + to_hex(h) + " has no representations");
-        if (s.ok()) {
-          fmt::RecordExpect e;
-          e.type = fmt::RecordType::kBlockRepr;
-          e.ns = ns;
-          e.key = h;
-          e.payload_length = r.repr_length;
-          e.payload_checksum = r.repr_checksum;
-          s = reader_->read(r.repr_file, r.repr_offset, e, &buf);
-          if (s.code() == Code::kNotFound && attempt == 0) {
-            reader_->drop(r.repr_file);
-            (void)refresh();
-            continue;
-          }
-          if (s.ok()) {
-            try {
-              s = (*vf)(i, buf.data() + fmt::kPage, r.repr_length);
-            } catch (const std::exception& ex) {
-              s = Status::Internal(std::string("visit_repr: visitor threw: ") + ex.what());
-            }
-            if (s.ok()) {
-              metrics_.bytes_loaded.fetch_add(r.repr_length, std::memory_order_relaxed);
-              access_.add(ns, h, fmt::now_ms());
-            }
-          }
+      fmt::BlockRecord r;
+      Status s = read_verified(ns, h, Payload::kRepr, 0, &r, &buf);
+      if (s.ok()) {
+        try {
+          s = (*vf)(i, buf.data() + fmt::kPage, r.repr_length);
+        } catch (const std::exception& ex) {
+          s = Status::Internal(std::string("visit_repr: visitor threw: ") + ex.what());
         }
-        break;
+        if (s.ok()) {
+          metrics_.bytes_loaded.fetch_add(r.repr_length, std::memory_order_relaxed);
+          access_.add(ns, h, fmt::now_ms());
+        }
       }
       if (!s.ok()) metrics_.count_error(s.code());
       t->statuses()[i] = s;

@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "ucm/precompute/precompute.h"
+#include "ucm/strings.h"
 
 namespace ucm::precompute {
 
@@ -92,9 +93,7 @@ Status parse_shard(const std::string& s, uint32_t* index, uint32_t* count) {
 
 Status parse_layers(const std::string& s, std::vector<uint32_t>* out) {
   out->clear();
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  for (const std::string& item : split_comma(s)) {
     if (item.empty()) continue;
     try {
       size_t p = 0;

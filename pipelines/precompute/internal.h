@@ -15,6 +15,7 @@
 
 #include "doc_source.h"
 #include "ucm/precompute/precompute.h"
+#include "ucm/clock.h"
 #include "ucm/store.h"
 
 namespace ucm::precompute::detail {
@@ -26,11 +27,7 @@ inline double secs_since(Clock::time_point t0) {
 }
 
 /// Wall-clock milliseconds since the epoch.
-inline uint64_t now_ms() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
+using ucm::now_ms;  // ucm/clock.h
 
 /// InvalidArgument naming the bad option (corpus, block size, hash bits, shard, batch tokens,
 /// max doc tokens); OK otherwise (config.cc).

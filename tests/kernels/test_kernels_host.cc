@@ -13,7 +13,7 @@
 
 #include "harness.h"
 #include "ucm/core/blend/rope.h"
-#include "ucm/core/retrieval/convert.h"
+#include "ucm/half.h"
 #include "ucm/core/retrieval/kernels.h"
 #include "ucm/core/retrieval/select.h"
 
@@ -42,16 +42,16 @@ uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 
 TEST(KernelsHost, ConversionsMatchLibucmOnEveryPattern) {
   for (uint32_t v = 0; v < 65536; ++v) {
-    const float a = k::bf16_to_f32(uint16_t(v)), b = r::bf16_to_f32(uint16_t(v));
+    const float a = k::bf16_to_f32(uint16_t(v)), b = ucm::bf16_to_f32(uint16_t(v));
     ASSERT_EQ(bits(a), bits(b)) << v;
-    const float c = k::f16_to_f32(uint16_t(v)), d = r::f16_to_f32(uint16_t(v));
+    const float c = k::f16_to_f32(uint16_t(v)), d = ucm::f16_to_f32(uint16_t(v));
     ASSERT_EQ(bits(c), bits(d)) << v;
   }
   std::mt19937 rng(1);
   for (int i = 0; i < 200000; ++i) {
     const float f = std::bit_cast<float>(uint32_t(rng()));
-    ASSERT_EQ(k::f32_to_bf16(f), r::f32_to_bf16(f)) << f;
-    ASSERT_EQ(k::f32_to_f16(f), r::f32_to_f16(f)) << f;
+    ASSERT_EQ(k::f32_to_bf16(f), ucm::f32_to_bf16(f)) << f;
+    ASSERT_EQ(k::f32_to_f16(f), ucm::f32_to_f16(f)) << f;
   }
 }
 

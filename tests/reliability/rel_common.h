@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "ucm/clock.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
 #include "ucm/types.h"
@@ -98,11 +99,7 @@ inline std::vector<uint8_t> payload_heads(const ucm::BlockHash& h, uint32_t h0, 
   return out;
 }
 
-inline uint64_t now_ms() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
-}
+using ucm::now_ms;  // ucm/clock.h
 
 /// Snapshot of a directory tree: relative path -> "d" for directories, "f <size> <xxh3>" for
 /// files, "l <target>" for links. Equal snapshots = byte-identical trees. Missing root -> empty.

@@ -7,6 +7,7 @@
 #include "admin_internal.h"
 #include "tools_test_util.h"
 #include "ucm/admin.h"
+#include "ucm/half.h"
 
 using namespace ucm;
 using namespace ucm::admin;
@@ -153,8 +154,8 @@ TEST(Dtype, KnownValues) {
   EXPECT_EQ(h[4], 0x3C01);
   for (uint32_t v = 0; v < 0x7C00; v += 37) {  // fp16 -> fp32 -> fp16 round trip
     uint16_t x = static_cast<uint16_t>(v), y;
-    float t = fp16_to_float(x);
-    y = float_to_fp16(t);
+    float t = f16_to_f32(x);
+    y = f32_to_f16(t);
     EXPECT_EQ(x, y) << v;
   }
 }

@@ -8,15 +8,11 @@
 #include <numbers>
 #include <numeric>
 
-#include "ucm/core/retrieval/convert.h"
+#include "ucm/half.h"
 #include "ucm/retrieval.h"
 
 namespace ucm::blend {
 
-using retrieval::bf16_to_f32;
-using retrieval::f16_to_f32;
-using retrieval::f32_to_bf16;
-using retrieval::f32_to_f16;
 
 ucm_rope_params default_rope() {
   ucm_rope_params p;

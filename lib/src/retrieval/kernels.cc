@@ -5,7 +5,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "ucm/core/retrieval/convert.h"
+#include "ucm/half.h"
 
 // x86-64 GCC: one copy of each entry point per ISA level, chosen by the loader (ifunc). The
 // templates below are inlined into each copy (flatten), so they vectorise for that level.

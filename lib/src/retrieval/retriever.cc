@@ -9,7 +9,7 @@
 #include <string>
 
 #include "ucm/core/c_struct.h"
-#include "ucm/core/retrieval/convert.h"
+#include "ucm/half.h"
 #include "ucm/core/retrieval/kernels.h"
 #include "ucm/core/retrieval/params.h"
 

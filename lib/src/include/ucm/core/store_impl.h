@@ -79,6 +79,22 @@ inline BlockInfo to_info(const NamespaceId& ns, const BlockHash& h, const fmt::B
 }
 
 
+/// One dump task's state, shared by its phases (StoreImpl::dump_*): per item, its index record
+/// once written, whether it is skipped (already present, or a duplicate in the task) and its
+/// reserved slot; the files the task wrote (to fdatasync) and write_epoch_ after its last write.
+struct DumpState {
+  NamespaceId ns;
+  NamespaceDesc desc;
+  std::vector<DumpItem> items;
+  std::vector<fmt::BlockRecord> recs;
+  std::vector<bool> skip;
+  std::vector<std::shared_ptr<ActiveFile>> slot_file;
+  std::vector<uint64_t> slot_off;
+  std::vector<std::shared_ptr<ActiveFile>> files;
+  uint64_t epoch = 0;
+};
+
+
 // =============================================================================================
 class StoreImpl : public Store {
  public:
@@ -121,6 +137,40 @@ class StoreImpl : public Store {
 
   Status refresh() override;
   std::string metrics_text() const override;
+
+  /// Which payload of a block record read_verified reads.
+  enum class Payload { kKV, kRepr };
+  /// The one verified read of a block payload (load, load_repr, visit_repr): looks (ns, h) up in
+  /// the index into *rec, then reads its kKV or kRepr record into *buf (the 4096-byte record
+  /// header page, then the payload), checking record type, namespace, key, length and checksum.
+  /// kKV with kv_bytes != 0: Corruption when the index's kv_length differs. kRepr: NotFound when
+  /// the block has no representations. A NotFound from the data file means gc retired it and our
+  /// view is stale: the file is dropped, the handle catches up (refresh) and the read is retried
+  /// once. Errors: NotFound (not in the index / no repr / still missing), Corruption, IOError.
+  Status read_verified(const NamespaceId& ns, const BlockHash& h, Payload which, uint64_t kv_bytes,
+                       fmt::BlockRecord* rec, fmt::AlignedBuffer* buf);
+
+  // dump's phases, in order (store_write.cc). dump() runs check, mark_present and reserve on the
+  // caller's thread, write_one per item on the I/O threads, and commit (sync, then index) on the
+  // commit thread once every item is written or failed.
+  /// Writer handle, known namespace, well-formed items (full blocks, non-null pages), and room on
+  /// disk for all of them (check_space). *d: the namespace.
+  Status dump_check(const NamespaceId& ns, const DumpItem* items, size_t n, NamespaceDesc* d);
+  /// Marks skip[i] for blocks already indexed and for repeats within the task.
+  void dump_mark_present(DumpState* st);
+  /// Reserves contiguous runs (<= 64 MiB) in the active file for the items not skipped; fills
+  /// slot_file / slot_off and files. Nothing is committed on failure.
+  Status dump_reserve(DumpState* st);
+  /// Encodes item i's KV record (and repr record) and writes them at its slot; fills recs[i].
+  Status dump_write_one(DumpState* st, size_t i);
+  /// fdatasyncs the task's files that no fdatasync begun after st->epoch has covered.
+  Status dump_sync(DumpState* st);
+  /// One synced index batch with the written, not yet present blocks (*added: their items) and
+  /// the files' sizes and live bytes; then the fingerprint table. Caller: the commit thread.
+  Status dump_index(DumpState* st, const std::vector<Status>& bs, std::vector<size_t>* added);
+  /// The commit thread's step: fails the whole task if the disk filled meanwhile, else sync and
+  /// index; sets the task's statuses, written flags and metrics, and finishes it.
+  void dump_commit(const std::shared_ptr<TaskImpl>& t, DumpState* st);
 
  private:
   Status writer_only(const char* what) const {

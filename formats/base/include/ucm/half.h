@@ -1,12 +1,12 @@
-// lib/src/retrieval/convert.h: 16-bit float element conversions shared by the representation
-// scatter (ucm_store_load_repr) and the scoring kernels. Header-only, inline, portable (no
-// intrinsics); bf16 -> f32 is a shift the compiler vectorises.
+// ucm/half.h: 16-bit float element conversions (bfloat16, IEEE binary16) to and from float.
+// Header-only, inline, portable (no intrinsics): the representation scatter, the scoring
+// kernels, RoPE shifts and the admin dtype conversion all use these; bf16 -> f32 is a shift the
+// compiler vectorises. The CUDA kernels carry their own host/device copies (ucm/kernels/hd.h).
 #pragma once
 #include <bit>
 #include <cstdint>
-#include <cstring>
 
-namespace ucm::retrieval {
+namespace ucm {
 
 /// bfloat16 bit pattern -> float (exact).
 inline float bf16_to_f32(uint16_t b) { return std::bit_cast<float>(uint32_t{b} << 16); }
@@ -23,8 +23,7 @@ inline float f16_to_f32(uint16_t h) {
   return std::bit_cast<float>(bits);
 }
 
-/// float -> bfloat16, round to nearest even (NaN kept quiet). For queries given as bf16 in tests
-/// and the bench's synthetic data.
+/// float -> bfloat16, round to nearest even (NaN kept, made quiet).
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
@@ -34,31 +33,26 @@ inline uint16_t f32_to_bf16(float f) {
 
 /// float -> IEEE binary16, round to nearest even (subnormals, overflow to inf, NaN kept quiet).
 inline uint16_t f32_to_f16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
-  if (a >= 0x47800000u) {                                               // >= 65536 or inf
-    if (a == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
-    // round to nearest: values >= 65520 overflow to inf
-    return static_cast<uint16_t>(sign | 0x7c00u);
-  }
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (a >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65536 or inf: inf
   if (a < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
     if (a < 0x33000000u) return sign;  // < 2^-25 rounds to zero
-    uint32_t mant = (a & 0x7fffffu) | 0x800000u;
-    int exp = static_cast<int>(a >> 23);  // biased
-    int shift = 126 - exp;               // 113 - exp + 13
+    const uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+    const int exp = static_cast<int>(a >> 23);  // biased
+    const int shift = 126 - exp;                // 113 - exp + 13
     uint32_t half = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1);
-    uint32_t mid = 1u << (shift - 1);
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t mid = 1u << (shift - 1);
     if (rem > mid || (rem == mid && (half & 1u))) ++half;
     return static_cast<uint16_t>(sign | half);
   }
   uint32_t half = ((a - 0x38000000u) >> 13);
-  uint32_t rem = a & 0x1fffu;
+  const uint32_t rem = a & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;  // may carry into inf: correct
   return static_cast<uint16_t>(sign | half);
 }
 
-}  // namespace ucm::retrieval
+}  // namespace ucm

@@ -1,0 +1,96 @@
+// ucm_base's shared helpers: ucm/hex.h, ucm/half.h, ucm/strings.h, ucm/clock.h, ucm/process.h.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "ucm/clock.h"
+#include "ucm/half.h"
+#include "ucm/hex.h"
+#include "ucm/process.h"
+#include "ucm/strings.h"
+#include "ucm/types.h"
+
+namespace {
+
+TEST(BaseHex, EncodesEveryByteLowerCaseInOrder) {
+  const uint8_t b[] = {0x00, 0x0f, 0xa5, 0xff, 0x10};
+  EXPECT_EQ(ucm::hex_encode(b, sizeof b), "000fa5ff10");
+  EXPECT_EQ(ucm::hex_encode(b, 0), "");
+  ucm::BlockHash h{};
+  for (size_t i = 0; i < h.size(); ++i) h[i] = uint8_t(i * 17);
+  EXPECT_EQ(ucm::to_hex(h), "00112233445566778899aabbccddeeff");
+  ucm::BlockHash back{};
+  ASSERT_TRUE(ucm::parse_hex16(ucm::to_hex(h), &back).ok());
+  EXPECT_EQ(back, h);
+}
+
+TEST(BaseHalf, KnownPatternsBothWays) {
+  EXPECT_EQ(ucm::bf16_to_f32(0x3f80), 1.0f);
+  EXPECT_EQ(ucm::bf16_to_f32(0xc000), -2.0f);
+  EXPECT_EQ(ucm::f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(ucm::f32_to_bf16(std::bit_cast<float>(0x3f808000u)), 0x3f80);  // tie -> even
+  EXPECT_EQ(ucm::f32_to_bf16(std::bit_cast<float>(0x3f818000u)), 0x3f82);  // tie -> even (up)
+  EXPECT_EQ(ucm::f16_to_f32(0x3c00), 1.0f);
+  EXPECT_EQ(ucm::f16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(ucm::f16_to_f32(0x7bff), 65504.0f);
+  EXPECT_TRUE(std::isinf(ucm::f16_to_f32(0x7c00)));
+  EXPECT_TRUE(std::isnan(ucm::f16_to_f32(0x7e00)));
+  EXPECT_EQ(ucm::f32_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(ucm::f32_to_f16(65520.0f), 0x7c00);  // rounds to inf
+  EXPECT_EQ(ucm::f32_to_f16(-0.0f), 0x8000);
+  EXPECT_EQ(ucm::f32_to_f16(std::numeric_limits<float>::quiet_NaN()) & 0x7e00, 0x7e00);
+  EXPECT_EQ(ucm::f32_to_bf16(std::numeric_limits<float>::quiet_NaN()) & 0x7fc0, 0x7fc0);
+}
+
+TEST(BaseHalf, EveryFiniteHalfAndBf16RoundTrips) {
+  for (uint32_t v = 0; v < 65536; ++v) {
+    const uint16_t x = uint16_t(v);
+    if ((x & 0x7c00) != 0x7c00) {
+      EXPECT_EQ(ucm::f32_to_f16(ucm::f16_to_f32(x)), x) << v;
+    }
+    if ((x & 0x7f80) != 0x7f80) {
+      EXPECT_EQ(ucm::f32_to_bf16(ucm::bf16_to_f32(x)), x) << v;
+    }
+  }
+}
+
+TEST(BaseStrings, SplitCommaKeepsFieldsAndDropsOnlyTheTrailingEmptyOne) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(ucm::split_comma("0,1,12"), (V{"0", "1", "12"}));
+  EXPECT_EQ(ucm::split_comma("a,,b"), (V{"a", "", "b"}));
+  EXPECT_EQ(ucm::split_comma(",a"), (V{"", "a"}));
+  EXPECT_EQ(ucm::split_comma("a,"), (V{"a"}));
+  EXPECT_EQ(ucm::split_comma(" a , b"), (V{" a ", " b"}));
+  EXPECT_TRUE(ucm::split_comma("").empty());
+}
+
+TEST(BaseClock, NowMsIsTheSystemClockAndIsoTimeIsUtc) {
+  const uint64_t a = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
+  const uint64_t n = ucm::now_ms();
+  EXPECT_GE(n, a);
+  EXPECT_LT(n - a, 5000u);
+  EXPECT_EQ(ucm::iso_time(1700000000123ull), "2023-11-14T22:13:20Z");
+  EXPECT_EQ(ucm::iso_time(1700000000123ull, true), "2023-11-14T22:13:20.123Z");
+  EXPECT_EQ(ucm::iso_time(0, true), "1970-01-01T00:00:00.000Z");
+}
+
+TEST(BaseProcess, PidAliveSeesThisProcessAndNotAReapedChild) {
+  EXPECT_TRUE(ucm::pid_alive(long(::getpid())));
+  EXPECT_FALSE(ucm::pid_alive(0));
+  EXPECT_FALSE(ucm::pid_alive(-1));
+  const pid_t c = ::fork();
+  ASSERT_GE(c, 0);
+  if (c == 0) ::_exit(0);
+  int st = 0;
+  ASSERT_EQ(::waitpid(c, &st, 0), c);
+  EXPECT_FALSE(ucm::pid_alive(long(c)));  // reaped: gone (pids are not reused this fast)
+}
+
+}  // namespace
