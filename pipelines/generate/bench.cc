@@ -1,24 +1,22 @@
 // pipelines/generate/bench.cc: `ucm bench generate` (see ucm/generate/generate.h).
 //
-// One real document (default: the Python docs' library/functions.rst.txt) is precomputed into a
-// store; then, for each prefix length P, the prompt is the first P tokens of the templated
-// document, and TTFT with the cache (hash, lookup, load of the P - T cached tokens, prefill of the
-// last block) is measured against full recompute of all P tokens, alternating the two, in one run.
+// One real document (default: the Python docs' library/functions.rst.txt), already precomputed
+// into the store with precompute's defaults (cmd/bench_generate.cc does that). For each prefix
+// length P, the prompt is the first P tokens of the templated document, and TTFT with the cache
+// (hash, lookup, load of the P - T cached tokens, prefill of the last block) is measured against
+// full recompute of all P tokens, alternating the two, in one run.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "engine.h"
 #include "internal.h"
 #include "ucm/generate/generate.h"
-#include "ucm/precompute/precompute.h"
 
 namespace ucm::generate {
 
-namespace fs = std::filesystem;
 using namespace detail;
 
 Status bench_generate(const BenchGenerateOptions& o, std::vector<BenchGeneratePoint>* out) {
@@ -49,32 +47,14 @@ Status bench_generate(const BenchGenerateOptions& o, std::vector<BenchGeneratePo
     return Status::InvalidArgument(o.corpus_file + " has " + std::to_string(ids.size()) + " tokens; " +
                                    std::to_string(longest) + " needed");
 
-  // Precompute the document (the producer side) into the scratch store.
-  precompute::PrecomputeOptions po;
-  {
-    const fs::path corpus_dir = fs::path(o.store).string() + ".corpus";
-    fs::create_directories(corpus_dir);
-    fs::copy_file(o.corpus_file, corpus_dir / fs::path(o.corpus_file).filename(), fs::copy_options::overwrite_existing);
-    po.model_dir = o.model_dir;
-    po.tokenizer_file = o.tokenizer_file;
-    po.corpus = corpus_dir.string();
-    po.store = o.store;
-    po.template_file = o.template_file;
-    po.resume = true;
-    po.handle_signals = false;
-    precompute::Resources res{in.model.get(), in.tokenizer.get()};
-    precompute::PrecomputeSummary sum;
-    Status st = precompute::run_precompute(po, res, &sum);
-    fs::remove_all(corpus_dir);
-    UCM_RETURN_IF_ERROR(st);
-    spdlog::info("bench generate: precomputed {} blocks ({} already stored)", sum.blocks_written, sum.blocks_existing);
-  }
+  model::FingerprintOptions po;  // precompute's defaults: what cmd/bench_generate.cc stored with
   std::string desc_json;
   UCM_RETURN_IF_ERROR(fingerprint(*in.model, "", &desc_json, &po));
   StoreClient store;
   UCM_RETURN_IF_ERROR(store.open(o.store, false));
   UCM_RETURN_IF_ERROR(store.resolve_namespace("", desc_json, false));
-  if (!store.found()) return Status::Internal("the precomputed namespace is not in the store");
+  if (!store.found())
+    return Status::NotFound("store " + o.store + " holds no namespace of this model: precompute the document first");
   Engine eng(*in.model, &store, po.block_size, torch_dtype_of(po.dtype));
 
   auto median = [](std::vector<double> v) {

@@ -99,7 +99,7 @@ Status run_blend(const GenerateOptions& o, BlendReport* r) {
   const auto& mc = in.model->config();
   UCM_RETURN_IF_ERROR(check_blend_settings(bs, mc.num_hidden_layers));
   std::string desc_json;
-  precompute::PrecomputeOptions po;
+  model::FingerprintOptions po;
   UCM_RETURN_IF_ERROR(fingerprint(*in.model, o.precompute_config, &desc_json, &po));
   StoreClient store;
   UCM_RETURN_IF_ERROR(store.open(o.store, false));

@@ -192,7 +192,7 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
   UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
   for (const auto& bs : settings) UCM_RETURN_IF_ERROR(check_blend_settings(bs, in.model->config().num_hidden_layers));
   std::string desc_json;
-  precompute::PrecomputeOptions po;
+  model::FingerprintOptions po;
   UCM_RETURN_IF_ERROR(fingerprint(*in.model, o.precompute_config, &desc_json, &po));
   StoreClient store;
   UCM_RETURN_IF_ERROR(store.open(o.store, false));

@@ -13,7 +13,6 @@
 #include "internal.h"
 #include "sparse.h"
 #include "ucm/generate/eval.h"
-#include "ucm/precompute/repr.h"
 
 namespace ucm::generate {
 
@@ -73,7 +72,7 @@ Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
   UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
   const auto& mc = in.model->config();
   std::string desc_json;
-  precompute::PrecomputeOptions po;
+  model::FingerprintOptions po;
   UCM_RETURN_IF_ERROR(fingerprint(*in.model, "", &desc_json, &po));
   StoreClient store;
   UCM_RETURN_IF_ERROR(store.open(o.store, false));

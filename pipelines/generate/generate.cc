@@ -7,13 +7,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "compute.h"
 #include "engine.h"
 #include "internal.h"
 #include "sparse.h"
 #include "ucm/corpus/corpus.h"
 #include "ucm/generate/generate.h"
-#include "ucm/precompute/precompute.h"
+#include "model_load.h"
 #include "ucm/tok/tokenizer.h"
 
 namespace ucm::generate {
@@ -38,18 +37,10 @@ Status prompt_text(const std::string& prompt, const std::string& prompt_file, co
 
 Status load_inputs(const std::string& model_dir, const std::string& tokenizer_file, Inputs* in,
                    const std::string& compute) {
-  if (model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR");
-  model::ComputeChoice cc;
-  try {
-    cc = model::choose_compute(compute, torch::kCPU);
-  } catch (const std::invalid_argument& e) {
-    return Status::InvalidArgument(std::string("--compute-dtype: ") + e.what());
-  }
-  try {
-    in->model = model::LlamaModel::load(model_dir, torch::kCPU, cc.dtype);
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument(std::string("cannot load model from ") + model_dir + ": " + e.what());
-  }
+  model::LoadOptions lo;
+  lo.model_dir = model_dir;
+  lo.compute_dtype = compute;
+  UCM_RETURN_IF_ERROR(model::load_model(lo, &in->model, nullptr));
   const std::string tp = tokenizer_file.empty() ? (fs::path(model_dir) / "tokenizer.json").string() : tokenizer_file;
   try {
     in->tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(tp));
@@ -67,14 +58,14 @@ Status load_inputs(const std::string& model_dir, const std::string& tokenizer_fi
 }
 
 Status fingerprint(const model::LlamaModel& m, const std::string& precompute_config, std::string* desc_json,
-                   precompute::PrecomputeOptions* po) {
-  if (!precompute_config.empty()) UCM_RETURN_IF_ERROR(precompute::load_config(precompute_config, po));
-  *desc_json = precompute::make_namespace(m, *po).to_json();
+                   model::FingerprintOptions* fp) {
+  if (!precompute_config.empty()) UCM_RETURN_IF_ERROR(model::read_fingerprint_config(precompute_config, fp));
+  *desc_json = model::namespace_desc_json(m, *fp);
   return Status::OK();
 }
 
-torch::ScalarType torch_dtype_of(DType d) {
-  return d == DType::kBF16 ? torch::kBFloat16 : d == DType::kFP16 ? torch::kHalf : torch::kFloat;
+torch::ScalarType torch_dtype_of(const std::string& dtype) {
+  return dtype == "bf16" ? torch::kBFloat16 : dtype == "fp16" ? torch::kHalf : torch::kFloat;
 }
 
 std::vector<int32_t> prompt_ids(const tok::Tokenizer& t, const std::string& template_file, const std::string& prompt) {
@@ -110,7 +101,7 @@ Status run_generate(const GenerateOptions& o, GenerateReport* r) {
                                    std::to_string(o.max_new_tokens) + " new tokens exceeds the model's " +
                                    std::to_string(mc.max_position_embeddings) + " positions");
   std::string desc_json;
-  precompute::PrecomputeOptions po;
+  model::FingerprintOptions po;
   UCM_RETURN_IF_ERROR(fingerprint(*in.model, o.precompute_config, &desc_json, &po));
   r->prompt_tokens = ids.size();
   r->block_size = po.block_size;

@@ -6,9 +6,9 @@
 
 #include <sstream>
 
+#include "fingerprint.h"
 #include "internal.h"
 #include "ucm/precompute/precompute.h"
-#include "ucm/strings.h"
 
 namespace ucm::precompute {
 
@@ -38,23 +38,6 @@ Status load_config(const std::string& path, PrecomputeOptions* o) {
       else if (key == "corpus_suffix") o->corpus_suffix = v.as<std::string>();
       else if (key == "store") o->store = v.as<std::string>();
       else if (key == "template") o->template_file = v.as<std::string>();
-      else if (key == "namespace_name") o->namespace_name = v.as<std::string>();
-      else if (key == "block_size") o->block_size = v.as<uint32_t>();
-      else if (key == "dtype") {
-        Status st = parse_dtype(v.as<std::string>(), &o->dtype);
-        if (!st.ok()) return Status::InvalidArgument("config " + path + ": dtype: " + st.message());
-      } else if (key == "hash_bits") o->hash_bits = v.as<uint32_t>();
-      else if (key == "dense_layers") {
-        o->dense_layers.clear();
-        if (v.IsSequence()) {
-          for (const auto& x : v) o->dense_layers.push_back(x.as<uint32_t>());
-        } else if (!v.IsNull()) {
-          Status st = parse_layers(v.as<std::string>(), &o->dense_layers);
-          if (!st.ok()) return Status::InvalidArgument("config " + path + ": " + st.message());
-        }
-        std::sort(o->dense_layers.begin(), o->dense_layers.end());
-        o->dense_layers.erase(std::unique(o->dense_layers.begin(), o->dense_layers.end()), o->dense_layers.end());
-      } else if (key == "projection_seed") o->projection_seed = v.as<uint64_t>();
       else if (key == "limit") o->limit = v.as<uint64_t>();
       else if (key == "shard") {
         Status st = parse_shard(v.as<std::string>(), &o->shard_index, &o->shard_count);
@@ -72,7 +55,30 @@ Status load_config(const std::string& path, PrecomputeOptions* o) {
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument("config " + path + ": bad value for '" + key + "': " + e.what());
   }
+  // The fingerprint keys (namespace_name, block_size, dtype, hash_bits, dense_layers,
+  // projection_seed) have one reader, shared with the engine (pipelines/model/fingerprint.h).
+  model::FingerprintOptions fp = fingerprint_options(*o);
+  Status st = model::read_fingerprint_config(path, &fp);
+  if (!st.ok()) return st;
+  st = parse_dtype(fp.dtype, &o->dtype);
+  if (!st.ok()) return Status::InvalidArgument("config " + path + ": dtype: " + st.message());
+  o->namespace_name = fp.namespace_name;
+  o->block_size = fp.block_size;
+  o->hash_bits = fp.hash_bits;
+  o->dense_layers = fp.dense_layers;
+  o->projection_seed = fp.projection_seed;
   return Status::OK();
+}
+
+model::FingerprintOptions fingerprint_options(const PrecomputeOptions& o) {
+  model::FingerprintOptions fp;
+  fp.dtype = dtype_name(o.dtype);
+  fp.block_size = o.block_size;
+  fp.hash_bits = o.hash_bits;
+  fp.dense_layers = o.dense_layers;
+  fp.projection_seed = o.projection_seed;
+  fp.namespace_name = o.namespace_name;
+  return fp;
 }
 
 Status parse_shard(const std::string& s, uint32_t* index, uint32_t* count) {
@@ -91,23 +97,7 @@ Status parse_shard(const std::string& s, uint32_t* index, uint32_t* count) {
   return Status::OK();
 }
 
-Status parse_layers(const std::string& s, std::vector<uint32_t>* out) {
-  out->clear();
-  for (const std::string& item : split_comma(s)) {
-    if (item.empty()) continue;
-    try {
-      size_t p = 0;
-      const unsigned long v = std::stoul(item, &p);
-      if (p != item.size() || v > 100000) throw std::invalid_argument(item);
-      out->push_back(uint32_t(v));
-    } catch (const std::exception&) {
-      return Status::InvalidArgument("bad layer list '" + s + "': expected comma-separated layer numbers, e.g. 0,1");
-    }
-  }
-  std::sort(out->begin(), out->end());
-  out->erase(std::unique(out->begin(), out->end()), out->end());
-  return Status::OK();
-}
+Status parse_layers(const std::string& s, std::vector<uint32_t>* out) { return model::parse_layers(s, out); }
 
 namespace detail {
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "doc_source.h"
+#include "model_load.h"
 #include "ucm/precompute/precompute.h"
 #include "ucm/clock.h"
 #include "ucm/store.h"
@@ -36,11 +37,9 @@ Status validate(const PrecomputeOptions& o);
 DocSourceOptions source_options(const PrecomputeOptions& o);
 
 /// The model of `res`, or loaded from o.model_dir into *owned (precompute.cc).
-/// Also sets libtorch's threads (o.threads) and resolves o.compute_dtype; *compute gets what runs.
-struct ComputeInfo {
-  std::string dtype, path;  ///< "bf16"/"fp32"; "amx_bf16"/"avx512_bf16"/"cuda"/"fp32"
-  int threads = 0;
-};
+/// Also sets libtorch's threads (o.threads) and resolves o.compute_dtype (model::load_model);
+/// *compute gets what runs ("given" as its path for a model of `res`).
+using ComputeInfo = model::ComputeInfo;
 Status load_model(const PrecomputeOptions& o, const Resources& res, std::unique_ptr<model::LlamaModel>* owned,
                   const model::LlamaModel** m, ComputeInfo* compute);
 /// The tokenizer of `res`, or loaded from o.tokenizer_file / MODEL/tokenizer.json (precompute.cc).

@@ -1,10 +1,9 @@
 // pipelines/precompute/namespace_setup.cc: the namespace a precompute run writes (its
 // fingerprint from the model and options) and its r4_projection attachment.
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "fingerprint.h"
 #include "internal.h"
 #include "llama_model.h"
 #include "ucm/precompute/repr.h"
@@ -12,28 +11,6 @@
 
 namespace ucm::precompute {
 namespace {
-
-namespace fs = std::filesystem;
-
-std::string model_id_of(const std::string& dir) {
-  // config `_name_or_path` (basename) when present, else the directory's basename.
-  std::ifstream f(fs::path(dir) / "config.json");
-  if (f) {
-    try {
-      auto j = nlohmann::json::parse(f);
-      if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) {
-        std::string n = j["_name_or_path"].get<std::string>();
-        while (!n.empty() && n.back() == '/') n.pop_back();
-        if (!n.empty()) return fs::path(n).filename().string();
-      }
-    } catch (const std::exception&) {
-      // the runner reports a bad config.json when loading
-    }
-  }
-  fs::path p = fs::absolute(fs::path(dir)).lexically_normal();
-  if (!p.has_filename()) p = p.parent_path();
-  return p.filename().string();
-}
 
 // Differences between two descriptors, for the namespace-mismatch message.
 std::string describe_diff(const NamespaceDesc& a, const NamespaceDesc& b) {
@@ -63,27 +40,8 @@ std::string describe_diff(const NamespaceDesc& a, const NamespaceDesc& b) {
 
 }  // namespace
 
-NamespaceDesc make_namespace(const model::LlamaModel& m, const PrecomputeOptions& o) {
-  const auto& c = m.config();
-  NamespaceDesc d;
-  d.model_id = model_id_of(m.dir());
-  d.weights_digest = m.weights_digest();
-  d.dtype = o.dtype;
-  d.block_size = o.block_size;
-  d.num_layers = uint32_t(c.num_hidden_layers);
-  d.num_kv_heads = uint32_t(c.num_key_value_heads);
-  d.head_dim = uint32_t(c.head_dim);
-  d.layout = 1;
-  d.hash_scheme = "md5-chain-v1";
-  nlohmann::json extra = {
-      {"hash_bits", o.hash_bits},
-      {"dense_layers", o.dense_layers},
-      {"repr", {"R0", "R1", "R4"}},
-      {"projection_seed", o.projection_seed},
-  };
-  d.extra_json = extra.dump();
-  d.name = o.namespace_name;
-  return d;
+Status make_namespace(const model::LlamaModel& m, const PrecomputeOptions& o, NamespaceDesc* out) {
+  return NamespaceDesc::from_json(model::namespace_desc_json(m, fingerprint_options(o)), out);
 }
 
 namespace detail {
@@ -94,8 +52,8 @@ Status setup_namespace(Store* store, const model::LlamaModel& mdl, const Precomp
   Status st;
   // Namespace: reuse an identical fingerprint; refuse a same-model store with another fingerprint
   // unless the user names the new namespace explicitly.
-  NamespaceDesc desc = make_namespace(*m, o);
-  st = desc.validate();
+  NamespaceDesc desc;
+  st = make_namespace(*m, o, &desc);
   if (!st.ok()) return st;
   const NamespaceId want = desc.id();
   bool exists = false;

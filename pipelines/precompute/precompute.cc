@@ -9,8 +9,8 @@
 #include <torch/torch.h>
 
 #include "internal.h"
-#include "compute.h"
 #include "llama_model.h"
+#include "model_load.h"
 #include "signals.h"
 #include "ucm/tok/tokenizer.h"
 
@@ -28,33 +28,14 @@ Status load_model(const PrecomputeOptions& o, const Resources& res,
     return Status::OK();
   }
   if (o.model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR (or `model:` in --config)");
-  torch::Device dev = torch::kCPU;
-  try {
-    dev = torch::Device(o.device);
-  } catch (const std::exception&) {
-    return Status::InvalidArgument("--device " + o.device + ": use cpu, cuda or cuda:N");
-  }
-  if (dev.is_cuda() && !torch::cuda::is_available())
-    return Status::NotSupported("--device " + o.device +
-                                ": this libtorch has no CUDA or sees no GPU (Debian's libtorch is CPU-only; build "
-                                "ucm with PyTorch's CUDA libtorch: CMAKE_PREFIX_PATH=$(python3 -c 'import torch; "
-                                "print(torch.utils.cmake_prefix_path)'), docs/precompute.md)");
-  if (!dev.is_cpu() && !dev.is_cuda()) return Status::InvalidArgument("--device " + o.device + ": use cpu, cuda or cuda:N");
-  model::ComputeChoice cc;
-  try {
-    cc = model::choose_compute(o.compute_dtype, dev);
-  } catch (const std::invalid_argument& e) {
-    return Status::InvalidArgument(std::string("--compute-dtype: ") + e.what());
-  }
   if (o.threads < 0) return Status::InvalidArgument("--threads must be >= 0 (0: every core)");
-  *compute = {cc.name, cc.path, model::set_compute_threads(o.threads)};
-  try {
-    *owned = model::LlamaModel::load(o.model_dir, dev, cc.dtype);
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument(std::string("cannot load model from ") + o.model_dir + ": " + e.what() +
-                                   " (a Hugging Face Llama-family directory is required; for the default model run "
-                                   "scripts/fetch_model.py)");
-  }
+  model::LoadOptions lo;
+  lo.model_dir = o.model_dir;
+  lo.device = o.device;
+  lo.compute_dtype = o.compute_dtype;
+  lo.threads = o.threads;
+  Status st = model::load_model(lo, owned, compute);
+  if (!st.ok()) return st;
   *m = owned->get();
   return Status::OK();
 }

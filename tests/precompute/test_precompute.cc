@@ -674,5 +674,17 @@ TEST(PrecomputeOptions, ParseShardLayersConfig) {
   Status st = load_config(bad.string(), &o);
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("block_sise"), std::string::npos);
+  // The fingerprint keys are read by model::read_fingerprint_config, the reader the engine uses.
+  std::ofstream(bad) << "dtype: fp16\ndense_layers: \"3,1,3\"\nblock_size: 32\nprojection_seed: 7\n";
+  PrecomputeOptions f;
+  ASSERT_TRUE(load_config(bad.string(), &f).ok());
+  EXPECT_EQ(f.dtype, DType::kFP16);
+  EXPECT_EQ(f.dense_layers, (std::vector<uint32_t>{1, 3}));
+  EXPECT_EQ(f.block_size, 32u);
+  EXPECT_EQ(f.projection_seed, 7u);
+  std::ofstream(bad) << "dtype: int8\n";
+  st = load_config(bad.string(), &f);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("dtype"), std::string::npos) << st.message();
   fs::remove(bad);
 }

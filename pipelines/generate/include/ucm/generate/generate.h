@@ -128,7 +128,10 @@ Status run_blend(const GenerateOptions& o, BlendReport* report);
 Status run_generate(const GenerateOptions& o, GenerateReport* report);
 
 /// `ucm bench generate`: TTFT with the cache against full recompute for cached prefixes of each
-/// length in `prefix_tokens`, in one run (docs/benchmarks.md).
+/// length in `prefix_tokens`, in one run (docs/benchmarks.md). `store` must already hold
+/// `corpus_file`, precomputed with `template_file` and precompute's default fingerprint options
+/// (cmd/bench_generate.cc runs that precompute first). NotFound when it holds no namespace of the
+/// model; InvalidArgument for bad options or a document shorter than the longest prefix.
 struct BenchGenerateOptions {
   std::string model_dir, tokenizer_file, store, template_file, corpus_file;
   std::vector<uint32_t> prefix_tokens = {1024, 4096, 8192};

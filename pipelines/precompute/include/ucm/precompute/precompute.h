@@ -23,6 +23,7 @@
 
 namespace ucm::model {
 class LlamaModel;
+struct FingerprintOptions;
 }
 namespace ucm::tok {
 class Tokenizer;
@@ -82,7 +83,7 @@ struct PrecomputeOptions {
 Status load_config(const std::string& path, PrecomputeOptions* o);
 /// Parses "I/N" (0 <= I < N).
 Status parse_shard(const std::string& s, uint32_t* index, uint32_t* count);
-/// Parses "0,1,5" (empty string = no layers).
+/// Parses "0,1,5" (empty string = no layers): model::parse_layers (pipelines/model/fingerprint.h).
 Status parse_layers(const std::string& s, std::vector<uint32_t>* out);
 
 struct PrecomputeSummary {
@@ -122,8 +123,11 @@ struct Resources {
   const tok::Tokenizer* tokenizer = nullptr;
 };
 
-/// The namespace descriptor `ucm precompute` registers for `model` and the options.
-NamespaceDesc make_namespace(const model::LlamaModel& model, const PrecomputeOptions& o);
+/// The options of `o` that enter the namespace fingerprint.
+model::FingerprintOptions fingerprint_options(const PrecomputeOptions& o);
+/// The namespace descriptor `ucm precompute` registers for `model` and the options: the one the
+/// engine computes too (model::namespace_desc_json). InvalidArgument when it does not validate.
+Status make_namespace(const model::LlamaModel& model, const PrecomputeOptions& o, NamespaceDesc* out);
 
 /// Runs the whole precompute. Errors: InvalidArgument (bad options, wrong model dir / unsupported
 /// architecture, namespace mismatch, malformed corpus with --strict), IOError/NoSpace (store),

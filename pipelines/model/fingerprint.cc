@@ -1,0 +1,123 @@
+// pipelines/model/fingerprint.cc: see fingerprint.h.
+#include "fingerprint.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "llama_model.h"
+#include "ucm/strings.h"
+
+namespace ucm::model {
+
+namespace fs = std::filesystem;
+
+Status parse_layers(const std::string& s, std::vector<uint32_t>* out) {
+  out->clear();
+  for (const std::string& item : split_comma(s)) {
+    if (item.empty()) continue;
+    try {
+      size_t p = 0;
+      const unsigned long v = std::stoul(item, &p);
+      if (p != item.size() || v > 100000) throw std::invalid_argument(item);
+      out->push_back(uint32_t(v));
+    } catch (const std::exception&) {
+      return Status::InvalidArgument("bad layer list '" + s + "': expected comma-separated layer numbers, e.g. 0,1");
+    }
+  }
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+  return Status::OK();
+}
+
+Status read_fingerprint_config(const std::string& path, FingerprintOptions* o) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument("config " + path + ": " + e.what());
+  }
+  if (root.IsNull()) return Status::OK();
+  if (!root.IsMap()) return Status::InvalidArgument("config " + path + ": expected a mapping of option: value");
+  std::string key;
+  try {
+    for (const auto& kv : root) {
+      key = kv.first.as<std::string>();
+      const YAML::Node& v = kv.second;
+      if (key == "namespace_name") {
+        o->namespace_name = v.as<std::string>();
+      } else if (key == "block_size") {
+        o->block_size = v.as<uint32_t>();
+      } else if (key == "dtype") {
+        const std::string d = v.as<std::string>();
+        if (d != "bf16" && d != "fp16" && d != "fp32")
+          return Status::InvalidArgument("config " + path + ": dtype: unknown dtype '" + d + "' (bf16, fp16, fp32)");
+        o->dtype = d;
+      } else if (key == "hash_bits") {
+        o->hash_bits = v.as<uint32_t>();
+      } else if (key == "dense_layers") {
+        o->dense_layers.clear();
+        if (v.IsSequence()) {
+          for (const auto& x : v) o->dense_layers.push_back(x.as<uint32_t>());
+        } else if (!v.IsNull()) {
+          Status st = parse_layers(v.as<std::string>(), &o->dense_layers);
+          if (!st.ok()) return Status::InvalidArgument("config " + path + ": " + st.message());
+        }
+        std::sort(o->dense_layers.begin(), o->dense_layers.end());
+        o->dense_layers.erase(std::unique(o->dense_layers.begin(), o->dense_layers.end()), o->dense_layers.end());
+      } else if (key == "projection_seed") {
+        o->projection_seed = v.as<uint64_t>();
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument("config " + path + ": bad value for '" + key + "': " + e.what());
+  }
+  return Status::OK();
+}
+
+std::string model_id_of(const std::string& dir) {
+  std::ifstream f(fs::path(dir) / "config.json");
+  if (f) {
+    try {
+      auto j = nlohmann::json::parse(f);
+      if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) {
+        std::string n = j["_name_or_path"].get<std::string>();
+        while (!n.empty() && n.back() == '/') n.pop_back();
+        if (!n.empty()) return fs::path(n).filename().string();
+      }
+    } catch (const std::exception&) {
+      // LlamaModel::load reports a bad config.json
+    }
+  }
+  fs::path p = fs::absolute(fs::path(dir)).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
+std::string namespace_desc_json(const LlamaModel& m, const FingerprintOptions& o) {
+  const auto& c = m.config();
+  nlohmann::json j = {
+      {"model_id", model_id_of(m.dir())},
+      {"weights_digest", m.weights_digest()},
+      {"dtype", o.dtype},
+      {"block_size", o.block_size},
+      {"num_layers", uint32_t(c.num_hidden_layers)},
+      {"num_kv_heads", uint32_t(c.num_key_value_heads)},
+      {"head_dim", uint32_t(c.head_dim)},
+      {"layout", 1},
+      {"hash_scheme", "md5-chain-v1"},
+      {"extra",
+       {{"hash_bits", o.hash_bits},
+        {"dense_layers", o.dense_layers},
+        {"repr", {"R0", "R1", "R4"}},
+        {"projection_seed", o.projection_seed}}},
+  };
+  if (!o.namespace_name.empty()) j["name"] = o.namespace_name;
+  return j.dump();
+}
+
+}  // namespace ucm::model

@@ -1,0 +1,44 @@
+// pipelines/model/model_load.cc: see model_load.h.
+#include "model_load.h"
+
+#include <torch/torch.h>
+
+#include "compute.h"
+#include "llama_model.h"
+
+namespace ucm::model {
+
+Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, ComputeInfo* info) {
+  if (o.model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR");
+  torch::Device dev = torch::kCPU;
+  try {
+    dev = torch::Device(o.device);
+  } catch (const std::exception&) {
+    return Status::InvalidArgument("--device " + o.device + ": use cpu, cuda or cuda:N");
+  }
+  if (dev.is_cuda() && !torch::cuda::is_available())
+    return Status::NotSupported("--device " + o.device +
+                                ": this libtorch has no CUDA or sees no GPU (Debian's libtorch is CPU-only; build "
+                                "ucm with PyTorch's CUDA libtorch: CMAKE_PREFIX_PATH=$(python3 -c 'import torch; "
+                                "print(torch.utils.cmake_prefix_path)'), docs/precompute.md)");
+  if (!dev.is_cpu() && !dev.is_cuda()) return Status::InvalidArgument("--device " + o.device + ": use cpu, cuda or cuda:N");
+  ComputeChoice cc;
+  try {
+    cc = choose_compute(o.compute_dtype, dev);
+  } catch (const std::invalid_argument& e) {
+    return Status::InvalidArgument(std::string("--compute-dtype: ") + e.what());
+  }
+  if (o.threads < -1) return Status::InvalidArgument("--threads must be >= 0 (0: every core)");
+  const int threads = o.threads >= 0 ? set_compute_threads(o.threads) : at::get_num_threads();
+  try {
+    *out = LlamaModel::load(o.model_dir, dev, cc.dtype);
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("cannot load model from ") + o.model_dir + ": " + e.what() +
+                                   " (a Hugging Face Llama-family directory is required; for the default model run "
+                                   "scripts/fetch_model.py)");
+  }
+  if (info) *info = {cc.name, cc.path, threads};
+  return Status::OK();
+}
+
+}  // namespace ucm::model

@@ -1,0 +1,34 @@
+// pipelines/model/model_load.h: loading a model for a run, the one place that resolves --device,
+// --compute-dtype and --threads into what LlamaModel::load takes (precompute and the engine both
+// load through it).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "ucm/status.h"
+
+namespace ucm::model {
+
+class LlamaModel;
+
+struct LoadOptions {
+  std::string model_dir;              ///< Hugging Face model directory (config.json + safetensors)
+  std::string device = "cpu";         ///< "cpu" | "cuda" | "cuda:N"
+  std::string compute_dtype = "fp32"; ///< "fp32" | "bf16" | "auto" (choose_compute, compute.h)
+  int threads = -1;                   ///< libtorch intra-op threads: -1 leaves them, 0 = every core
+};
+
+/// What a loaded model computes with.
+struct ComputeInfo {
+  std::string dtype;  ///< "bf16" | "fp32"
+  std::string path;   ///< "amx_bf16" | "avx512_bf16" | "cuda" | "fp32"
+  int threads = 0;    ///< libtorch intra-op threads in effect
+};
+
+/// Loads o.model_dir on o.device with the resolved compute dtype. Errors: InvalidArgument (no
+/// directory, bad --device or --compute-dtype, a directory that is not a supported Llama-family
+/// model: the message says how to fetch the default one), NotSupported (a CUDA device on a
+/// libtorch without CUDA or without a visible GPU).
+Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, ComputeInfo* info);
+
+}  // namespace ucm::model
