@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace ucm::test {
 
@@ -65,3 +66,26 @@ inline FixtureDir shared_fixture(const std::string& name, const std::function<st
 }
 
 }  // namespace ucm::test
+
+// ---------------------------------------------------------------------------------------------
+// The common fixture of the model tests: `ucm precompute` (the binary `ucm_bin`) of documents of
+// the default corpus (kDocsDir) into <fixture>/store, with the chat template. Include cli_run.h,
+// real_data.h and nlohmann/json.hpp before this part. `extra` is added to the command line
+// (e.g. "--chunks"). Returns "" or what went wrong.
+#ifdef UCM_SOURCE_DIR
+namespace ucm::test {
+inline std::string precompute_documents(const std::string& ucm_bin, const std::filesystem::path& dir,
+                                        const std::vector<std::string>& docs, const std::string& extra = "") {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir / "corpus");
+  for (const auto& d : docs) fs::copy_file(fs::path(kDocsDir) / d, dir / "corpus" / d);
+  auto r = run_shell(ucm_bin + " precompute --json " + extra + " --model " + shell_quote(model_dir()) + " --corpus " +
+                     shell_quote((dir / "corpus").string()) + " --store " + shell_quote((dir / "store").string()) +
+                     " --template " + shell_quote(std::string(UCM_SOURCE_DIR) + "/configs/template_chat.txt"));
+  if (r.code != 0) return "precompute exit " + std::to_string(r.code) + ": " + r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  if (j.is_discarded() || !j.contains("documents") || j["documents"] != docs.size()) return "report: " + r.out;
+  return "";
+}
+}  // namespace ucm::test
+#endif

@@ -131,17 +131,8 @@ class Blend : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("ucm-test-blend-" + std::to_string(::getpid()));
     fs::create_directories(root_);
     // The chunk store, precomputed once per ctest run (tests/common/shared_fixture.h).
-    fixture_ = ucm::test::shared_fixture("blend-store", [](const fs::path& dir) -> std::string {
-      fs::create_directories(dir / "corpus");
-      for (const auto& d : kDocs) fs::copy_file(fs::path(kDocsDir) / d, dir / "corpus" / d);
-      auto r = run_shell(std::string(UCM_BIN) + " precompute --chunks --json --model " + shell_quote(model_dir()) +
-                         " --corpus " + shell_quote((dir / "corpus").string()) + " --store " +
-                         shell_quote((dir / "store").string()) + " --template " +
-                         shell_quote(std::string(UCM_SOURCE_DIR) + "/configs/template_chat.txt"));
-      if (r.code != 0) return "precompute exit " + std::to_string(r.code) + ": " + r.err;
-      const json j = json::parse(r.out, nullptr, false);
-      if (j.is_discarded() || !j.contains("documents") || j["documents"] != kDocs.size()) return "report: " + r.out;
-      return "";
+    fixture_ = ucm::test::shared_fixture("blend-store", [](const fs::path& dir) {
+      return ucm::test::precompute_documents(UCM_BIN, dir, kDocs, "--chunks");
     });
     ASSERT_EQ(fixture_.error, "");
     store_ = fixture_.dir / "store";

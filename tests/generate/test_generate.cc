@@ -58,16 +58,8 @@ class Generate : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("ucm-test-generate-" + std::to_string(::getpid()));
     fs::create_directories(root_);
     // The precomputed store, once per ctest run (tests/common/shared_fixture.h).
-    fixture_ = ucm::test::shared_fixture("generate-store", [](const fs::path& dir) -> std::string {
-      fs::create_directories(dir / "corpus");
-      for (const auto& d : kDocs) fs::copy_file(fs::path(kDocsDir) / d, dir / "corpus" / d);
-      auto r = run_shell(std::string(UCM_BIN) + " precompute --json --model " + shell_quote(model_dir()) +
-                         " --corpus " + shell_quote((dir / "corpus").string()) + " --store " +
-                         shell_quote((dir / "store").string()) + " --template " + shell_quote(tmpl()));
-      if (r.code != 0) return "precompute exit " + std::to_string(r.code) + ": " + r.err;
-      const json j = json::parse(r.out, nullptr, false);
-      if (j.is_discarded() || !j.contains("documents") || j["documents"] != kDocs.size()) return "report: " + r.out;
-      return "";
+    fixture_ = ucm::test::shared_fixture("generate-store", [](const fs::path& dir) {
+      return ucm::test::precompute_documents(UCM_BIN, dir, kDocs);
     });
     ASSERT_EQ(fixture_.error, "");
     store_ = fixture_.dir / "store";
