@@ -36,9 +36,12 @@ torch::Tensor LlamaModel::blend(const torch::Tensor& tokens, KvCache* cache, con
   for (int64_t i = 0; i < T; ++i)
     if (spec.stored[size_t(i)]) stored_idx.push_back(i);
   if (recomputed) recomputed->clear();
+  LayerIo io;
+  io.cache = cache;
+  io.n_keys = T;
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     if (li != spec.check_layer || stored_idx.empty()) {
-      layer_forward(li, x, pos, rope, cache, T, {});
+      layer_forward(li, x, 1, pos, rope, io);
       continue;
     }
     // The check layer: compare the stored V of the stored tokens with their fresh ones before
@@ -74,7 +77,9 @@ torch::Tensor LlamaModel::blend(const torch::Tensor& tokens, KvCache* cache, con
     };
     // Layers [0, check_layer] wrote fresh K/V for every token. Later layers: stored K/V for the
     // tokens left out, fresh for the rows kept.
-    layer_forward(li, x, pos, rope, cache, T, {}, choose);
+    LayerIo check = io;
+    check.rows_after_kv = choose;
+    layer_forward(li, x, 1, pos, rope, check);
     if (rows.defined()) {
       pos = pos.index_select(0, rows);
       rope = rope_at(pos);
@@ -109,7 +114,12 @@ torch::Tensor LlamaModel::key_attention(const torch::Tensor& tokens, KvCache* ca
   const ProbsFn observe = [&](const torch::Tensor& p) {  // [nkv, G * n, e]
     acc.narrow(0, 0, p.size(2)).add_(p.sum(torch::IntArrayRef{0, 1}));
   };
-  for (int64_t li = 0; li < c.num_hidden_layers; ++li) layer_forward(li, x, pos, rope, cache, S, mask, {}, observe);
+  LayerIo io;
+  io.cache = cache;
+  io.n_keys = S;
+  io.mask = mask;
+  io.observe = observe;
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) layer_forward(li, x, 1, pos, rope, io);
   return (acc / double(c.num_attention_heads * Q * c.num_hidden_layers)).cpu();
 }
 

@@ -344,23 +344,6 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, torch::Devi
   return m;
 }
 
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LlamaModel::project_qkv(const Layer& L, const torch::Tensor& h,
-                                                                              int64_t B, int64_t T,
-                                                                              const torch::Tensor& cos,
-                                                                              const torch::Tensor& sin) const {
-  const auto& c = cfg_;
-  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
-  auto qkv = ops::linear(h, L.wqkv, L.bqkv);
-  auto q = qkv.narrow(1, 0, nh * hd).view({B, T, nh, hd});
-  auto k = qkv.narrow(1, nh * hd, nkv * hd).view({B, T, nkv, hd});
-  if (L.q_norm.defined()) {
-    // qwen3 (transformers Qwen3Attention): RMSNorm over head_dim of every head, before RoPE.
-    q = rms_norm(q, L.q_norm, c.rms_norm_eps);
-    k = rms_norm(k, L.k_norm, c.rms_norm_eps);
-  }
-  return {apply_rope(q, cos, sin), apply_rope(k, cos, sin), qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({B, T, nkv, hd})};
-}
-
 LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch::Tensor& lengths,
                                        bool want_logits, torch::ScalarType kv_dtype) const {
   const auto& c = cfg_;
@@ -381,84 +364,25 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
     if (tc.min().item<int64_t>() < 0 || tc.max().item<int64_t>() >= c.vocab_size)
       bad("token ids (padding included) must be in [0, vocab_size=" + std::to_string(c.vocab_size) + ")");
   }
-  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
-  const int64_t G = nh / nkv, I = c.intermediate_size, BT = B * T;
-  const double eps = c.rms_norm_eps;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const auto fopt = torch::TensorOptions().dtype(torch::kFloat).device(dev_);
-
-  // Positions are 0..T-1 for every row (right padding); cos/sin: [T, hd/2].
-  auto freqs = torch::outer(torch::arange(T, fopt), inv_freq_);
-  auto cos = freqs.cos(), sin = freqs.sin();
-
-  // Query chunk size for the bounded score block [B, nkv, G*C, <=T].
-  // With bf16 GEMMs, attention's fp32 work (mask, softmax, conversions) dominates: query chunks of
-  // at most kCausalChunk rows skip the keys after each chunk (about half the score block for long
-  // rows). The fp32 path keeps one block per budget (its GEMMs dominate).
-  const int64_t budget_rows = std::max<int64_t>(16, score_budget_ / (B * nh * T));
-  const int64_t chunk = std::min<int64_t>(T, compute_ == torch::kFloat ? budget_rows
-                                                                         : std::min(budget_rows, kCausalChunk));
-  const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
-  // Causal (and sliding-window) mask pieces.
-  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(dev_));
-
+  // Positions are 0..T-1 for every row (right padding).
+  const auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(dev_));
+  const Rope rope = rope_at(pos);
   Output out;
-  out.k.reserve(c.num_hidden_layers);
-  out.v.reserve(c.num_hidden_layers);
-  auto x = embed_.index_select(0, tokens.to(dev_).reshape({BT}));  // [BT, H], fresh
-  for (const auto& L : layers_) {
-    auto h = rms_norm(x, L.ln1, eps);
-    auto [q, k, v] = project_qkv(L, h, B, T, cos, sin);
-    // The softmax scale is applied to q (B*T*nh*hd values) rather than to the score blocks
-    // (B*nh*T*T/2): one pass less over the scores; 1/sqrt(hd) is a power of two for hd = 64, 256
-    // (bit-identical to scaling the scores), otherwise it differs by fp32 rounding only.
-    q.mul_(scale);
-    v = v.contiguous();
-    if (kv_dtype != torch::kFloat) {
-      // Attention reads K/V as a KV cache in kv_dtype holds them.
-      k = k.to(kv_dtype).to(torch::kFloat);
-      v = v.to(kv_dtype).to(torch::kFloat);
-    }
-
-    // Attention, GQA without repeating K/V: query head h uses kv head h / G.
-    auto qh = q.to(compute_).view({B, T, nkv, G, hd}).permute({0, 2, 3, 1, 4});  // [B, nkv, G, T, hd]
-    auto kt = k.permute({0, 2, 3, 1}).to(compute_).contiguous();   // [B, nkv, hd, T]
-    auto vh = v.permute({0, 2, 1, 3}).to(compute_).contiguous();   // [B, nkv, T, hd]
-    auto attn = torch::empty({B, T, nkv, G, hd}, fopt.dtype(compute_));  // o_proj's input, in its dtype
-    for (int64_t s = 0; s < T; s += chunk) {
-      const int64_t n = std::min(chunk, T - s), e = s + n;
-      auto qc = qh.narrow(3, s, n).reshape({B, nkv, G * n, hd});
-      auto sc = attn_matmul(qc, kt.narrow(3, 0, e), compute_);  // [B, nkv, G*n, e] fp32
-      auto qi = pos.narrow(0, s, n).unsqueeze(1);  // [n, 1]
-      if (c.sliding_window) {
-        auto kj = pos.narrow(0, 0, e).unsqueeze(0);  // [1, e]
-        auto mask = (kj > qi).logical_or(qi - kj >= *c.sliding_window);
-        sc.view({B, nkv, G, n, e}).masked_fill_(mask, -std::numeric_limits<float>::infinity());
-      } else {
-        // Causal: keys [0, s) are visible to every query of the chunk; only the diagonal n x n
-        // block [s, e) needs the mask.
-        auto kj = pos.narrow(0, s, n).unsqueeze(0);  // [1, n]
-        sc.view({B, nkv, G, n, e}).narrow(4, s, n).masked_fill_(kj > qi, -std::numeric_limits<float>::infinity());
-      }
-      auto p = sc.softmax(-1);
-      auto o = attn_matmul(p, vh.narrow(2, 0, e), compute_);  // [B, nkv, G*n, hd]
-      attn.narrow(1, s, n).copy_(o.view({B, nkv, G, n, hd}).permute({0, 3, 1, 2, 4}));
-    }
-    add_linear_(x, attn.view({BT, nh * hd}), L.wo);
-
-    // MLP in row blocks of `mlp_rows` (bounded [rows, 2I] buffers, reused by the allocator).
-    for (int64_t r = 0; r < BT; r += mlp_rows) {
-      auto xr = x.narrow(0, r, std::min(mlp_rows, BT - r));
-      auto gu = ops::linear(rms_norm(xr, L.ln2, eps), L.wgate_up);  // [rows, 2I]
-      auto act = torch::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));
-      add_linear_(xr, act, L.wdown);
-    }
-
-    out.k.push_back(std::move(k));
-    out.v.push_back(std::move(v));
+  out.k.resize(size_t(c.num_hidden_layers));
+  out.v.resize(size_t(c.num_hidden_layers));
+  auto x = embed_.index_select(0, tokens.to(dev_).reshape({B * T}));  // [B*T, H], fresh
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    LayerIo io;
+    io.kv_dtype = kv_dtype;
+    io.k_out = &out.k[size_t(li)];
+    io.v_out = &out.v[size_t(li)];
+    io.n_keys = T;
+    // The last layer's attention and MLP feed only the logits.
+    io.kv_only = !want_logits && li + 1 == c.num_hidden_layers;
+    layer_forward(li, x, B, pos, rope, io);
   }
   if (want_logits) {
-    auto h = rms_norm(x, norm_, eps);
+    auto h = rms_norm(x, norm_, c.rms_norm_eps);
     out.logits = ops::linear(h, lm_head_).view({B, T, c.vocab_size});
   }
   return out;

@@ -198,7 +198,7 @@ class LlamaModel {
   static constexpr int64_t kScoreBudget = int64_t{1} << 22;
   /// MLP activations are computed in row blocks of max(16, kMlpBudget / (2 * intermediate)) rows.
   static constexpr int64_t kMlpBudget = int64_t{1} << 21;
-  /// Query rows per attention chunk on the bf16 compute path (forward(): causal key skipping).
+  /// Query rows per attention chunk on the bf16 compute path (layer_forward(): causal key skipping).
   static constexpr int64_t kCausalChunk = 128;
   /// Changes the score-block budget (floats, >= 1; smaller = more, smaller query
   /// chunks, never below 16 rows). Results do not depend on it beyond fp32 rounding.
@@ -214,20 +214,41 @@ class LlamaModel {
   };
   /// cos/sin of the positions pos (int64 [A]).
   Rope rope_at(const torch::Tensor& pos) const;
-  /// One decoder layer for the rows x (fp32 [A, H], updated in place) at positions pos (int64
-  /// [A], ascending): writes their K/V into cache rows pos (rounded to its dtype), attends over
-  /// cache keys [0, S) causally (and through mask), adds attention and MLP to x. rows_after_kv
-  /// (optional): called with the rows' fresh fp32 K/V [A, nkv, hd] once every row's K/V is in the
-  /// cache; when it returns int64 row indices [A'] (A' < A, ascending), attention and MLP run for
-  /// those rows only and x becomes their rows [A', H] (blend's check layer). Shared by extend()
-  /// and blend().
-  /// observe (optional): called with each query chunk's attention probabilities, fp32
-  /// [nkv, G * n, e] (keys [0, e)), before they weigh the values (key_attention()).
+  /// Where a decoder layer's fresh K/V go and what its attention reads: the one decoder layer
+  /// (layer_forward) serves the batched prefill (forward(): no cache) and the cached forward
+  /// (extend(), blend(), key_attention(): a KvCache).
   using RowsFn = std::function<torch::Tensor(const torch::Tensor& k, const torch::Tensor& v)>;
   using ProbsFn = std::function<void(const torch::Tensor& p)>;
-  void layer_forward(int64_t li, torch::Tensor& x, const torch::Tensor& pos, const Rope& rope, KvCache* cache,
-                     int64_t S, const KeyMaskFn& mask, const RowsFn& rows_after_kv = {},
-                     const ProbsFn& observe = {}) const;
+  struct LayerIo {
+    /// A cache (batch 1 only): the rows' K/V are written at cache rows pos (rounded to its dtype)
+    /// and attention reads keys [0, n_keys) from it, in its dtype.
+    KvCache* cache = nullptr;
+    /// Without a cache the keys are the rows' own K/V (n_keys = T, positions 0..T-1 per batch row),
+    /// rounded to kv_dtype as a KV cache of that dtype would hold them, returned in *k_out / *v_out
+    /// as fp32 [B, T, nkv, hd] (contiguous).
+    torch::ScalarType kv_dtype = torch::kFloat;
+    torch::Tensor* k_out = nullptr;
+    torch::Tensor* v_out = nullptr;
+    int64_t n_keys = 0;  // S: keys [0, S) exist (cache->len + T with a cache, T without)
+    /// Stop once the layer's K/V are out: no attention, no MLP (x is left as it was). forward()
+    /// sets it on the last layer when no logits are wanted: its output feeds nothing.
+    bool kv_only = false;
+    KeyMaskFn mask;  // optional (cache only): see KeyMaskFn
+    /// Optional (cache only): called with the rows' fresh fp32 K/V [T, nkv, hd] once every row's
+    /// K/V is in the cache; when it returns int64 row indices [T'] (T' < T, ascending), attention
+    /// and MLP run for those rows only and x becomes their rows [T', H] (blend's check layer).
+    RowsFn rows_after_kv;
+    /// Optional (cache only): called with each query chunk's attention probabilities, fp32
+    /// [nkv, G * n, e] (keys [0, e)), before they weigh the values (key_attention()).
+    ProbsFn observe;
+  };
+  /// The one decoder layer of the model (transformers' LlamaDecoderLayer, eager attention): for
+  /// the rows x (fp32 [B * T, H], updated in place) of B sequences at positions pos (int64 [T],
+  /// ascending, the same for every sequence; rope: their cos/sin): RMSNorm, q/k/v projection
+  /// (project_qkv), K/V out as io says, causal (and sliding-window, and io.mask) attention over
+  /// keys [0, io.n_keys) in query chunks of bounded score blocks, o_proj and the MLP added to x.
+  void layer_forward(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos, const Rope& rope,
+                     const LayerIo& io) const;
 
   struct Layer {
     torch::Tensor ln1, ln2;    // [H]

@@ -121,6 +121,32 @@ TEST_P(FamilyParity, SlidingWindowHidesTokensBeyondIt) {
   else EXPECT_GT(d, 0.0) << f.name << ": position " << T - 1 << " did not see token 0";
 }
 
+// Precompute stores forward()'s K/V; the reference engine recomputes with extend(). Both run the
+// one decoder layer (llama_layer.cc), so the same tokens give the same K/V bit for bit (fp32
+// cache, fp32 compute). The last-token logits differ by rounding only (extend() runs the LM head
+// on one row, forward() on all T), as does a prefill split in two extend() calls (a cached
+// prefix, then the rest: GEMMs over fewer rows).
+TEST_P(FamilyParity, PrefillAndCachedForwardAreOneDecoderLayer) {
+  const auto& f = GetParam();
+  const auto& p = prompts_[1];
+  const int64_t T = p.ids.size(0), half = T / 2;
+  auto out = model_->forward(p.ids.view({1, T}), torch::tensor({T}, torch::kLong), true);
+  auto whole = model_->make_cache(T, torch::kFloat);
+  auto logits = model_->extend(p.ids, &whole);
+  auto split = model_->make_cache(T, torch::kFloat);
+  model_->extend(p.ids.narrow(0, 0, half), &split);
+  auto logits2 = model_->extend(p.ids.narrow(0, half, T - half), &split);
+  for (int64_t l = 0; l < f.layers; ++l) {
+    EXPECT_TRUE(torch::equal(whole.k[size_t(l)], out.k[size_t(l)][0])) << f.name << " K of layer " << l;
+    EXPECT_TRUE(torch::equal(whole.v[size_t(l)], out.v[size_t(l)][0])) << f.name << " V of layer " << l;
+    const double scale = out.k[size_t(l)].abs().max().item<double>();
+    EXPECT_LT((split.k[size_t(l)] - out.k[size_t(l)][0]).abs().max().item<double>(), 1e-4 * scale)
+        << f.name << " split prefill, K of layer " << l;
+  }
+  EXPECT_LT((logits[0] - out.logits[0][T - 1]).abs().max().item<double>(), 1e-4) << f.name;
+  EXPECT_LT((logits2[0] - out.logits[0][T - 1]).abs().max().item<double>(), 1e-3) << f.name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, FamilyParity, ::testing::ValuesIn(kFamilies),
                          [](const auto& info) { return std::string(info.param.name); });
 

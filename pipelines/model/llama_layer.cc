@@ -1,0 +1,154 @@
+// pipelines/model/llama_layer.cc: the one decoder layer of LlamaModel (transformers'
+// modeling_llama.py LlamaDecoderLayer, eager attention, fp32 or bf16 GEMMs), used by the batched
+// prefill (forward(), whose K/V precompute stores) and by the cached forward (extend(), blend(),
+// key_attention(), which the reference engine runs): the K/V a server loads from the store and
+// the K/V the engine recomputes come from the same code.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "llama_model.h"
+#include "llama_ops.h"
+
+namespace ucm::model {
+
+LlamaModel::Rope LlamaModel::rope_at(const torch::Tensor& pos) const {
+  auto freqs = torch::outer(pos.to(torch::kFloat), inv_freq_);  // [A, hd/2]
+  return {freqs.cos(), freqs.sin()};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LlamaModel::project_qkv(const Layer& L, const torch::Tensor& h,
+                                                                              int64_t B, int64_t T,
+                                                                              const torch::Tensor& cos,
+                                                                              const torch::Tensor& sin) const {
+  const auto& c = cfg_;
+  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  auto qkv = ops::linear(h, L.wqkv, L.bqkv);
+  auto q = qkv.narrow(1, 0, nh * hd).view({B, T, nh, hd});
+  auto k = qkv.narrow(1, nh * hd, nkv * hd).view({B, T, nkv, hd});
+  if (L.q_norm.defined()) {
+    // qwen3 (transformers Qwen3Attention): RMSNorm over head_dim of every head, before RoPE.
+    q = ops::rms_norm(q, L.q_norm, c.rms_norm_eps);
+    k = ops::rms_norm(k, L.k_norm, c.rms_norm_eps);
+  }
+  return {ops::apply_rope(q, cos, sin), ops::apply_rope(k, cos, sin),
+          qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({B, T, nkv, hd})};
+}
+
+void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos_in,
+                               const Rope& rope, const LayerIo& io) const {
+  const auto& c = cfg_;
+  int64_t T = pos_in.size(0);
+  torch::Tensor pos = pos_in;
+  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t G = nh / nkv, I = c.intermediate_size, S = io.n_keys;
+  const double eps = c.rms_norm_eps;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const float ninf = -std::numeric_limits<float>::infinity();
+  KvCache* const cache = io.cache;
+  if (cache && B != 1) throw ModelError("LlamaModel (" + dir_ + "): a KV cache holds one sequence (batch 1)");
+  auto posc = pos.cpu();
+  const int64_t* pp = posc.data_ptr<int64_t>();
+
+  const auto& L = layers_[size_t(li)];
+  auto h = ops::rms_norm(x, L.ln1, eps);
+  auto [q, k, v] = project_qkv(L, h, B, T, rope.cos, rope.sin);  // [B, T, n, hd]
+  torch::Tensor kt, vh;  // attention's keys K^T [B, nkv, hd, S] and values [B, nkv, S, hd], compute dtype
+  if (cache) {
+    const int64_t S0 = pp[0];
+    auto k3 = k.view({T, nkv, hd}), v3 = v.view({T, nkv, hd});
+    if (pp[T - 1] - S0 == T - 1) {
+      cache->k[size_t(li)].narrow(0, S0, T).copy_(k3);
+      cache->v[size_t(li)].narrow(0, S0, T).copy_(v3);
+    } else {
+      cache->k[size_t(li)].index_copy_(0, pos, k3.to(cache->dtype));
+      cache->v[size_t(li)].index_copy_(0, pos, v3.to(cache->dtype));
+    }
+    if (io.kv_only) return;
+    if (io.rows_after_kv) {
+      // Every row's K/V is in the cache; attention and MLP only for the rows asked for (blend's
+      // check layer: the rows left out are never used again).
+      const torch::Tensor r = io.rows_after_kv(k3, v3);
+      if (r.defined() && r.size(0) < T) {
+        x = x.index_select(0, r);
+        q = q.index_select(1, r);
+        pos = pos.index_select(0, r);
+        posc = pos.cpu();
+        pp = posc.data_ptr<int64_t>();
+        T = r.size(0);
+      }
+    }
+    // Read in the cache's dtype, attended in the compute dtype (exact for a bf16 cache).
+    kt = cache->k[size_t(li)].narrow(0, 0, S).to(compute_).permute({1, 2, 0}).unsqueeze(0).contiguous();
+    vh = cache->v[size_t(li)].narrow(0, 0, S).to(compute_).permute({1, 0, 2}).unsqueeze(0).contiguous();
+  } else {
+    v = v.contiguous();
+    if (io.kv_dtype != torch::kFloat) {
+      // Attention reads K/V as a KV cache in kv_dtype holds them.
+      k = k.to(io.kv_dtype).to(torch::kFloat);
+      v = v.to(io.kv_dtype).to(torch::kFloat);
+    }
+    if (io.k_out) *io.k_out = k;
+    if (io.v_out) *io.v_out = v;
+    if (io.kv_only) return;
+    kt = k.permute({0, 2, 3, 1}).to(compute_).contiguous();  // [B, nkv, hd, T]
+    vh = v.permute({0, 2, 1, 3}).to(compute_).contiguous();  // [B, nkv, T, hd]
+  }
+  torch::Tensor keep;  // bool [nkv, S] or undefined
+  if (io.mask) {
+    keep = io.mask(li, q.view({T, nh, hd}), S);
+    if (keep.defined() && (keep.dim() != 2 || keep.size(0) != nkv || keep.size(1) != S))
+      throw ModelError("LlamaModel (" + dir_ + "): the key mask of layer " + std::to_string(li) +
+                       " must be bool [num_kv_heads, " + std::to_string(S) + "]");
+    if (keep.defined()) keep = keep.to(dev_, torch::kBool);
+  }
+
+  // Query chunks bound the score block [B, nkv, G*n, <= S]. With bf16 GEMMs, attention's fp32 work
+  // (mask, softmax, conversions) dominates: chunks of at most kCausalChunk rows skip the keys after
+  // each chunk (about half the score block of a long prompt). The fp32 path keeps one block per
+  // budget (its GEMMs dominate).
+  // The softmax scale is applied to q (T*nh*hd values) rather than to the score blocks: one pass
+  // less over the scores; 1/sqrt(hd) is a power of two for hd = 64, 256 (bit-identical to scaling
+  // the scores), otherwise it differs by fp32 rounding only.
+  const int64_t budget_rows = std::max<int64_t>(16, score_budget_ / (B * nh * S));
+  const int64_t chunk =
+      std::min<int64_t>(T, compute_ == torch::kFloat ? budget_rows : std::min(budget_rows, kCausalChunk));
+  auto kpos = torch::arange(0, S, torch::TensorOptions().dtype(torch::kLong).device(dev_));  // [S]
+  auto qh = (q * scale).to(compute_).view({B, T, nkv, G, hd}).permute({0, 2, 3, 1, 4});   // [B, nkv, G, T, hd]
+  auto attn = torch::empty({B, T, nkv, G, hd}, x.options().dtype(compute_));  // o_proj's input, in its dtype
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t n = std::min(chunk, T - s), e = pp[s + n - 1] + 1;  // keys [0, e) can be visible
+    auto qc = qh.narrow(3, s, n).reshape({B, nkv, G * n, hd});
+    auto sc = ops::attn_matmul(qc, kt.narrow(3, 0, e), compute_);  // [B, nkv, G*n, e] fp32
+    auto sc5 = sc.view({B, nkv, G, n, e});
+    auto qi = pos.narrow(0, s, n).unsqueeze(1);  // [n, 1]
+    if (c.sliding_window) {
+      auto kj = kpos.narrow(0, 0, e).unsqueeze(0);  // [1, e]
+      sc5.masked_fill_((kj > qi).logical_or(qi - kj >= *c.sliding_window), ninf);
+    } else {
+      // Causal: keys before the chunk's first query are visible to every query of the chunk
+      // (positions ascend); only keys [pp[s], e) need the mask.
+      const int64_t f = pp[s];
+      auto kj = kpos.narrow(0, f, e - f).unsqueeze(0);  // [1, e - f]
+      sc5.narrow(4, f, e - f).masked_fill_(kj > qi, ninf);
+    }
+    if (keep.defined()) sc5.masked_fill_(keep.narrow(1, 0, e).logical_not().view({1, nkv, 1, 1, e}), ninf);
+    auto p = sc.softmax(-1);
+    if (io.observe) io.observe(p.view({nkv, G * n, e}));
+    auto o = ops::attn_matmul(p, vh.narrow(2, 0, e), compute_);  // [B, nkv, G*n, hd]
+    attn.narrow(1, s, n).copy_(o.view({B, nkv, G, n, hd}).permute({0, 3, 1, 2, 4}));
+  }
+  const int64_t BT = B * T;
+  ops::add_linear_(x, attn.view({BT, nh * hd}), L.wo);
+  // MLP in row blocks (bounded [rows, 2I] buffers, reused by the allocator).
+  const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
+  for (int64_t r = 0; r < BT; r += mlp_rows) {
+    auto xr = x.narrow(0, r, std::min(mlp_rows, BT - r));
+    auto gu = ops::linear(ops::rms_norm(xr, L.ln2, eps), L.wgate_up);  // [rows, 2I]
+    auto act = torch::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));
+    ops::add_linear_(xr, act, L.wdown);
+  }
+}
+
+}  // namespace ucm::model
