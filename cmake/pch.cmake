@@ -26,7 +26,8 @@ endif()
 
 # The other multi-unit targets: the C++ standard library headers that most units include (about
 # 80,000 preprocessed lines in C++20), plus nlohmann/json and spdlog where the target uses them.
-# (Test binaries are one unit each: a PCH of their own would cost what it saves.)
+# (Test binaries are one unit each, the three cmd/ binaries two to four: a PCH of their own would
+# cost what it saves.)
 set(_ucm_pch_std <algorithm> <atomic> <chrono> <cstdint> <cstring> <filesystem> <functional> <map>
     <memory> <mutex> <optional> <set> <string> <string_view> <thread> <unordered_map> <vector>)
 foreach(t ucm_format_store ucm_tokenizer)
@@ -34,7 +35,7 @@ foreach(t ucm_format_store ucm_tokenizer)
     target_precompile_headers(${t} PRIVATE ${_ucm_pch_std})
   endif()
 endforeach()
-foreach(t ucm_core ucm ucm_admin ucm_bench ucm_cli ucm_torch_cli ucm_admin_cli)
+foreach(t ucm_core ucm ucm_admin ucm_bench ucm_cli_units)
   if(TARGET ${t})
     target_precompile_headers(${t} PRIVATE ${_ucm_pch_std} <nlohmann/json.hpp> <spdlog/spdlog.h>)
   endif()
