@@ -28,6 +28,7 @@
 #include "bench.h"
 #endif
 #if UCM_CLI_HAVE_PRECOMPUTE
+#include "compute.h"  // ucm_model: restart_with_blas_core
 #include "precompute.h"
 #endif
 #if UCM_CLI_HAVE_GENERATE
@@ -102,6 +103,11 @@ bool wants_json(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if UCM_CLI_HAVE_PRECOMPUTE
+  // ucm-torch: OpenBLAS's fp32 GEMM kernels for this CPU (compute.h; a re-exec when it fell back
+  // to SSE3 kernels).
+  ucm::model::restart_with_blas_core(argv);
+#endif
   // stdout carries only reports (text, or one JSON object with --json); every message of the
   // tools and the library goes to stderr. SPDLOG_LEVEL=debug (etc.) changes the level.
   spdlog::set_default_logger(spdlog::stderr_color_mt("ucm"));

@@ -1,28 +1,74 @@
 #include "compute.h"
 
+#include <dlfcn.h>
 #include <sched.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
 namespace ucm::model {
 
-std::string cpu_bf16_isa() {
+namespace {
+
+// The first "flags" line of /proc/cpuinfo, as a set of words (empty if unreadable).
+std::set<std::string> cpu_flags() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("flags", 0) != 0) continue;
     std::istringstream words(line.substr(line.find(':') + 1));
-    bool amx = false, avx = false;
-    for (std::string w; words >> w;) {
-      amx = amx || w == "amx_bf16";
-      avx = avx || w == "avx512_bf16";
-    }
-    return amx ? "amx_bf16" : avx ? "avx512_bf16" : "";
+    std::set<std::string> out;
+    for (std::string w; words >> w;) out.insert(w);
+    return out;
   }
+  return {};
+}
+
+}  // namespace
+
+std::string cpu_bf16_isa() {
+  const auto f = cpu_flags();
+  return f.count("amx_bf16") ? "amx_bf16" : f.count("avx512_bf16") ? "avx512_bf16" : "";
+}
+
+std::string blas_core_name() {
+  using CoreNameFn = char* (*)();
+  auto fn = reinterpret_cast<CoreNameFn>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  const char* name = fn ? fn() : nullptr;
+  return name ? name : "";
+}
+
+std::string blas_core_override() {
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  if (set && *set) return "";
+  const std::string core = blas_core_name();
+  // OpenBLAS's x86-64 cores whose kernels predate AVX2 (and its name for an unknown CPU).
+  static const std::set<std::string> kOld = {"Prescott", "Core2",     "Penryn", "Dunnington", "Nehalem",
+                                             "Atom",     "Sandybridge", "Barcelona", "Unknown", "unknown"};
+  if (core.empty() || !kOld.count(core)) return "";
+  const auto f = cpu_flags();
+  if (f.count("avx512f") && f.count("avx512bw") && f.count("avx512vl") && f.count("avx512dq")) return "SkylakeX";
+  if (f.count("avx2") && f.count("fma")) return "Haswell";
   return "";
+}
+
+void restart_with_blas_core(char** argv) {
+  const std::string core = blas_core_override();
+  if (core.empty()) return;
+  const std::string was = blas_core_name();
+  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+  spdlog::warn("OpenBLAS runs its {} kernels on this CPU; restarting with OPENBLAS_CORETYPE={} failed ({}): "
+               "fp32 GEMMs will be slow (set OPENBLAS_CORETYPE={} yourself)",
+               was, core, std::strerror(errno), core);
+  ::unsetenv("OPENBLAS_CORETYPE");
 }
 
 ComputeChoice choose_compute(const std::string& want, torch::Device dev) {

@@ -30,4 +30,24 @@ ComputeChoice choose_compute(const std::string& want, torch::Device dev);
 /// 1 on some 2-vCPU machines, which leaves a core idle. Returns the count in effect.
 int set_compute_threads(int n);
 
+/// The core whose kernels the loaded OpenBLAS (libtorch's fp32 BLAS on Debian) runs, e.g.
+/// "SkylakeX", "Haswell", "Prescott"; "" when the process has no OpenBLAS.
+std::string blas_core_name();
+
+/// OpenBLAS picks its GEMM kernels once, when it loads, from the CPU model, and falls back to
+/// its SSE3 "Prescott" kernels for a model it does not know: OpenBLAS 0.3.21 (Debian 12) does so
+/// on this project's "Intel(R) Xeon(R) Processor" VMs, which have AVX-512; its fp32 GEMMs then run
+/// about 6x slower than with its SkylakeX kernels (measured: 9 vs 54 GFLOP/s, 1024x576x1536).
+/// Returns the OPENBLAS_CORETYPE this process should have been started with: "SkylakeX" when
+/// /proc/cpuinfo has avx512f, avx512bw, avx512vl and avx512dq, else "Haswell" with avx2 and fma,
+/// but only when the loaded OpenBLAS chose a core without AVX2 kernels and OPENBLAS_CORETYPE is
+/// not set; "" otherwise (nothing to mend).
+std::string blas_core_override();
+
+/// For a main() that links libtorch, before anything else: when blas_core_override() names a
+/// core, sets OPENBLAS_CORETYPE to it and re-executes /proc/self/exe with the same argv (OpenBLAS
+/// reads the variable only when it loads). Returns when there is nothing to mend or the exec
+/// fails (the run then goes on with the kernels it has, logged at warn).
+void restart_with_blas_core(char** argv);
+
 }  // namespace ucm::model

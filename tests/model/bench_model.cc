@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <string>
 
+#include "compute.h"
 #include "llama_model.h"
 
 int main(int argc, char** argv) {
+  ucm::model::restart_with_blas_core(argv);  // OpenBLAS's kernels for this CPU, as ucm-torch
   std::string dir = argc > 1 ? argv[1] : "";
   if (dir.empty()) {
     const char* e = std::getenv("UCM_MODEL_DIR");
