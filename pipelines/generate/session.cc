@@ -55,7 +55,7 @@ std::string Session::missing_namespace(const std::string& ns) const {
          ", dense_layers [" + layers + "], " +
          (o_.precompute_config.empty() ? "precompute's defaults" : "from " + o_.precompute_config) +
          "): precompute into it first (`ucm precompute --model " + o_.model_dir + " --store " + o_.store +
-         "`, with the same --config)";
+         (o_.precompute_config.empty() ? "" : " --config " + o_.precompute_config) + " ...`)";
 }
 
 Status Session::open_store() {
