@@ -13,6 +13,7 @@
 
 #include "engine.h"
 #include "internal.h"
+#include "session.h"
 #include "ucm/generate/generate.h"
 
 namespace ucm::generate {
@@ -23,12 +24,14 @@ Status bench_generate(const BenchGenerateOptions& o, std::vector<BenchGeneratePo
   out->clear();
   if (o.store.empty()) return Status::InvalidArgument("bench generate needs --store (a scratch directory)");
   if (o.prefix_tokens.empty()) return Status::InvalidArgument("no prefix lengths");
-  Inputs in;
-  UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
+  Session s;
+  SessionOptions so;  // precompute's default fingerprint: what cmd/bench_generate.cc stored with
+  so.model_dir = o.model_dir;
+  so.tokenizer_file = o.tokenizer_file;
+  so.store = o.store;
+  UCM_RETURN_IF_ERROR(s.load(so));
   const uint32_t longest = *std::max_element(o.prefix_tokens.begin(), o.prefix_tokens.end());
-  if (longest > in.model->config().max_position_embeddings)
-    return Status::InvalidArgument("prefix of " + std::to_string(longest) + " tokens exceeds the model's " +
-                                   std::to_string(in.model->config().max_position_embeddings) + " positions");
+  UCM_RETURN_IF_ERROR(s.check_capacity(longest, 0, "prefix"));
   std::string text;
   {
     std::ifstream f(o.corpus_file, std::ios::binary);
@@ -39,23 +42,15 @@ Status bench_generate(const BenchGenerateOptions& o, std::vector<BenchGeneratePo
   }
   std::vector<int32_t> ids;
   try {
-    ids = prompt_ids(*in.tokenizer, o.template_file, text);
+    ids = prompt_ids(s.tokenizer(), o.template_file, text);
   } catch (const std::exception& e) {
     return Status::InvalidArgument(std::string("document: ") + e.what());
   }
   if (ids.size() < longest)
     return Status::InvalidArgument(o.corpus_file + " has " + std::to_string(ids.size()) + " tokens; " +
                                    std::to_string(longest) + " needed");
-
-  model::FingerprintOptions po;  // precompute's defaults: what cmd/bench_generate.cc stored with
-  std::string desc_json;
-  UCM_RETURN_IF_ERROR(fingerprint(*in.model, "", &desc_json, &po));
-  StoreClient store;
-  UCM_RETURN_IF_ERROR(store.open(o.store, false));
-  UCM_RETURN_IF_ERROR(store.resolve_namespace("", desc_json, false));
-  if (!store.found())
-    return Status::NotFound("store " + o.store + " holds no namespace of this model: precompute the document first");
-  Engine eng(*in.model, &store, po.block_size, torch_dtype_of(po.dtype));
+  UCM_RETURN_IF_ERROR(s.open_store());
+  const Engine eng = s.engine();
 
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -75,7 +70,7 @@ Status bench_generate(const BenchGenerateOptions& o, std::vector<BenchGeneratePo
       cached.push_back(a.ttft_ms);
       load.push_back(a.load_ms);
       full.push_back(b.ttft_ms);
-      pt.hit_tokens = uint32_t(a.used_blocks * po.block_size);
+      pt.hit_tokens = uint32_t(a.used_blocks * s.block_size());
       pt.tokens_match = pt.tokens_match && a.logits.argmax().item<int64_t>() == b.logits.argmax().item<int64_t>();
     }
     pt.ttft_cached_ms = median(cached);

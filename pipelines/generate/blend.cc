@@ -111,15 +111,7 @@ Status check_blend_settings(const BlendSettings& s, int64_t n_layers) {
 Status make_blend_prompt(const tok::Tokenizer& tk, const StoreClient& store, const std::vector<std::string>& names,
                          const std::string& question, BlendPrompt* out) {
   *out = BlendPrompt{};
-  size_t n = 0;
-  int rc = ucm_store_chunk_prefix(store.handle(), store.ns().data(), nullptr, 0, &n);
-  if (rc == UCM_E_INVALID) {  // too small a buffer: n is set
-    out->chunk_prefix.resize(n);
-    std::vector<uint32_t> u(n);
-    rc = ucm_store_chunk_prefix(store.handle(), store.ns().data(), u.data(), n, &n);
-    for (size_t i = 0; i < n; ++i) out->chunk_prefix[i] = int32_t(u[i]);
-  }
-  if (rc != UCM_OK) return from_code(rc, "ucm_store_chunk_prefix");
+  UCM_RETURN_IF_ERROR(store.chunk_prefix(&out->chunk_prefix));
   out->ids = out->chunk_prefix;
   const auto sep = tk.encode("\n\n");
   for (size_t d = 0; d < names.size(); ++d) {
@@ -128,13 +120,12 @@ Status make_blend_prompt(const tok::Tokenizer& tk, const StoreClient& store, con
     if (fs::is_regular_file(name)) {
       UCM_RETURN_IF_ERROR(read_text(name, &text));
     } else {
-      char src[4096];
-      rc = ucm_store_document_get(store.handle(), store.ns().data(), ("chunk:" + name).c_str(), src, sizeof src,
-                                  nullptr, nullptr);
-      if (rc == UCM_E_NOT_FOUND)
+      std::string src;
+      Status st = store.document_source("chunk:" + name, &src);
+      if (st.code() == Code::kNotFound)
         return Status::InvalidArgument("unknown document '" + name + "': not a file, and not registered as chunk:" +
                                        name + " in the namespace (precompute it with `ucm precompute --chunks`)");
-      if (rc != UCM_OK) return from_code(rc, "ucm_store_document_get " + name);
+      UCM_RETURN_IF_ERROR(st);
       UCM_RETURN_IF_ERROR(text_of_source(src, &text));
     }
     BlendDoc doc;

@@ -9,6 +9,7 @@
 
 #include "blend.h"
 #include "internal.h"
+#include "session.h"
 #include "ucm/generate/generate.h"
 
 namespace ucm::generate {
@@ -17,8 +18,7 @@ using namespace detail;
 
 Status blend_rope(const StoreClient& store, const model::LlamaModel& m, ucm_rope_params* rope) {
   const auto& mc = m.config();
-  *rope = ucm_rope_default_params();
-  UCM_RETURN_IF_ERROR(from_code(ucm_store_rope_params(store.handle(), store.ns().data(), rope), "the namespace's RoPE"));
+  UCM_RETURN_IF_ERROR(store.rope_params(rope));
   if (int64_t(rope->head_dim) != mc.head_dim || std::abs(rope->theta - mc.rope_theta) > 1e-9 * mc.rope_theta)
     return Status::InvalidArgument("the namespace's RoPE (theta " + std::to_string(rope->theta) + ", head_dim " +
                                    std::to_string(rope->head_dim) + ") is not this model's (theta " +
@@ -74,57 +74,51 @@ Status measure_blend(const Engine& eng, const StoreClient& store, const ucm_rope
   return Status::OK();
 }
 
-Status run_blend(const GenerateOptions& o, BlendReport* r) {
+Status run_blend(const CommonOptions& c, const BlendOptions& bo, BlendReport* r) {
   *r = BlendReport{};
-  r->docs = o.docs;
-  r->recompute_ratio = o.recompute_ratio;
-  r->position_decay = o.position_decay;
-  r->relevance_exponent = o.relevance_exponent;
-  if (o.store.empty()) return Status::InvalidArgument("--blend needs --store (the documents' chunks come from it)");
-  if (o.docs.empty()) return Status::InvalidArgument("--blend needs --docs ID,ID,... (corpus ids or files)");
-  if (!(o.recompute_ratio >= 0 && o.recompute_ratio <= 1))
+  r->docs = bo.docs;
+  r->recompute_ratio = bo.recompute_ratio;
+  r->position_decay = bo.position_decay;
+  r->relevance_exponent = bo.relevance_exponent;
+  if (c.store.empty()) return Status::InvalidArgument("--blend needs --store (the documents' chunks come from it)");
+  if (bo.docs.empty()) return Status::InvalidArgument("--blend needs --docs ID,ID,... (corpus ids or files)");
+  if (!(bo.recompute_ratio >= 0 && bo.recompute_ratio <= 1))
     return Status::InvalidArgument("--recompute-ratio must be in [0, 1]");
   BlendSettings bs;
-  bs.ratio = o.recompute_ratio;
-  UCM_RETURN_IF_ERROR(parse_selection(o.selection, "--selection", &bs.selection));
-  if (o.check_layer < -1) return Status::InvalidArgument("--check-layer must be >= 0");
-  bs.check_layer = o.check_layer < 0 ? default_check_layer(bs.selection) : uint32_t(o.check_layer);
-  bs.position_decay = o.position_decay;
-  bs.relevance_exponent = o.relevance_exponent;
+  bs.ratio = bo.recompute_ratio;
+  UCM_RETURN_IF_ERROR(parse_selection(bo.selection, "--selection", &bs.selection));
+  if (bo.check_layer < -1) return Status::InvalidArgument("--check-layer must be >= 0");
+  bs.check_layer = bo.check_layer < 0 ? default_check_layer(bs.selection) : uint32_t(bo.check_layer);
+  bs.position_decay = bo.position_decay;
+  bs.relevance_exponent = bo.relevance_exponent;
   r->selection = selection_name(bs.selection);
   r->check_layer = bs.check_layer;
   UCM_RETURN_IF_ERROR(check_blend_settings(bs, std::numeric_limits<int64_t>::max()));  // before the model loads
-  Inputs in;
-  UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
-  const auto& mc = in.model->config();
-  UCM_RETURN_IF_ERROR(check_blend_settings(bs, mc.num_hidden_layers));
-  std::string desc_json;
-  model::FingerprintOptions po;
-  UCM_RETURN_IF_ERROR(fingerprint(*in.model, o.precompute_config, &desc_json, &po));
-  StoreClient store;
-  UCM_RETURN_IF_ERROR(store.open(o.store, false));
-  UCM_RETURN_IF_ERROR(store.resolve_namespace(o.namespace_name, desc_json, false));
-  static const char* hex = "0123456789abcdef";
-  for (uint8_t b : store.ns()) r->namespace_id += {hex[b >> 4], hex[b & 15]};
-  if (!store.found())
-    return Status::NotFound("the store holds no namespace for this model and fingerprint: no chunks to blend");
+  Session s;
+  SessionOptions so;  // the default compute dtype (fp32): --compute-dtype is not used with --blend
+  so.model_dir = c.model_dir;
+  so.tokenizer_file = c.tokenizer_file;
+  so.store = c.store;
+  so.precompute_config = c.precompute_config;
+  so.namespace_name = c.namespace_name;
+  UCM_RETURN_IF_ERROR(s.open(so));
+  UCM_RETURN_IF_ERROR(check_blend_settings(bs, s.model().config().num_hidden_layers));
+  const StoreClient& store = *s.store();
+  r->namespace_id = store.ns_hex();
   ucm_rope_params rope;
-  UCM_RETURN_IF_ERROR(blend_rope(store, *in.model, &rope));
+  UCM_RETURN_IF_ERROR(blend_rope(store, s.model(), &rope));
   std::string question;
-  UCM_RETURN_IF_ERROR(prompt_text(o.prompt, o.prompt_file, "question", &question));
+  UCM_RETURN_IF_ERROR(prompt_text(c.prompt, c.prompt_file, "question", &question));
   BlendPrompt bp;
-  UCM_RETURN_IF_ERROR(make_blend_prompt(*in.tokenizer, store, o.docs, question, &bp));
+  UCM_RETURN_IF_ERROR(make_blend_prompt(s.tokenizer(), store, bo.docs, question, &bp));
   r->prompt_tokens = bp.ids.size();
   r->chunk_prefix_tokens = bp.chunk_prefix.size();
   for (const auto& d : bp.docs) r->doc_tokens += d.tokens.size();
-  const int64_t capacity = int64_t(bp.ids.size()) + o.max_new_tokens;
-  if (capacity > mc.max_position_embeddings)
-    return Status::InvalidArgument("prompt of " + std::to_string(bp.ids.size()) + " tokens plus " +
-                                   std::to_string(o.max_new_tokens) + " new tokens exceeds the model's " +
-                                   std::to_string(mc.max_position_embeddings) + " positions");
-  Engine eng(*in.model, &store, po.block_size, torch_dtype_of(po.dtype));
+  const int64_t capacity = int64_t(bp.ids.size()) + c.max_new_tokens;
+  UCM_RETURN_IF_ERROR(s.check_capacity(bp.ids.size(), c.max_new_tokens));
+  const Engine eng = s.engine();
   BlendBaselines base;
-  UCM_RETURN_IF_ERROR(measure_baselines(eng, bp, capacity, o.max_new_tokens, &base));
+  UCM_RETURN_IF_ERROR(measure_baselines(eng, bp, capacity, c.max_new_tokens, &base));
   r->ttft_recompute_ms = base.ttft_recompute_ms;
   r->recompute_tokens = base.ref.tokens;
   r->ttft_prefix_ms = base.ttft_prefix_ms;
@@ -147,7 +141,7 @@ Status run_blend(const GenerateOptions& o, BlendReport* r) {
   r->mean_kl = b.vs_ref.mean_kl;
   r->tokens = b.tokens;
   r->greedy_match = b.greedy_match;
-  r->text = in.tokenizer->decode(r->tokens, true);
+  r->text = s.tokenizer().decode(r->tokens, true);
   return Status::OK();
 }
 

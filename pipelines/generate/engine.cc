@@ -129,11 +129,9 @@ Status Engine::save(const std::vector<int32_t>& tokens, const KvCache& cache, ui
   std::vector<Hash16> hashes;
   UCM_RETURN_IF_ERROR(store_->hash_blocks(ids, bs_, &hashes));
   if (hashes.empty()) return Status::OK();
-  std::vector<uint8_t> present(hashes.size(), 0);
+  std::vector<uint8_t> present;
   size_t prefix = 0;
-  UCM_RETURN_IF_ERROR(from_code(ucm_store_lookup(store_->handle(), store_->ns().data(), hashes.front().data(),
-                                                 hashes.size(), present.data(), &prefix),
-                                "ucm_store_lookup"));
+  UCM_RETURN_IF_ERROR(store_->lookup(hashes, &present, &prefix));
   Hash16 root{};
   UCM_RETURN_IF_ERROR(from_code(ucm_hash_root(store_->hash_seed().data(), root.data()), "ucm_hash_root"));
   // Payload of block i: [L][2][T][H][D] in the cache dtype, gathered from the cache pages.

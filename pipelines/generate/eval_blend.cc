@@ -11,6 +11,7 @@
 
 #include "blend.h"
 #include "internal.h"
+#include "session.h"
 #include "ucm/generate/eval.h"
 
 namespace ucm::generate {
@@ -188,20 +189,19 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
     bs.position_decay = 0;
     settings.push_back(bs);  // .oracle is set per prompt
   }
-  Inputs in;
-  UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
-  for (const auto& bs : settings) UCM_RETURN_IF_ERROR(check_blend_settings(bs, in.model->config().num_hidden_layers));
-  std::string desc_json;
-  model::FingerprintOptions po;
-  UCM_RETURN_IF_ERROR(fingerprint(*in.model, o.precompute_config, &desc_json, &po));
-  StoreClient store;
-  UCM_RETURN_IF_ERROR(store.open(o.store, false));
-  UCM_RETURN_IF_ERROR(store.resolve_namespace("", desc_json, false));
-  if (!store.found()) return Status::NotFound("the store holds no namespace for this model");
+  Session s;
+  SessionOptions so;
+  so.model_dir = o.model_dir;
+  so.tokenizer_file = o.tokenizer_file;
+  so.store = o.store;
+  so.precompute_config = o.precompute_config;
+  UCM_RETURN_IF_ERROR(s.load(so));
+  for (const auto& bs : settings) UCM_RETURN_IF_ERROR(check_blend_settings(bs, s.model().config().num_hidden_layers));
+  UCM_RETURN_IF_ERROR(s.open_store());
+  const StoreClient& store = *s.store();
   ucm_rope_params rope;
-  UCM_RETURN_IF_ERROR(blend_rope(store, *in.model, &rope));
-  Engine eng(*in.model, &store, po.block_size, torch_dtype_of(po.dtype));
-  const auto& mc = in.model->config();
+  UCM_RETURN_IF_ERROR(blend_rope(store, s.model(), &rope));
+  const Engine eng = s.engine();
   const size_t M = o.documents.size();
   if (o.prompts.size() != 1 && o.prompts.size() != o.sizes.size())
     return Status::InvalidArgument("--prompts: one number, or one per size (" + std::to_string(o.sizes.size()) +
@@ -214,11 +214,11 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
       std::vector<std::string> names;
       for (uint32_t i = 0; i < k; ++i) names.push_back(o.documents[(size_t(j) * k + i) % M]);
       BlendPrompt bp;
-      UCM_RETURN_IF_ERROR(make_blend_prompt(*in.tokenizer, store, names, o.question, &bp));
+      UCM_RETURN_IF_ERROR(make_blend_prompt(s.tokenizer(), store, names, o.question, &bp));
       const int64_t capacity = int64_t(bp.ids.size()) + o.new_tokens;
-      if (capacity > mc.max_position_embeddings)
-        return Status::InvalidArgument("a prompt of " + std::to_string(k) + " documents has " +
-                                       std::to_string(bp.ids.size()) + " tokens: too long for the model; use shorter documents");
+      if (Status st = s.check_capacity(bp.ids.size(), o.new_tokens, "a prompt of " + std::to_string(k) + " documents");
+          !st.ok())
+        return Status::InvalidArgument(st.message() + ": use shorter documents");
       if (o.progress)
         spdlog::info("eval blend: {} documents, prompt {}/{} ({} tokens)", k, j + 1, n_prompts, bp.ids.size());
       BlendBaselines base;

@@ -11,6 +11,7 @@
 #include "engine.h"
 #include "eval_stats.h"
 #include "internal.h"
+#include "session.h"
 #include "sparse.h"
 #include "ucm/generate/eval.h"
 
@@ -68,27 +69,18 @@ Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
   *out = EvalRetrievalResult{};
   if (o.store.empty()) return Status::InvalidArgument("eval retrieval needs --store (a store precomputed from the corpus)");
   if (o.queries < 1) return Status::InvalidArgument("--queries must be >= 1");
-  Inputs in;
-  UCM_RETURN_IF_ERROR(load_inputs(o.model_dir, o.tokenizer_file, &in));
-  const auto& mc = in.model->config();
-  std::string desc_json;
-  model::FingerprintOptions po;
-  UCM_RETURN_IF_ERROR(fingerprint(*in.model, "", &desc_json, &po));
-  StoreClient store;
-  UCM_RETURN_IF_ERROR(store.open(o.store, false));
-  UCM_RETURN_IF_ERROR(store.resolve_namespace("", desc_json, false));
-  if (!store.found())
-    return Status::InvalidArgument("store " + o.store + " holds no namespace of this model: run `ucm precompute` on the corpus first");
-  ucm_repr_info info{};
-  info.struct_size = sizeof(info);
-  UCM_RETURN_IF_ERROR(from_code(ucm_store_repr_info(store.handle(), store.ns().data(), &info), "ucm_store_repr_info"));
-  std::vector<float> proj(size_t(info.num_layers) * info.num_kv_heads * info.head_dim * info.hash_bits);
-  if (!proj.empty()) {
-    size_t len = 0;
-    UCM_RETURN_IF_ERROR(from_code(ucm_store_attachment_get(store.handle(), store.ns().data(), "r4_projection",
-                                                           proj.data(), proj.size() * 4, &len),
-                                  "r4_projection"));
-  }
+  Session session;
+  SessionOptions so;
+  so.model_dir = o.model_dir;
+  so.tokenizer_file = o.tokenizer_file;
+  so.store = o.store;
+  UCM_RETURN_IF_ERROR(session.open(so));
+  const auto& mc = session.model().config();
+  const StoreClient& store = *session.store();
+  ucm_repr_info info;
+  UCM_RETURN_IF_ERROR(store.repr_info(&info));
+  std::vector<float> proj;
+  UCM_RETURN_IF_ERROR(store.r4_projection(info, &proj));
   ucm_retriever_params base = ucm_retriever_default_params();
   if (!o.retrieval_config.empty())
     UCM_RETURN_IF_ERROR(from_code(ucm_retriever_params_load(o.retrieval_config.c_str(), &base), "retrieval config"));
@@ -103,7 +95,7 @@ Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
   const int64_t L = mc.num_hidden_layers, NH = mc.num_attention_heads, H = info.num_kv_heads;
   const uint32_t max_ctx =
       std::min<uint32_t>(o.max_context, uint32_t(mc.max_position_embeddings) - o.queries) / T * T;
-  Engine eng(*in.model, &store, T, torch_dtype_of(po.dtype));
+  const Engine eng = session.engine();  // block size T: part of the fingerprint the namespace was found by
   EvalStats stats(o.budgets, o.taus, uint32_t(L));
 
   for (const auto& file : candidate_files(o)) {
@@ -114,7 +106,7 @@ Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
     ss << f.rdbuf();
     std::vector<int32_t> ids;
     try {
-      ids = prompt_ids(*in.tokenizer, o.template_file, ss.str());
+      ids = prompt_ids(session.tokenizer(), o.template_file, ss.str());
     } catch (const std::exception& e) {
       spdlog::warn("eval retrieval: {}: {}, skipped", file.string(), e.what());
       continue;
@@ -143,7 +135,7 @@ Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
         (void)layer;
         return {};
       };
-      (void)in.model->extend(to_tensor(ids, C + s, C + s + 1), &pre.cache, false, hook);
+      (void)session.model().extend(to_tensor(ids, C + s, C + s + 1), &pre.cache, false, hook);
     }
 
     struct PolicyRun {

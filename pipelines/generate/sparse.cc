@@ -76,12 +76,9 @@ Status RequestReprs::fill(const StoreClient& store, const std::vector<Hash16>& h
   std::vector<int> st(n_, UCM_E_NOT_FOUND);
   n_stored = std::min(n_stored, n_);
   if (n_stored > 0) {
-    ucm_task_t* task = nullptr;
-    int rc = ucm_store_load_repr(store.handle(), store.ns().data(), hashes.front().data(), n_stored, &buf_, 0, &task);
-    if (rc != UCM_OK) return from_code(rc, "ucm_store_load_repr");
-    (void)ucm_task_wait(task, -1);
-    for (size_t i = 0; i < n_stored; ++i) st[i] = ucm_task_block_status(task, i);
-    ucm_task_free(task);
+    std::vector<int> loaded_st;
+    UCM_RETURN_IF_ERROR(store.load_repr(hashes, n_stored, &buf_, &loaded_st));
+    std::copy(loaded_st.begin(), loaded_st.end(), st.begin());
   }
   for (size_t i = 0; i < n_; ++i) {
     if (i < n_stored && st[i] == UCM_OK) {
@@ -155,27 +152,20 @@ KvCache clone_cache(const KvCache& c) {
 
 }  // namespace
 
-Status run_sparse(const Engine& eng, const StoreClient& store, const GenerateOptions& o,
+Status run_sparse(const Engine& eng, const StoreClient& store, const SparseOptions& o,
                   const std::vector<int32_t>& ids, int64_t capacity, uint32_t n_new, SparseReport* out) {
   *out = SparseReport{};
-  out->policy = o.sparse;
+  out->policy = o.policy;
   ucm_retriever_params rp = ucm_retriever_default_params();
   if (!o.retrieval_config.empty())
     UCM_RETURN_IF_ERROR(from_code(ucm_retriever_params_load(o.retrieval_config.c_str(), &rp), "retrieval config"));
-  rp.policy = policy_of(o.sparse);
-  if (rp.policy < 0) return Status::InvalidArgument("--sparse: unknown policy '" + o.sparse + "' (esa, quest, gsa, psa)");
+  rp.policy = policy_of(o.policy);
+  if (rp.policy < 0) return Status::InvalidArgument("--sparse: unknown policy '" + o.policy + "' (esa, quest, gsa, psa)");
   if (!store.found()) return Status::InvalidArgument("--sparse: the store has no namespace for this model");
-  ucm_repr_info info{};
-  info.struct_size = sizeof(info);
-  UCM_RETURN_IF_ERROR(from_code(ucm_store_repr_info(store.handle(), store.ns().data(), &info), "ucm_store_repr_info"));
+  ucm_repr_info info;
+  UCM_RETURN_IF_ERROR(store.repr_info(&info));
   std::vector<float> proj;
-  if (info.hash_bits) {
-    size_t len = 0;
-    proj.resize(size_t(info.num_layers) * info.num_kv_heads * info.head_dim * info.hash_bits);
-    UCM_RETURN_IF_ERROR(from_code(ucm_store_attachment_get(store.handle(), store.ns().data(), "r4_projection",
-                                                           proj.data(), proj.size() * sizeof(float), &len),
-                                  "r4_projection"));
-  }
+  UCM_RETURN_IF_ERROR(store.r4_projection(info, &proj));
   const uint32_t T = eng.block_size();
   const auto& mc = eng.model().config();
   // One dense prefill of the prompt; each sparse run decodes from a copy of it.

@@ -43,10 +43,10 @@ model::LlamaModel::KeyMaskFn sparse_mask(ucm_retriever_t* retriever, const Reque
                                          uint32_t block_size, uint32_t num_q_heads, double* selected_sum,
                                          uint64_t* selected_count);
 
-/// Runs the sparse comparison of `o.sparse` over n_new decode steps against a dense decode from
+/// Runs the sparse comparison of `o.policy` over n_new decode steps against a dense decode from
 /// the same full prefill of ids: teacher-forced top-1 agreement and KL, then a free-running
 /// greedy decode (exact-match prefix length).
-Status run_sparse(const Engine& eng, const StoreClient& store, const GenerateOptions& o,
+Status run_sparse(const Engine& eng, const StoreClient& store, const SparseOptions& o,
                   const std::vector<int32_t>& ids, int64_t capacity, uint32_t n_new, SparseReport* out);
 
 /// "esa" | "quest" | "gsa" | "psa" -> UCM_POLICY_*; -1 for anything else.

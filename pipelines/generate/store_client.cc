@@ -1,6 +1,8 @@
 // pipelines/generate/store_client.cc: see store_client.h. C ABI calls only.
 #include "store_client.h"
 
+#include <algorithm>
+
 namespace ucm::generate {
 
 Status from_code(int code, const std::string& what) {
@@ -27,14 +29,7 @@ Status StoreClient::resolve_namespace(const std::string& name_or_id, const std::
     int rc = ucm_namespace_id(desc_json.c_str(), ns_.data());
     if (rc != UCM_OK) return from_code(rc, "namespace descriptor");
   }
-  std::string key = name_or_id;
-  if (key.empty()) {
-    static const char* hex = "0123456789abcdef";
-    for (uint8_t b : ns_) {
-      key += hex[b >> 4];
-      key += hex[b & 15];
-    }
-  }
+  const std::string key = name_or_id.empty() ? ns_hex() : name_or_id;
   int rc = ucm_store_namespace_find(store_, key.c_str(), ns_.data(), nullptr, 0, nullptr);
   if (rc == UCM_E_NOT_FOUND && !name_or_id.empty())
     return from_code(rc, "namespace '" + name_or_id + "'");
@@ -47,6 +42,13 @@ Status StoreClient::resolve_namespace(const std::string& name_or_id, const std::
   if (rc != UCM_OK) return from_code(rc, "namespace " + key);
   found_ = true;
   return from_code(ucm_store_namespace_hash_seed(store_, ns_.data(), seed_.data()), "namespace hash seed");
+}
+
+std::string StoreClient::ns_hex() const {
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : ns_) s += {hex[b >> 4], hex[b & 15]};
+  return s;
 }
 
 Status StoreClient::hash_blocks(const std::vector<int32_t>& tokens, uint32_t block_size,
@@ -90,6 +92,67 @@ Status StoreClient::dump(const std::vector<Hash16>& hashes, const std::vector<Ha
   Status st = from_code(rc, "dumping " + std::to_string(hashes.size()) + " blocks");
   ucm_task_free(task);
   return st;
+}
+
+Status StoreClient::lookup(const std::vector<Hash16>& hashes, std::vector<uint8_t>* present, size_t* prefix) const {
+  present->assign(hashes.size(), 0);
+  *prefix = 0;
+  if (!found_ || hashes.empty()) return Status::OK();
+  return from_code(ucm_store_lookup(store_, ns_.data(), hashes.front().data(), hashes.size(), present->data(), prefix),
+                   "ucm_store_lookup");
+}
+
+Status StoreClient::repr_info(ucm_repr_info* info) const {
+  *info = ucm_repr_info{};
+  info->struct_size = sizeof(*info);
+  return from_code(ucm_store_repr_info(store_, ns_.data(), info), "ucm_store_repr_info");
+}
+
+Status StoreClient::r4_projection(const ucm_repr_info& info, std::vector<float>* proj) const {
+  proj->assign(size_t(info.num_layers) * info.num_kv_heads * info.head_dim * info.hash_bits, 0.f);
+  if (proj->empty()) return Status::OK();
+  size_t len = 0;
+  return from_code(ucm_store_attachment_get(store_, ns_.data(), "r4_projection", proj->data(),
+                                            proj->size() * sizeof(float), &len),
+                   "r4_projection");
+}
+
+Status StoreClient::load_repr(const std::vector<Hash16>& hashes, size_t n, const ucm_repr_buffers* dst,
+                              std::vector<int>* status) const {
+  status->assign(n, UCM_E_NOT_FOUND);
+  if (n == 0) return Status::OK();
+  ucm_task_t* task = nullptr;
+  int rc = ucm_store_load_repr(store_, ns_.data(), hashes.front().data(), n, dst, 0, &task);
+  if (rc != UCM_OK) return from_code(rc, "ucm_store_load_repr");
+  (void)ucm_task_wait(task, -1);  // per-block results below
+  for (size_t i = 0; i < n; ++i) (*status)[i] = ucm_task_block_status(task, i);
+  ucm_task_free(task);
+  return Status::OK();
+}
+
+Status StoreClient::rope_params(ucm_rope_params* rope) const {
+  *rope = ucm_rope_default_params();
+  return from_code(ucm_store_rope_params(store_, ns_.data(), rope), "the namespace's RoPE");
+}
+
+Status StoreClient::chunk_prefix(std::vector<int32_t>* ids) const {
+  ids->clear();
+  size_t n = 0;
+  int rc = ucm_store_chunk_prefix(store_, ns_.data(), nullptr, 0, &n);
+  if (rc == UCM_E_INVALID) {  // too small a buffer: n is set
+    std::vector<uint32_t> u(n);
+    rc = ucm_store_chunk_prefix(store_, ns_.data(), u.data(), n, &n);
+    ids->assign(u.begin(), u.begin() + std::ptrdiff_t(std::min(n, u.size())));
+  }
+  return from_code(rc, "ucm_store_chunk_prefix");
+}
+
+Status StoreClient::document_source(const std::string& id, std::string* source) const {
+  char src[4096];
+  int rc = ucm_store_document_get(store_, ns_.data(), id.c_str(), src, sizeof src, nullptr, nullptr);
+  if (rc != UCM_OK) return from_code(rc, "document " + id);
+  *source = src;
+  return Status::OK();
 }
 
 }  // namespace ucm::generate

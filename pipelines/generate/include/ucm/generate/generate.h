@@ -17,7 +17,8 @@
 
 namespace ucm::generate {
 
-struct GenerateOptions {
+/// What every run of the engine needs: the model, the store, the prompt, the decode length.
+struct CommonOptions {
   std::string model_dir;       ///< Hugging Face model directory
   /// The runner's GEMM dtype: "fp32" (default: the reference engine is the reference), "bf16" or
   /// "auto" (docs/model.md, "Compute dtype"). Cached and recomputed paths use the same.
@@ -31,14 +32,25 @@ struct GenerateOptions {
   std::string namespace_name;  ///< namespace by name or 32-hex id ("" = this model's fingerprint)
   uint32_t max_new_tokens = 32;
   bool stop_at_eos = true;     ///< stop at the model's eos token
+};
+
+/// Dense serving (the default): the cached prefix, then full recompute to compare.
+struct DenseOptions {
   bool no_cache = false;       ///< full recompute only (no lookup, no load)
   bool recompute = true;       ///< also run full recompute to compare (TTFT ratio, tokens)
   bool save = false;           ///< dump the new full blocks into the store
-  std::string sparse;          ///< "" = dense decode; esa | quest | gsa | psa
+};
+
+/// --sparse: block-sparse decode against dense decode on the same prompt.
+struct SparseOptions {
+  std::string policy;          ///< "" = dense decode only; esa | quest | gsa | psa
   std::string retrieval_config;///< YAML of the retriever (configs/retrieval.yaml)
-  // --blend (CacheBlend, docs/blend.md): the prompt is the namespace's chunk prefix, the
-  // documents (separated by a blank line), then the prompt text (the question, used as given).
-  bool blend = false;
+};
+
+/// --blend (CacheBlend, docs/blend.md): the prompt is the namespace's chunk prefix, the
+/// documents (separated by a blank line), then the prompt text (the question, used as given).
+struct BlendOptions {
+  bool enabled = false;
   std::vector<std::string> docs;  ///< corpus ids (registered as chunk:<id>) or files
   double recompute_ratio = 0.15;  ///< share of the stored tokens recomputed (CacheBlend §4.3: 15%)
   /// What ranks the stored tokens: "relevance" (how much the question attends to them, the
@@ -47,6 +59,15 @@ struct GenerateOptions {
   int64_t check_layer = -1;       ///< layers [0, check_layer) run over every token; -1: 0 for relevance, else 1
   double position_decay = 128;    ///< selection prior: score * exp(-position in document / this); 0 = none
   double relevance_exponent = 2;  ///< score * relevance^this (relevance and both); 0 = relevance ignored
+};
+
+/// `ucm generate`, as cmd/generate.cc parses it: the common part, and one part per mode.
+/// run_generate reads common, dense and sparse; run_blend (--blend) reads common and blend.
+struct GenerateOptions {
+  CommonOptions common;
+  DenseOptions dense;
+  SparseOptions sparse;
+  BlendOptions blend;
 };
 
 /// Sparse decode against dense decode on the same prompt: teacher-forced top-1 agreement, mean
@@ -121,10 +142,17 @@ struct BlendReport {
   std::string to_json() const;
   std::string to_text() const;
 };
-Status run_blend(const GenerateOptions& o, BlendReport* report);
+/// Runs one blended prompt (c.prompt is the question). c.store is required, and must hold the
+/// namespace (NotFound naming the store and the fingerprint otherwise); c.compute_dtype is not
+/// used (fp32). Errors: InvalidArgument (options, model, an unknown document, a RoPE that cannot
+/// be moved, prompt too long), the store's codes.
+Status run_blend(const CommonOptions& c, const BlendOptions& b, BlendReport* report);
 
-/// Runs one prompt. Errors: InvalidArgument (options, model, tokenizer, prompt too long), the
-/// store's codes (opening, loading, saving).
+/// Runs one prompt (o.blend is not read: see run_blend). A store that lacks the namespace misses
+/// every block (a warning), except with --save (registered) and --sparse (NotFound naming the
+/// store and the fingerprint); a namespace asked for by name must exist (NotFound). Errors:
+/// InvalidArgument (options, model, tokenizer, prompt too long), the store's codes (opening,
+/// loading, saving).
 Status run_generate(const GenerateOptions& o, GenerateReport* report);
 
 /// `ucm bench generate`: TTFT with the cache against full recompute for cached prefixes of each
