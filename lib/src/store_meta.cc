@@ -1,4 +1,5 @@
-// lib/src/store_meta.cc: namespaces, attachments and the document registry (see store_impl.h).
+// lib/src/store_meta.cc: namespaces (StoreShared::namespace_desc too), attachments and the document
+// registry (see store_impl.h).
 #include "ucm/core/store_impl.h"
 
 #include "ucm/core/document.h"
@@ -7,7 +8,7 @@
 namespace ucm::detail {
 
 // ---------------------------------------------------------------------------------------------
-Status StoreImpl::ns_desc(const NamespaceId& ns, NamespaceDesc* d) {
+Status StoreShared::namespace_desc(const NamespaceId& ns, NamespaceDesc* d) {
   {
     std::lock_guard<std::mutex> g(ns_mu_);
     auto it = ns_cache_.find(ns);
@@ -17,43 +18,29 @@ Status StoreImpl::ns_desc(const NamespaceId& ns, NamespaceDesc* d) {
     }
   }
   std::string json;
-  Status s = index_->get_namespace(ns, &json);
+  Status s = index->get_namespace(ns, &json);
+  if (s.code() == Code::kNotFound)
+    return Status::NotFound("namespace " + to_hex(ns) + " is not registered in store " + path +
+                            " (a writer registers it first: ucm_store_namespace_register)");
   if (!s.ok()) return s;
   s = NamespaceDesc::from_json(json, d);
-  if (!s.ok()) return Status::Corruption("namespace " + to_hex(ns) + " in the index of " + path_ + ": " + s.message());
+  if (!s.ok()) return Status::Corruption("namespace " + to_hex(ns) + " in the index of " + path + ": " + s.message());
   std::lock_guard<std::mutex> g(ns_mu_);
   ns_cache_[ns] = *d;
-  return Status::OK();
-}
-
-Status StoreImpl::get_namespace(const NamespaceId& ns, NamespaceDesc* desc) {
-  NamespaceDesc d;
-  Status s = ns_desc(ns, &d);
-  if (!s.ok() && s.code() == Code::kNotFound && read_only()) {
-    (void)refresh();
-    s = ns_desc(ns, &d);
-  }
-  if (!s.ok()) {
-    if (s.code() == Code::kNotFound)
-      return Status::NotFound("namespace " + to_hex(ns) + " is not registered in store " + path_ +
-                              " (a writer registers it first: ucm_store_namespace_register)");
-    return s;
-  }
-  if (desc) *desc = std::move(d);
   return Status::OK();
 }
 
 Status StoreImpl::find_namespace(const std::string& key, NamespaceDesc* desc, NamespaceId* id) {
   NamespaceId ns;
   NamespaceDesc d;
-  if (key.size() == 32 && parse_hex16(key, &ns).ok() && ns_desc(ns, &d).ok()) {
+  if (key.size() == 32 && parse_hex16(key, &ns).ok() && s_.namespace_desc(ns, &d).ok()) {
     if (desc) *desc = d;
     if (id) *id = ns;
     return Status::OK();
   }
   bool found = false;
   Status inner;
-  Status s = index_->for_each_namespace([&](const NamespaceId& n, const std::string& json) {
+  Status s = s_.index->for_each_namespace([&](const NamespaceId& n, const std::string& json) {
     NamespaceDesc x;
     if (!NamespaceDesc::from_json(json, &x).ok()) return true;
     if (x.display_name() == key) {
@@ -66,8 +53,8 @@ Status StoreImpl::find_namespace(const std::string& key, NamespaceDesc* desc, Na
   });
   if (!s.ok()) return s;
   if (!found)
-    return Status::NotFound("namespace \"" + key + "\" is not registered in store " + path_ +
-                            " (list them with `ucm inspect " + path_ + "`)");
+    return Status::NotFound("namespace \"" + key + "\" is not registered in store " + s_.path +
+                            " (list them with `ucm inspect " + s_.path + "`)");
   if (desc) *desc = d;
   if (id) *id = ns;
   return Status::OK();
@@ -75,7 +62,7 @@ Status StoreImpl::find_namespace(const std::string& key, NamespaceDesc* desc, Na
 
 std::vector<NamespaceDesc> StoreImpl::namespaces() {
   std::vector<NamespaceDesc> out;
-  (void)index_->for_each_namespace([&](const NamespaceId&, const std::string& json) {
+  (void)s_.index->for_each_namespace([&](const NamespaceId&, const std::string& json) {
     NamespaceDesc x;
     if (NamespaceDesc::from_json(json, &x).ok()) out.push_back(std::move(x));
     return true;
@@ -84,24 +71,12 @@ std::vector<NamespaceDesc> StoreImpl::namespaces() {
 }
 
 
-Status StoreImpl::write_meta_record(fmt::RecordHeader* h, const std::string& payload, uint32_t* file,
-                                    uint64_t* off, const std::function<Status(Index::Batch&)>& fill) {
-  std::shared_ptr<ActiveFile> af;
-  Status s = check_space(fmt::record_size(payload.size()) + fmt::kPage,
-                         std::string("write a ") + fmt::record_type_name(h->type) + " record");
+Status StoreImpl::write_meta_record(fmt::RecordHeader* h, const std::string& payload, StoreWriter::RecordAt* at,
+                                    const std::function<Status(Index::Batch&)>& fill) {
+  Status s = writer_->check_space(fmt::record_size(payload.size()) + fmt::kPage,
+                                  std::string("write a ") + fmt::record_type_name(h->type) + " record");
   if (!s.ok()) return s;
-  s = append_record(h, {{payload.data(), payload.size()}}, file, off, &af);
-  if (!s.ok()) return s;
-  s = af->w->sync();
-  if (!s.ok()) return s;
-  std::lock_guard<std::mutex> g(commit_mu_);
-  Index::Batch b;
-  s = fill(b);
-  if (!s.ok()) return s;
-  af->rec.size = af->w->size();
-  af->rec.live_bytes += fmt::record_size(payload.size());
-  b.put_file(*file, af->rec);
-  return index_->write(b, true);
+  return writer_->write_meta_records(h, &payload, 1, at, fill);
 }
 
 Status StoreImpl::register_namespace(const NamespaceDesc& desc, NamespaceId* id) {
@@ -112,16 +87,16 @@ Status StoreImpl::register_namespace(const NamespaceDesc& desc, NamespaceId* id)
   const NamespaceId ns = desc.id();
   const std::string name = desc.display_name();
   std::string existing;
-  if (index_->get_namespace(ns, &existing).ok()) {
+  if (s_.index->get_namespace(ns, &existing).ok()) {
     if (id) *id = ns;
     return Status::OK();
   }
   Status clash;
-  s = index_->for_each_namespace([&](const NamespaceId& n, const std::string& json) {
+  s = s_.index->for_each_namespace([&](const NamespaceId& n, const std::string& json) {
     NamespaceDesc x;
     if (NamespaceDesc::from_json(json, &x).ok() && x.display_name() == name && n != ns) {
       clash = Status::InvalidArgument("namespace name \"" + name + "\" is already used by namespace " + to_hex(n) +
-                                      " with a different fingerprint in " + path_ + "; pick another name");
+                                      " with a different fingerprint in " + s_.path + "; pick another name");
       return false;
     }
     return true;
@@ -134,10 +109,9 @@ Status StoreImpl::register_namespace(const NamespaceDesc& desc, NamespaceId* id)
   fmt::RecordHeader h;
   h.type = fmt::RecordType::kNamespace;
   h.ns = ns;
-  uint32_t file = 0;
-  uint64_t off = 0;
-  s = write_meta_record(&h, payload, &file, &off, [&](Index::Batch& b) {
-    b.put_namespace(ns, ns_value_to_json(NsIndexValue::Fresh(payload, file, off)));
+  StoreWriter::RecordAt at;
+  s = write_meta_record(&h, payload, &at, [&](Index::Batch& b) {
+    b.put_namespace(ns, ns_value_to_json(NsIndexValue::Fresh(payload, at.file, at.offset)));
     return Status::OK();
   });
   if (!s.ok()) return s;
@@ -154,7 +128,7 @@ Status StoreImpl::put_attachment(const NamespaceId& ns, const std::string& name,
                                    std::to_string(fmt::kMaxAttachmentName) + "; use a shorter name");
   if (len && !data) return Status::InvalidArgument("put_attachment: data is null with len > 0");
   std::string tmp;
-  s = index_->get_namespace(ns, &tmp);
+  s = s_.index->get_namespace(ns, &tmp);
   if (!s.ok()) return s;
   fmt::RecordHeader h;
   h.type = fmt::RecordType::kNsAttachment;
@@ -162,16 +136,15 @@ Status StoreImpl::put_attachment(const NamespaceId& ns, const std::string& name,
   h.ns = ns;
   h.key = fmt::md5(name.data(), name.size());
   const std::string payload = fmt::encode_attachment_payload(name, data, len);
-  uint32_t file = 0;
-  uint64_t off = 0;
-  return write_meta_record(&h, payload, &file, &off, [&](Index::Batch& b) {
+  StoreWriter::RecordAt at;
+  return write_meta_record(&h, payload, &at, [&](Index::Batch& b) {
     std::string cur;
-    Status st = index_->get_namespace(ns, &cur);
+    Status st = s_.index->get_namespace(ns, &cur);
     if (!st.ok()) return st;
     NsIndexValue v;
     st = ns_value_from_json(cur, &v);
     if (!st.ok()) return Status::Corruption("namespace " + to_hex(ns) + ": " + st.message());
-    v.attachments[name] = {file, off, uint64_t(payload.size()), h.payload_checksum};
+    v.attachments[name] = {at.file, at.offset, uint64_t(payload.size()), h.payload_checksum};
     b.put_namespace(ns, ns_value_to_json(v));
     return Status::OK();
   });
@@ -179,7 +152,7 @@ Status StoreImpl::put_attachment(const NamespaceId& ns, const std::string& name,
 
 Status StoreImpl::get_attachment(const NamespaceId& ns, const std::string& name, std::string* data) {
   std::string cur;
-  Status s = index_->get_namespace(ns, &cur);
+  Status s = s_.index->get_namespace(ns, &cur);
   if (!s.ok()) return s;
   NsIndexValue v;
   s = ns_value_from_json(cur, &v);
@@ -188,7 +161,7 @@ Status StoreImpl::get_attachment(const NamespaceId& ns, const std::string& name,
   if (it == v.attachments.end())
     return Status::NotFound("namespace " + to_hex(ns) + " has no attachment \"" + name + "\"");
   const NsAttachmentRef& a = it->second;
-  return reader_->read_attachment(ns, name, a.file, a.offset, a.length, a.checksum, data);
+  return s_.files->read_attachment(ns, name, a.file, a.offset, a.length, a.checksum, data);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -207,7 +180,7 @@ Status StoreImpl::write_documents(const char* op, const NamespaceId& ns, const D
   for (size_t i = 0; i < n; ++i)
     if (docs[i].id.empty()) return Status::InvalidArgument("document id is empty");
   std::string tmp;
-  s = index_->get_namespace(ns, &tmp);
+  s = s_.index->get_namespace(ns, &tmp);
   if (!s.ok() || n == 0) return s;
   std::vector<std::string> payloads(n);
   uint64_t bytes = fmt::kPage;  // a new data file's header, if the records roll
@@ -215,50 +188,32 @@ Status StoreImpl::write_documents(const char* op, const NamespaceId& ns, const D
     payloads[i] = document_to_json(docs[i]);
     bytes += fmt::record_size(payloads[i].size());
   }
-  s = check_space(bytes, n == 1 ? std::string("write a DOCUMENT record")
-                                : "write " + std::to_string(n) + " DOCUMENT records");
+  s = writer_->check_space(bytes, n == 1 ? std::string("write a DOCUMENT record")
+                                         : "write " + std::to_string(n) + " DOCUMENT records");
   if (!s.ok()) return s;
-  // The records (one file, or two when the active file rolls meanwhile), one fdatasync per
-  // file, then one synced index batch (store_v1.md §3.4).
-  std::vector<std::pair<std::shared_ptr<ActiveFile>, uint64_t>> files;  // file, live bytes added
+  std::vector<fmt::RecordHeader> hs(n);
   for (size_t i = 0; i < n; ++i) {
-    fmt::RecordHeader h;
-    h.type = fmt::RecordType::kDocument;
-    h.ns = ns;
-    h.key = fmt::md5(docs[i].id.data(), docs[i].id.size());
-    uint32_t file = 0;
-    uint64_t off = 0;
-    std::shared_ptr<ActiveFile> af;
-    s = append_record(&h, {{payloads[i].data(), payloads[i].size()}}, &file, &off, &af);
-    if (!s.ok()) return s;
-    if (files.empty() || files.back().first != af) files.emplace_back(af, 0);
-    files.back().second += fmt::record_size(payloads[i].size());
+    hs[i].type = fmt::RecordType::kDocument;
+    hs[i].ns = ns;
+    hs[i].key = fmt::md5(docs[i].id.data(), docs[i].id.size());
   }
-  for (auto& [af, live] : files) {
-    s = af->w->sync();
-    if (!s.ok()) return s;
-  }
-  std::lock_guard<std::mutex> g(commit_mu_);
-  Index::Batch b;
-  for (size_t i = 0; i < n; ++i) b.put_doc(ns, docs[i].id, payloads[i]);
-  for (auto& [af, live] : files) {
-    af->rec.size = af->w->size();
-    af->rec.live_bytes += live;
-    b.put_file(af->w->file_id(), af->rec);
-  }
-  return index_->write(b, true);
+  std::vector<StoreWriter::RecordAt> at(n);
+  return writer_->write_meta_records(hs.data(), payloads.data(), n, at.data(), [&](Index::Batch& b) {
+    for (size_t i = 0; i < n; ++i) b.put_doc(ns, docs[i].id, payloads[i]);
+    return Status::OK();
+  });
 }
 
 Status StoreImpl::get_document(const NamespaceId& ns, const std::string& id, DocumentEntry* doc) {
   std::string json;
-  Status s = index_->get_doc(ns, id, &json);
+  Status s = s_.index->get_doc(ns, id, &json);
   if (!s.ok()) return s;
   return document_from_json(json, doc);
 }
 
 std::vector<DocumentEntry> StoreImpl::documents(const NamespaceId& ns) {
   std::vector<DocumentEntry> out;
-  (void)index_->for_each_doc(ns, [&](const std::string&, const std::string& json) {
+  (void)s_.index->for_each_doc(ns, [&](const std::string&, const std::string& json) {
     DocumentEntry d;
     if (document_from_json(json, &d).ok()) out.push_back(std::move(d));
     return true;

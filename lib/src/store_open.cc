@@ -1,9 +1,18 @@
-// lib/src/store_open.cc: creating and opening a store, closing it, the background thread (see store_impl.h).
+// lib/src/store_open.cc: creating and opening a store, closing it, the background thread and the
+// table's saves (see store_impl.h).
 #include "ucm/core/sharded_store.h"
 #include "ucm/core/store_impl.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
 #include <spdlog/spdlog.h>
 
+#include "ucm/core/fptable_file.h"
 #include "ucm/core/log.h"
 
 namespace ucm::detail {
@@ -66,10 +75,10 @@ Status StoreImpl::create_new(fmt::StoreDirState state, bool* raced) {
   namespace fs = std::filesystem;
   *raced = false;
   std::lock_guard<std::mutex> cg(g_create_mu);
-  std::string target = path_;
+  std::string target = s_.path;
   std::error_code ec;
   if (state != fmt::StoreDirState::kMissing) {
-    const fs::path c = fs::canonical(path_, ec);  // a symlink to an empty directory: create there
+    const fs::path c = fs::canonical(s_.path, ec);  // a symlink to an empty directory: create there
     if (!ec) target = c.string();
   }
   std::string parent = fs::path(target).parent_path().string();
@@ -136,13 +145,13 @@ Status StoreImpl::create_new(fmt::StoreDirState state, bool* raced) {
 }
 
 Status StoreImpl::init(bool create) {
-  reader_ = std::make_unique<DataFileReader>(path_, opts_.direct_io);
+  s_.files = std::make_unique<DataFileReader>(s_.path, s_.opts.direct_io);
   fmt::Superblock sb;
   Status s;
-  const bool rw = opts_.mode == OpenOptions::Mode::kReadWrite;
+  const bool rw = s_.opts.mode == OpenOptions::Mode::kReadWrite;
   fmt::StoreDirState state = fmt::StoreDirState::kMissing;
   for (int attempt = 0;; ++attempt) {
-    s = fmt::classify_store_dir(path_, &state);
+    s = fmt::classify_store_dir(s_.path, &state);
     if (!s.ok()) return s;
     const bool creatable = state == fmt::StoreDirState::kMissing || state == fmt::StoreDirState::kEmpty ||
                            state == fmt::StoreDirState::kSkeleton;
@@ -152,86 +161,86 @@ Status StoreImpl::init(bool create) {
     if (!s.ok()) return s;
     if (!raced) break;
     if (attempt == 2)
-      return Status::Busy("store " + path_ + " is being created by another process at the same time; retry");
+      return Status::Busy("store " + s_.path + " is being created by another process at the same time; retry");
   }
   if (create && state == fmt::StoreDirState::kNotAStore) {
     struct stat st;
-    if (::stat(path_.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
-      return Status::InvalidArgument(path_ + " exists and is not a directory");
-    return Status::InvalidArgument(path_ + " is not empty and not a ucm store; a store is created only in a "
+    if (::stat(s_.path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+      return Status::InvalidArgument(s_.path + " exists and is not a directory");
+    return Status::InvalidArgument(s_.path + " is not empty and not a ucm store; a store is created only in a "
                                    "missing or empty directory");
   }
-  s = fmt::read_superblock(path_, &sb);
+  s = fmt::read_superblock(s_.path, &sb);
   if (!s.ok()) return s;
   if (rw && sb.format_version < fmt::kFormatVersion)
-    return Status::NotSupported("store " + path_ + " has format version " + std::to_string(sb.format_version) +
+    return Status::NotSupported("store " + s_.path + " has format version " + std::to_string(sb.format_version) +
                                 "; this ucm writes format version " + std::to_string(fmt::kFormatVersion) +
-                                " (store_v1.md §10): run `ucm migrate " + path_ +
+                                " (store_v1.md §10): run `ucm migrate " + s_.path +
                                 " --upgrade` before writing to it (read-only opens work as it is)");
   if (rw) {
     if (!lock_) {
-      s = fmt::WriterLock::Acquire(path_, &lock_);
+      s = fmt::WriterLock::Acquire(s_.path, &lock_);
       if (!s.ok()) return s;
     }
-    s = fmt::classify_store_dir(path_, &state);  // again, now under the writer lock
+    s = fmt::classify_store_dir(s_.path, &state);  // again, now under the writer lock
     if (!s.ok()) return s;
-    const bool have_index = require_index(path_).ok();
-    if (!have_index && state != fmt::StoreDirState::kHalfCreated) return require_index(path_);
+    const bool have_index = require_index(s_.path).ok();
+    if (!have_index && state != fmt::StoreDirState::kHalfCreated) return require_index(s_.path);
     if (!have_index) {
       // Creation by an older ucm was killed before the index existed, and there are no data
       // files: nothing can be lost, so finish creating the store (store_v1.md §1.1).
       std::error_code ec;
-      std::filesystem::remove_all(fmt::index_dir(path_), ec);
-      s = fmt::make_dirs(fmt::index_dir(path_));
+      std::filesystem::remove_all(fmt::index_dir(s_.path), ec);
+      s = fmt::make_dirs(fmt::index_dir(s_.path));
       if (!s.ok()) return s;
-      s = Index::OpenPrimary(fmt::index_dir(path_), true, &own_index_);
+      s = Index::OpenPrimary(fmt::index_dir(s_.path), true, &own_index_);
     } else {
-      s = open_writer_index(path_, &own_index_);
+      s = open_writer_index(s_.path, &own_index_);
     }
     if (!s.ok()) return s;
-    index_ = own_index_.get();
-    s = put_fresh_meta(index_, sb, state == fmt::StoreDirState::kHalfCreated);
+    s_.index = own_index_.get();
+    s = put_fresh_meta(s_.index, sb, state == fmt::StoreDirState::kHalfCreated);
     if (!s.ok()) return s;
-    for (const auto& d : {fmt::data_dir(path_), fmt::access_dir(path_), fmt::readers_dir(path_), fmt::tmp_dir(path_)}) {
+    for (const auto& d : {fmt::data_dir(s_.path), fmt::access_dir(s_.path), fmt::readers_dir(s_.path), fmt::tmp_dir(s_.path)}) {
       s = fmt::make_dirs(d);
       if (!s.ok()) return s;
     }
   } else {
-    s = ReaderIndex::Open(path_, opts_.reader_dir, "", &ro_index_);
+    s = ReaderIndex::Open(s_.path, s_.opts.reader_dir, "", &ro_index_);
     if (!s.ok()) return s;
-    index_ = &ro_index_->index();
+    s_.index = &ro_index_->index();
   }
   uint64_t fv = 0;
-  if (index_->get_meta_u64(kMetaFormatVersion, &fv).ok() && fv > fmt::kFormatVersion)
+  if (s_.index->get_meta_u64(kMetaFormatVersion, &fv).ok() && fv > fmt::kFormatVersion)
     return Status::Version("store format version " + std::to_string(fv) + " is newer than this ucm supports (max " +
                            std::to_string(fmt::kFormatVersion) + "); upgrade ucm");
-  if (!index_->identity(&index_identity_).ok()) index_identity_.clear();  // then no table is saved
+  if (!s_.index->identity(&index_identity_).ok()) index_identity_.clear();  // then no table is saved
   {
     // The persisted table (fptable.md §4), replayed to the index's state, or a rebuild.
     FpTable t;
     uint64_t seq = 0;
     FpTableOpenInfo info;
-    s = fptable_open(path_, *index_, true, &t, &seq, &info);
+    s = fptable_open(s_.path, *s_.index, true, &t, &seq, &info);
     if (!s.ok()) return s;
-    std::unique_lock<std::shared_mutex> g(table_mu_);
-    table_ = std::move(t);
-    applied_seq_ = seq;
+    std::unique_lock<std::shared_mutex> g(s_.table_mu);
+    s_.table = std::move(t);
+    s_.applied_seq = seq;
     saved_seq_ = info.loaded ? seq - info.replayed : 0;  // the file's sequence (none: 0)
     save_pending_ = info.should_save;
     saved_at_ = Clock::now();
-    metrics_.fptable_loaded.store(info.loaded ? 1 : 0);
-    metrics_.fptable_replayed.store(info.replayed);
+    s_.metrics.fptable_loaded.store(info.loaded ? 1 : 0);
+    s_.metrics.fptable_replayed.store(info.replayed);
   }
-  s = access_.open(path_, process_unique_name());
+  s = s_.access.open(s_.path, process_unique_name());
   if (!s.ok()) {
     if (!read_only()) return s;
     // A reader without write access to STORE/access (another user's store, a read-only mount)
     // serves loads without recording their recency: gc then ranks its blocks by what other
     // handles logged (docs/library.md, "Read-only opens").
-    log().info("store {}: loads through this handle are not recorded for gc's recency ({})", path_, s.message());
+    log().info("store {}: loads through this handle are not recorded for gc's recency ({})", s_.path, s.message());
   }
-  pool_ = std::make_unique<ThreadPool>(opts_.io_threads);
-  if (!read_only()) commit_thread_ = std::thread([this] { commit_loop(); });
+  s_.pool = std::make_unique<ThreadPool>(s_.opts.io_threads);
+  if (!read_only()) writer_ = std::make_unique<StoreWriter>(&s_);
   bg_ = std::thread([this] { background(); });
   return Status::OK();
 }
@@ -243,27 +252,46 @@ StoreImpl::~StoreImpl() {
   }
   bg_cv_.notify_all();
   if (bg_.joinable()) bg_.join();
-  if (pool_) pool_->shutdown();  // finishes queued load / dump jobs
-  if (commit_thread_.joinable()) {  // then their commits
-    {
-      std::lock_guard<std::mutex> g(commit_q_mu_);
-      commit_stop_ = true;
-    }
-    commit_q_cv_.notify_all();
-    commit_thread_.join();
-  }
-  if (index_ && (!read_only() || save_pending_)) save_table(true);
-  access_.close();
-  reader_.reset();
-  roller_.reset();
-  index_ = nullptr;
+  if (s_.pool) s_.pool->shutdown();     // finishes queued load / dump jobs
+  if (writer_) writer_->stop_commits();  // then their commits
+  if (s_.index && (!read_only() || save_pending_)) save_table(true);
+  s_.access.close();
+  s_.files.reset();
+  writer_.reset();
+  s_.index = nullptr;
   own_index_.reset();
   ro_index_.reset();
   lock_.reset();
 }
 
+void StoreImpl::save_table(bool force) {
+  // The table changes (commits, replays, rebuilds) with s_.table_mu held, together with
+  // s_.applied_seq, so a copy taken under s_.table_mu is exactly the set as of s_.applied_seq.
+  // Readers save only what their open asked for (save_pending_).
+  std::lock_guard<std::mutex> sg(save_mu_);
+  save_pending_ = false;
+  if (index_identity_.empty()) return;
+  std::vector<uint64_t> copy;
+  uint64_t seq = 0, count = 0;
+  {
+    std::shared_lock<std::shared_mutex> g(s_.table_mu);
+    seq = s_.applied_seq;
+    if (seq == saved_seq_) return;
+    const bool due = force || seq - saved_seq_ >= kFpTableSaveEntries ||
+                     Clock::now() - saved_at_ >= std::chrono::milliseconds(kFpTableSaveMs);
+    if (!due) return;
+    copy.assign(s_.table.slots(), s_.table.slots() + s_.table.capacity());
+    count = s_.table.size();
+  }
+  Status s = fptable_save(s_.path, copy.data(), copy.size(), count, seq, index_identity_);
+  saved_at_ = Clock::now();  // a failure is retried a period later, not every second
+  if (s.ok()) saved_seq_ = seq;
+  else log().warn("store {}: could not save the fingerprint table ({}); the next open rebuilds or replays it", s_.path,
+                  s.message());
+}
+
 void StoreImpl::background() {
-  const uint32_t ival = read_only() && opts_.refresh_interval_ms ? opts_.refresh_interval_ms : 1000;
+  const uint32_t ival = read_only() && s_.opts.refresh_interval_ms ? s_.opts.refresh_interval_ms : 1000;
   std::unique_lock<std::mutex> l(bg_mu_);
   while (!stop_) {
     if (save_pending_) {
@@ -276,10 +304,10 @@ void StoreImpl::background() {
     bg_cv_.wait_for(l, std::chrono::milliseconds(ival));
     if (stop_) break;
     l.unlock();
-    if (read_only() && opts_.refresh_interval_ms) (void)refresh();
+    if (read_only() && s_.opts.refresh_interval_ms) (void)reader_.refresh();
     if (!read_only()) save_table(false);
     if (lock_) lock_->touch();  // the heartbeat gc checks on shared file systems (store_v1.md §11.3)
-    access_.flush();
+    s_.access.flush();
     l.lock();
   }
 }

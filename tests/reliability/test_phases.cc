@@ -1,5 +1,6 @@
-// The store's long paths called phase by phase (issue 25): StoreImpl::read_verified and dump's
-// phases (lib/src/include/ucm/core/store_impl.h), and rebuild-index's (lib/admin/rebuild.h).
+// The store's long paths called phase by phase (issue 25): StoreReader::read_verified and dump's
+// phases (StoreWriter; lib/src/include/ucm/core/store_reader.h, store_writer.h), and
+// rebuild-index's (lib/admin/rebuild.h).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -51,14 +52,15 @@ TEST(ReliabilityPhases, ReadVerifiedChecksLengthReprAndPayload) {
   ucm::fmt::BlockRecord rec;
   ucm::fmt::AlignedBuffer buf;
   const ucm::BlockHash h = rel::block_hash(f.ns, 1);
-  using P = ucm::detail::StoreImpl::Payload;
-  ucm::Status s = f.impl().read_verified(f.ns, h, P::kKV, rel::kPayload, &rec, &buf);
+  using P = ucm::detail::StoreReader::Payload;
+  ucm::Status s = f.impl().reader().read_verified(f.ns, h, P::kKV, rel::kPayload, &rec, &buf);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(rec.kv_length, rel::kPayload);
   EXPECT_TRUE(rel::check_payload(h, buf.data() + ucm::fmt::kPage));
-  EXPECT_EQ(f.impl().read_verified(f.ns, h, P::kKV, rel::kPayload + 1, &rec, &buf).code(), ucm::Code::kCorruption);
-  EXPECT_EQ(f.impl().read_verified(f.ns, h, P::kRepr, 0, &rec, &buf).code(), ucm::Code::kNotFound);  // no repr
-  EXPECT_EQ(f.impl().read_verified(f.ns, rel::block_hash(f.ns, 99), P::kKV, 0, &rec, &buf).code(),
+  EXPECT_EQ(f.impl().reader().read_verified(f.ns, h, P::kKV, rel::kPayload + 1, &rec, &buf).code(),
+            ucm::Code::kCorruption);
+  EXPECT_EQ(f.impl().reader().read_verified(f.ns, h, P::kRepr, 0, &rec, &buf).code(), ucm::Code::kNotFound);  // no repr
+  EXPECT_EQ(f.impl().reader().read_verified(f.ns, rel::block_hash(f.ns, 99), P::kKV, 0, &rec, &buf).code(),
             ucm::Code::kNotFound);
 }
 
@@ -75,17 +77,17 @@ TEST(ReliabilityPhases, DumpCheckAndMarkPresent) {
   }
   items.push_back(items[3]);  // a repeat within the task
   ucm::NamespaceDesc d;
-  ASSERT_TRUE(f.impl().dump_check(f.ns, items.data(), items.size(), &d).ok());
+  ASSERT_TRUE(f.impl().writer()->dump_check(f.ns, items.data(), items.size(), &d).ok());
   EXPECT_EQ(d.block_size, rel::kBlock);
   ucm::detail::DumpState ds;
   ds.ns = f.ns;
   ds.desc = d;
   ds.items = items;
   ds.skip.assign(items.size(), false);
-  f.impl().dump_mark_present(&ds);
+  f.impl().writer()->dump_mark_present(&ds);
   EXPECT_EQ(ds.skip, (std::vector<bool>{true, true, false, false, true}));
   items[2].token_count = rel::kBlock - 1;  // a partial block is refused
-  EXPECT_EQ(f.impl().dump_check(f.ns, items.data(), items.size(), &d).code(), ucm::Code::kInvalidArgument);
+  EXPECT_EQ(f.impl().writer()->dump_check(f.ns, items.data(), items.size(), &d).code(), ucm::Code::kInvalidArgument);
 }
 
 TEST(ReliabilityPhases, RebuildScanKeepsValidRecordsAndCountsACorruptOne) {

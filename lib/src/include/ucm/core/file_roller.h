@@ -1,5 +1,5 @@
 // ucm/core/file_roller.h: a writer's active data file and its rolling (store_v1.md §3.4), the
-// one copy used by the store's writes (lib/src/store_write.cc) and by gc compaction
+// one copy used by the store's writes (lib/src/store_writer.cc) and by gc compaction
 // (lib/admin/gc_files.cc). Internal to libucm and lib/admin; not installed.
 #pragma once
 #include <cstdint>

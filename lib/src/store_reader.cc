@@ -1,83 +1,96 @@
-// lib/src/store_read.cc: the lookup table and its catch-up, lookup, load, load_repr, metrics (see store_impl.h).
-#include "ucm/core/ns_value.h"
-#include "ucm/core/store_impl.h"
-#include "ucm/core/log.h"
+// lib/src/store_reader.cc: StoreReader (see ucm/core/store_reader.h): the table's catch-up,
+// lookup, get_block, read_verified and the load / visit_repr tasks on it, metrics.
+#include "ucm/core/store_reader.h"
+
+#include "ucm/core/fptable_file.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
 
 namespace ucm::detail {
 
-Status StoreImpl::rebuild_table() {
+namespace {
+BlockInfo to_info(const NamespaceId& ns, const BlockHash& hash, const fmt::BlockRecord& r) {
+  BlockInfo b;
+  b.ns = ns;
+  b.hash = hash;
+  b.parent = r.parent;
+  b.token_count = r.token_count;
+  b.kv_file = r.kv_file;
+  b.kv_offset = r.kv_offset;
+  b.kv_length = r.kv_length;
+  b.kv_checksum = r.kv_checksum;
+  b.has_repr = r.has_repr();
+  b.repr_file = r.repr_file;
+  b.repr_offset = r.repr_offset;
+  b.repr_length = r.repr_length;
+  b.repr_checksum = r.repr_checksum;
+  b.created_ms = r.created_ms;
+  b.last_access_ms = r.last_access_ms;
+  return b;
+}
+}  // namespace
+
+Status StoreReader::rebuild_table() {
   // Caller holds refresh_mu_. The index view does not move meanwhile: a secondary changes only
   // in try_catch_up (under refresh_mu_), and only this process writes a primary.
   FpTable t;
   uint64_t seq = 0;
-  Status s = fptable_scan(*index_, &t, &seq);
+  Status s = fptable_scan(*s_.index, &t, &seq);
   if (!s.ok()) return s;
-  std::unique_lock<std::shared_mutex> g(table_mu_);
-  table_ = std::move(t);
-  applied_seq_ = seq;
+  std::unique_lock<std::shared_mutex> g(s_.table_mu);
+  s_.table = std::move(t);
+  s_.applied_seq = seq;
   return Status::OK();
 }
 
-void StoreImpl::save_table(bool force) {
-  // The table changes (commits, replays, rebuilds) with table_mu_ held, together with
-  // applied_seq_, so a copy taken under table_mu_ is exactly the set as of applied_seq_.
-  // Readers save only what their open asked for (save_pending_).
-  std::lock_guard<std::mutex> sg(save_mu_);
-  save_pending_ = false;
-  if (index_identity_.empty()) return;
-  std::vector<uint64_t> copy;
-  uint64_t seq = 0, count = 0;
-  {
-    std::shared_lock<std::shared_mutex> g(table_mu_);
-    seq = applied_seq_;
-    if (seq == saved_seq_) return;
-    const bool due = force || seq - saved_seq_ >= kFpTableSaveEntries ||
-                     Clock::now() - saved_at_ >= std::chrono::milliseconds(kFpTableSaveMs);
-    if (!due) return;
-    copy.assign(table_.slots(), table_.slots() + table_.capacity());
-    count = table_.size();
-  }
-  Status s = fptable_save(path_, copy.data(), copy.size(), count, seq, index_identity_);
-  saved_at_ = Clock::now();  // a failure is retried a period later, not every second
-  if (s.ok()) saved_seq_ = seq;
-  else log().warn("store {}: could not save the fingerprint table ({}); the next open rebuilds or replays it", path_,
-                  s.message());
-}
-
-Status StoreImpl::replay_journal() {
+Status StoreReader::replay_journal() {
   std::vector<std::pair<uint64_t, fmt::JournalEntry>> entries;
-  Status s = index_->for_each_journal(applied_seq_, [&](uint64_t seq, const fmt::JournalEntry& e) {
+  Status s = s_.index->for_each_journal(s_.applied_seq, [&](uint64_t seq, const fmt::JournalEntry& e) {
     entries.emplace_back(seq, e);
     return true;
   });
   if (!s.ok()) return s;
-  const uint64_t last = index_->journal_seq();
-  const bool gap = (!entries.empty() && entries.front().first != applied_seq_ + 1) ||
-                   (entries.empty() && last > applied_seq_);
+  const uint64_t last = s_.index->journal_seq();
+  const bool gap = (!entries.empty() && entries.front().first != s_.applied_seq + 1) ||
+                   (entries.empty() && last > s_.applied_seq);
   if (gap) return rebuild_table();  // gc trimmed entries we never saw
   if (entries.empty()) return Status::OK();
-  std::unique_lock<std::shared_mutex> g(table_mu_);
+  std::unique_lock<std::shared_mutex> g(s_.table_mu);
   for (const auto& [seq, e] : entries) {
     uint64_t fp = fmt::block_fingerprint(e.ns, e.hash);
-    if (e.op == fmt::JournalOp::kAdd) table_.insert(fp);
-    else table_.erase(fp);
-    applied_seq_ = seq;
+    if (e.op == fmt::JournalOp::kAdd) s_.table.insert(fp);
+    else s_.table.erase(fp);
+    s_.applied_seq = seq;
   }
   return Status::OK();
 }
 
-Status StoreImpl::refresh() {
-  if (!read_only()) return Status::OK();
+Status StoreReader::refresh() {
+  if (!s_.read_only()) return Status::OK();
   std::lock_guard<std::mutex> g(refresh_mu_);
-  Status s = index_->try_catch_up();
+  Status s = s_.index->try_catch_up();
   if (!s.ok()) return s;
-  metrics_.refreshes.fetch_add(1, std::memory_order_relaxed);
+  s_.metrics.refreshes.fetch_add(1, std::memory_order_relaxed);
   return replay_journal();
+}
+
+Status StoreReader::get_namespace(const NamespaceId& ns, NamespaceDesc* desc) {
+  NamespaceDesc d;
+  Status s = s_.namespace_desc(ns, &d);
+  if (s.code() == Code::kNotFound && s_.read_only()) {
+    (void)refresh();
+    s = s_.namespace_desc(ns, &d);
+  }
+  if (!s.ok()) return s;
+  if (desc) *desc = std::move(d);
+  return Status::OK();
 }
 
 
 // ---------------------------------------------------------------------------------------------
-Status StoreImpl::lookup(const NamespaceId& ns, const BlockHash* hashes, size_t n, uint8_t* present,
+Status StoreReader::lookup(const NamespaceId& ns, const BlockHash* hashes, size_t n, uint8_t* present,
                          size_t* prefix_blocks) {
   const auto t0 = Clock::now();
   if (n && !hashes) return Status::InvalidArgument("lookup: hashes is null with n > 0");
@@ -86,15 +99,15 @@ Status StoreImpl::lookup(const NamespaceId& ns, const BlockHash* hashes, size_t 
   constexpr size_t kChunk = 16;
   uint64_t fps[kChunk];
   {
-    std::shared_lock<std::shared_mutex> g(table_mu_);
+    std::shared_lock<std::shared_mutex> g(s_.table_mu);
     for (size_t base = 0; base < n; base += kChunk) {
       const size_t m = std::min(kChunk, n - base);
       for (size_t i = 0; i < m; ++i) {
         fps[i] = fmt::block_fingerprint(ns, hashes[base + i]);
-        table_.prefetch(fps[i]);
+        s_.table.prefetch(fps[i]);
       }
       for (size_t i = 0; i < m; ++i) {
-        const bool p = table_.contains(fps[i]);
+        const bool p = s_.table.contains(fps[i]);
         if (present) present[base + i] = p ? 1 : 0;
         hits += p;
         if (in_prefix && p) ++prefix;
@@ -103,52 +116,52 @@ Status StoreImpl::lookup(const NamespaceId& ns, const BlockHash* hashes, size_t 
     }
   }
   if (prefix_blocks) *prefix_blocks = prefix;
-  metrics_.lookups.fetch_add(n, std::memory_order_relaxed);
-  metrics_.lookup_hits.fetch_add(hits, std::memory_order_relaxed);
-  metrics_.lookup.observe_ns(elapsed_ns(t0));
+  s_.metrics.lookups.fetch_add(n, std::memory_order_relaxed);
+  s_.metrics.lookup_hits.fetch_add(hits, std::memory_order_relaxed);
+  s_.metrics.lookup.observe_ns(elapsed_ns(t0));
   return Status::OK();
 }
 
-Status StoreImpl::get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) {
+Status StoreReader::get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) {
   fmt::BlockRecord r;
-  Status s = index_->get_block(ns, hash, &r);
+  Status s = s_.index->get_block(ns, hash, &r);
   if (!s.ok()) return s;
   if (info) *info = to_info(ns, hash, r);
   return Status::OK();
 }
 
-Status StoreImpl::read_verified(const NamespaceId& ns, const BlockHash& h, Payload which, uint64_t kv_bytes,
+Status StoreReader::read_verified(const NamespaceId& ns, const BlockHash& hash, Payload which, uint64_t kv_bytes,
                                 fmt::BlockRecord* rec, fmt::AlignedBuffer* buf) {
   const bool kv = which == Payload::kKV;
   Status s;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    s = index_->get_block(ns, h, rec);
+    s = s_.index->get_block(ns, hash, rec);
     if (!s.ok()) return s;
     if (kv && kv_bytes && rec->kv_length != kv_bytes)
-      return Status::Corruption("block " + to_hex(h) + ": index says " + std::to_string(rec->kv_length) +
+      return Status::Corruption("block " + to_hex(hash) + ": index says " + std::to_string(rec->kv_length) +
                                 " payload bytes, namespace expects " + std::to_string(kv_bytes));
-    if (!kv && !rec->has_repr()) return Status::NotFound("block " + to_hex(h) + " has no representations");
+    if (!kv && !rec->has_repr()) return Status::NotFound("block " + to_hex(hash) + " has no representations");
     fmt::RecordExpect e;
     e.type = kv ? fmt::RecordType::kBlockKV : fmt::RecordType::kBlockRepr;
     e.ns = ns;
-    e.key = h;
+    e.key = hash;
     e.payload_length = kv ? rec->kv_length : rec->repr_length;
     e.payload_checksum = kv ? rec->kv_checksum : rec->repr_checksum;
     const uint32_t file = kv ? rec->kv_file : rec->repr_file;
-    s = reader_->read(file, kv ? rec->kv_offset : rec->repr_offset, e, buf);
+    s = s_.files->read(file, kv ? rec->kv_offset : rec->repr_offset, e, buf);
     if (s.code() != Code::kNotFound || attempt > 0) break;
     // The data file was retired by gc: our view is stale. Catch up once and retry.
-    reader_->drop(file);
+    s_.files->drop(file);
     (void)refresh();
   }
   return s;
 }
 
-void StoreImpl::load_one(const std::shared_ptr<TaskImpl>& t, size_t i, const NamespaceId& ns, const BlockHash& h,
+void StoreReader::load_one(const std::shared_ptr<TaskImpl>& t, size_t i, const NamespaceId& ns, const BlockHash& hash,
                          const NamespaceDesc& d, uint32_t h0, uint32_t h1, const LoadDest& dest) {
   thread_local fmt::AlignedBuffer buf;
   fmt::BlockRecord r;
-  Status s = read_verified(ns, h, Payload::kKV, d.payload_bytes(), &r, &buf);
+  Status s = read_verified(ns, hash, Payload::kKV, d.payload_bytes(), &r, &buf);
   if (s.ok()) {
     const uint8_t* src = buf.data() + fmt::kPage;
     const size_t S = dtype_size(d.dtype), T = d.block_size, H = d.num_kv_heads, D = d.head_dim, L = d.num_layers;
@@ -164,26 +177,26 @@ void StoreImpl::load_one(const std::shared_ptr<TaskImpl>& t, size_t i, const Nam
         else
           for (size_t tt = 0; tt < T; ++tt) std::memcpy(dp + tt * run, sp + (tt * H + h0) * D * S, run);
       }
-    metrics_.blocks_loaded.fetch_add(1, std::memory_order_relaxed);
-    metrics_.bytes_loaded.fetch_add(L * 2 * page_dst, std::memory_order_relaxed);
-    access_.add(ns, h, fmt::now_ms());
+    s_.metrics.blocks_loaded.fetch_add(1, std::memory_order_relaxed);
+    s_.metrics.bytes_loaded.fetch_add(L * 2 * page_dst, std::memory_order_relaxed);
+    s_.access.add(ns, hash, fmt::now_ms());
   } else {
-    metrics_.count_error(s.code());
+    s_.metrics.count_error(s.code());
   }
   t->statuses()[i] = s;
   if (t->job_done()) finish_load(t);
 }
 
-void StoreImpl::finish_load(const std::shared_ptr<TaskImpl>& t) {
-  metrics_.load_task.observe_ns(elapsed_ns(t->t0));
+void StoreReader::finish_load(const std::shared_ptr<TaskImpl>& t) {
+  s_.metrics.load_task.observe_ns(elapsed_ns(t->t0));
   t->finish();
 }
 
-std::shared_ptr<Task> StoreImpl::load(const NamespaceId& ns, const BlockHash* hashes, size_t n, const LoadDest& dest) {
+std::shared_ptr<Task> StoreReader::load(const NamespaceId& ns, const BlockHash* hashes, size_t n, const LoadDest& dest) {
   NamespaceDesc d;
   Status s = get_namespace(ns, &d);
   if (!s.ok()) {
-    metrics_.count_error(s.code());
+    s_.metrics.count_error(s.code());
     return TaskImpl::Failed(n, s);
   }
   const uint32_t h0 = dest.heads.begin, h1 = dest.heads.end == 0 ? d.num_kv_heads : dest.heads.end;
@@ -204,7 +217,7 @@ std::shared_ptr<Task> StoreImpl::load(const NamespaceId& ns, const BlockHash* ha
         break;
       }
   if (!bad.ok()) {
-    metrics_.count_error(bad.code());
+    s_.metrics.count_error(bad.code());
     return TaskImpl::Failed(n, bad);
   }
   auto t = std::make_shared<TaskImpl>(n);
@@ -215,11 +228,11 @@ std::shared_ptr<Task> StoreImpl::load(const NamespaceId& ns, const BlockHash* ha
   auto shared_dest = std::make_shared<LoadDest>(dest);
   auto hs = std::make_shared<std::vector<BlockHash>>(hashes, hashes + n);
   for (size_t i = 0; i < n; ++i)
-    pool_->submit([this, t, i, ns, hs, d, h0, h1, shared_dest] { load_one(t, i, ns, (*hs)[i], d, h0, h1, *shared_dest); });
+    s_.pool->submit([this, t, i, ns, hs, d, h0, h1, shared_dest] { load_one(t, i, ns, (*hs)[i], d, h0, h1, *shared_dest); });
   return t;
 }
 
-std::shared_ptr<Task> StoreImpl::load_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n, void* const* dst,
+std::shared_ptr<Task> StoreReader::load_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n, void* const* dst,
                                            const size_t* cap) {
   if (n && (!hashes || !dst || !cap)) return TaskImpl::Failed(n, Status::InvalidArgument("load_repr: null argument"));
   auto ds = std::make_shared<std::vector<void*>>(dst, dst + n);
@@ -235,8 +248,8 @@ std::shared_ptr<Task> StoreImpl::load_repr(const NamespaceId& ns, const BlockHas
   });
 }
 
-std::shared_ptr<Task> StoreImpl::visit_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n,
-                                            ReprVisitor visit) {
+std::shared_ptr<Task> StoreReader::visit_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n,
+                                            Store::ReprVisitor visit) {
   if (n && (!hashes || !visit)) return TaskImpl::Failed(n, Status::InvalidArgument("visit_repr: null argument"));
   auto t = std::make_shared<TaskImpl>(n);
   if (n == 0) {
@@ -244,13 +257,13 @@ std::shared_ptr<Task> StoreImpl::visit_repr(const NamespaceId& ns, const BlockHa
     return t;
   }
   auto hs = std::make_shared<std::vector<BlockHash>>(hashes, hashes + n);
-  auto vf = std::make_shared<ReprVisitor>(std::move(visit));
+  auto vf = std::make_shared<Store::ReprVisitor>(std::move(visit));
   for (size_t i = 0; i < n; ++i)
-    pool_->submit([this, t, i, ns, hs, vf] {
+    s_.pool->submit([this, t, i, ns, hs, vf] {
       thread_local fmt::AlignedBuffer buf;
-      const BlockHash& h = (*hs)[i];
+      const BlockHash& hash = (*hs)[i];
       fmt::BlockRecord r;
-      Status s = read_verified(ns, h, Payload::kRepr, 0, &r, &buf);
+      Status s = read_verified(ns, hash, Payload::kRepr, 0, &r, &buf);
       if (s.ok()) {
         try {
           s = (*vf)(i, buf.data() + fmt::kPage, r.repr_length);
@@ -258,11 +271,11 @@ std::shared_ptr<Task> StoreImpl::visit_repr(const NamespaceId& ns, const BlockHa
           s = Status::Internal(std::string("visit_repr: visitor threw: ") + ex.what());
         }
         if (s.ok()) {
-          metrics_.bytes_loaded.fetch_add(r.repr_length, std::memory_order_relaxed);
-          access_.add(ns, h, fmt::now_ms());
+          s_.metrics.bytes_loaded.fetch_add(r.repr_length, std::memory_order_relaxed);
+          s_.access.add(ns, hash, fmt::now_ms());
         }
       }
-      if (!s.ok()) metrics_.count_error(s.code());
+      if (!s.ok()) s_.metrics.count_error(s.code());
       t->statuses()[i] = s;
       if (t->job_done()) finish_load(t);
     });
@@ -271,13 +284,13 @@ std::shared_ptr<Task> StoreImpl::visit_repr(const NamespaceId& ns, const BlockHa
 
 
 // ---------------------------------------------------------------------------------------------
-std::string StoreImpl::metrics_text() const {
+std::string StoreReader::metrics_text() const {
   size_t n;
   {
-    std::shared_lock<std::shared_mutex> g(table_mu_);
-    n = table_.size();
+    std::shared_lock<std::shared_mutex> g(s_.table_mu);
+    n = s_.table.size();
   }
-  return metrics_.render(n);
+  return s_.metrics.render(n);
 }
 
 }  // namespace ucm::detail

@@ -1,83 +1,14 @@
-// lib/src/store_write.cc: data files, the free-space reserve, the commit thread, dump (see store_impl.h).
-#include "ucm/core/store_impl.h"
+// lib/src/store_dump.cc: StoreWriter::dump and its phases (see ucm/core/store_writer.h).
+#include "ucm/core/store_writer.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
 
 namespace ucm::detail {
 
 // ---------------------------------------------------------------------------------------------
-Status StoreImpl::check_space(uint64_t bytes, const std::string& what) {
-  struct statvfs v;
-  if (::statvfs(path_.c_str(), &v) != 0) return Status::OK();  // cannot tell: the write will
-  const uint64_t unit = v.f_frsize ? v.f_frsize : v.f_bsize;
-  const uint64_t avail = uint64_t(v.f_bavail) * unit, total = uint64_t(v.f_blocks) * unit;
-  const uint64_t base_reserve = std::min<uint64_t>(fmt::kSpaceReserveMax, total / 16);
-  const uint64_t reserve = std::max<uint64_t>(2 * bytes, base_reserve);
-  std::lock_guard<std::mutex> g(space_mu_);
-  const uint64_t need = std::max<uint64_t>(bytes + reserve, space_need_);
-  if (avail >= need) {
-    space_need_ = 0;
-    return Status::OK();
-  }
-  // Hysteresis: until this much is free, smaller writes are refused too (bounded by one base
-  // reserve above the current free space, so one oversized dump does not block the rest).
-  space_need_ = std::min<uint64_t>(need, avail + base_reserve);
-  return Status::NoSpace(what + " into " + path_ + ": " + std::to_string(avail) + " bytes free on its file system, " +
-                         std::to_string(need) + " needed (" + std::to_string(bytes) + " to write plus a reserve of " +
-                         std::to_string(need - bytes) + " kept so the index can always commit and close); nothing "
-                         "was written. Free disk space (e.g. `ucm gc --max-bytes`) and retry");
-}
-
-Status StoreImpl::active_file_locked(std::shared_ptr<ActiveFile>* af) {
-  if (!roller_) roller_ = std::make_unique<FileRoller>(path_, index_, &commit_mu_);
-  return roller_->get(0, af);
-}
-
-Status StoreImpl::append_record(fmt::RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces,
-                                uint32_t* file, uint64_t* off, std::shared_ptr<ActiveFile>* af) {
-  std::shared_ptr<ActiveFile> cur;
-  {
-    std::lock_guard<std::mutex> g(append_mu_);
-    Status s = active_file_locked(&cur);
-    if (!s.ok()) return s;
-  }
-  Status s = cur->w->append(h, pieces, off);
-  if (!s.ok()) return s;
-  *file = cur->w->file_id();
-  *af = cur;
-  return Status::OK();
-}
-
-Status StoreImpl::reserve_range(uint64_t bytes, uint64_t* off, std::shared_ptr<ActiveFile>* af) {
-  std::lock_guard<std::mutex> g(append_mu_);
-  Status s = active_file_locked(af);
-  if (!s.ok()) return s;
-  return (*af)->w->reserve(bytes, off);
-}
-
-void StoreImpl::submit_commit(std::function<void()> f) {
-  {
-    std::lock_guard<std::mutex> g(commit_q_mu_);
-    commit_q_.push_back(std::move(f));
-  }
-  commit_q_cv_.notify_one();
-}
-
-void StoreImpl::commit_loop() {
-  for (;;) {
-    std::function<void()> f;
-    {
-      std::unique_lock<std::mutex> l(commit_q_mu_);
-      commit_q_cv_.wait(l, [&] { return commit_stop_ || !commit_q_.empty(); });
-      if (commit_q_.empty()) return;
-      f = std::move(commit_q_.front());
-      commit_q_.pop_front();
-    }
-    f();
-  }
-}
-
-
-// ---------------------------------------------------------------------------------------------
-// dump, in the phases named in store_impl.h: check, mark present, reserve, write (I/O threads),
+// dump, in the phases named in store_writer.h: check, mark present, reserve, write (I/O threads),
 // commit (commit thread: sync, then index).
 namespace {
 uint64_t dump_record_bytes(const NamespaceDesc& d, const DumpItem& it) {
@@ -85,9 +16,8 @@ uint64_t dump_record_bytes(const NamespaceDesc& d, const DumpItem& it) {
 }
 }  // namespace
 
-Status StoreImpl::dump_check(const NamespaceId& ns, const DumpItem* items, size_t n, NamespaceDesc* d) {
-  Status s = writer_only("dump");
-  if (s.ok()) s = get_namespace(ns, d);
+Status StoreWriter::dump_check(const NamespaceId& ns, const DumpItem* items, size_t n, NamespaceDesc* d) {
+  Status s = s_.namespace_desc(ns, d);  // a writer's index is current: no catch-up
   if (s.ok() && n && !items) s = Status::InvalidArgument("dump: items is null with n > 0");
   for (size_t i = 0; s.ok() && i < n; ++i) {
     if (!items[i].kv && !items[i].kv_pages)
@@ -113,19 +43,19 @@ Status StoreImpl::dump_check(const NamespaceId& ns, const DumpItem* items, size_
   return s;
 }
 
-void StoreImpl::dump_mark_present(DumpState* st) {
+void StoreWriter::dump_mark_present(DumpState* st) {
   // The in-memory fingerprint table first (the writer keeps it exact for its own commits); only a
   // fingerprint hit costs an index get. Duplicates within the task are written once.
   const size_t n = st->items.size();
   std::vector<size_t> hits;
   {
-    std::shared_lock<std::shared_mutex> g(table_mu_);
+    std::shared_lock<std::shared_mutex> g(s_.table_mu);
     for (size_t i = 0; i < n; ++i)
-      if (table_.contains(fmt::block_fingerprint(st->ns, st->items[i].hash))) hits.push_back(i);
+      if (s_.table.contains(fmt::block_fingerprint(st->ns, st->items[i].hash))) hits.push_back(i);
   }
   fmt::BlockRecord cur;
   for (size_t i : hits)
-    if (index_->get_block(st->ns, st->items[i].hash, &cur).ok()) st->skip[i] = true;
+    if (s_.index->get_block(st->ns, st->items[i].hash, &cur).ok()) st->skip[i] = true;
   if (n > 1) {
     std::set<BlockHash> seen;
     for (size_t i = 0; i < n; ++i)
@@ -133,7 +63,7 @@ void StoreImpl::dump_mark_present(DumpState* st) {
   }
 }
 
-Status StoreImpl::dump_reserve(DumpState* st) {
+Status StoreWriter::dump_reserve(DumpState* st) {
   // The task's records are contiguous, reserved (and allocated) up front in runs of at most kRun
   // bytes, each record's KV record followed by its repr record.
   constexpr uint64_t kRun = 64ull << 20;
@@ -166,7 +96,7 @@ Status StoreImpl::dump_reserve(DumpState* st) {
   return Status::OK();
 }
 
-Status StoreImpl::dump_write_one(DumpState* st, size_t i) {
+Status StoreWriter::dump_write_one(DumpState* st, size_t i) {
   // Encode the KV record (and the repr record right after it) into a page-aligned staging
   // buffer, copying and checksumming in one pass, then write both with one O_DIRECT write.
   thread_local fmt::AlignedBuffer stage;
@@ -218,7 +148,7 @@ Status StoreImpl::dump_write_one(DumpState* st, size_t i) {
   return Status::OK();
 }
 
-Status StoreImpl::dump_sync(DumpState* st) {
+Status StoreWriter::dump_sync(DumpState* st) {
   for (auto& f : st->files) {
     if (f->synced_epoch >= st->epoch) continue;  // an fdatasync begun after our writes covered it
     const uint64_t e = write_epoch_.load();
@@ -229,7 +159,7 @@ Status StoreImpl::dump_sync(DumpState* st) {
   return Status::OK();
 }
 
-Status StoreImpl::dump_index(DumpState* st, const std::vector<Status>& bs, std::vector<size_t>* added) {
+Status StoreWriter::dump_index(DumpState* st, const std::vector<Status>& bs, std::vector<size_t>* added) {
   std::lock_guard<std::mutex> g(commit_mu_);
   const size_t n = st->items.size();
   Index::Batch b;
@@ -241,10 +171,10 @@ Status StoreImpl::dump_index(DumpState* st, const std::vector<Status>& bs, std::
     fmt::BlockRecord cur;
     bool maybe;
     {
-      std::shared_lock<std::shared_mutex> tg(table_mu_);
-      maybe = table_.contains(fmt::block_fingerprint(st->ns, h));
+      std::shared_lock<std::shared_mutex> tg(s_.table_mu);
+      maybe = s_.table.contains(fmt::block_fingerprint(st->ns, h));
     }
-    if (maybe && index_->get_block(st->ns, h, &cur).ok()) {
+    if (maybe && s_.index->get_block(st->ns, h, &cur).ok()) {
       st->skip[i] = true;  // raced with another dump of the same block: ours is dead space
       continue;
     }
@@ -264,11 +194,11 @@ Status StoreImpl::dump_index(DumpState* st, const std::vector<Status>& bs, std::
     f->rec.live_bytes += uint64_t(live[id]);
     b.put_file(id, f->rec);
   }
-  Status s = index_->write(b, true);
+  Status s = s_.index->write(b, true);
   if (s.ok()) {
-    std::unique_lock<std::shared_mutex> tg(table_mu_);
-    for (size_t i : *added) table_.insert(fmt::block_fingerprint(st->ns, st->items[i].hash));
-    applied_seq_ = index_->journal_seq();
+    std::unique_lock<std::shared_mutex> tg(s_.table_mu);
+    for (size_t i : *added) s_.table.insert(fmt::block_fingerprint(st->ns, st->items[i].hash));
+    s_.applied_seq = s_.index->journal_seq();
   } else {
     // Nothing was indexed; undo the in-memory live bytes.
     for (auto& f : st->files) f->rec.live_bytes -= uint64_t(live[f->w->file_id()]);
@@ -276,7 +206,7 @@ Status StoreImpl::dump_index(DumpState* st, const std::vector<Status>& bs, std::
   return s;
 }
 
-void StoreImpl::dump_commit(const std::shared_ptr<TaskImpl>& t, DumpState* st) {
+void StoreWriter::dump_commit(const std::shared_ptr<TaskImpl>& t, DumpState* st) {
   // On the commit thread. All records of this task are written (or failed). Make them durable
   // (store_v1.md §3.4: data fdatasync'd before the synced index batch), then index them.
   const size_t n = st->items.size();
@@ -305,26 +235,26 @@ void StoreImpl::dump_commit(const std::shared_ptr<TaskImpl>& t, DumpState* st) {
     if (whole.ok())
       for (size_t i : added) {
         t->written()[i] = 1;
-        metrics_.blocks_dumped.fetch_add(1, std::memory_order_relaxed);
-        metrics_.bytes_dumped.fetch_add(st->recs[i].bytes(), std::memory_order_relaxed);
+        s_.metrics.blocks_dumped.fetch_add(1, std::memory_order_relaxed);
+        s_.metrics.bytes_dumped.fetch_add(st->recs[i].bytes(), std::memory_order_relaxed);
       }
     if (!whole.ok())
       for (size_t i = 0; i < n; ++i)
         if (bs[i].ok() && !st->skip[i]) bs[i] = whole;
   }
   for (size_t i = 0; i < n; ++i) {
-    if (st->skip[i] && bs[i].ok()) metrics_.dump_skipped.fetch_add(1, std::memory_order_relaxed);
-    metrics_.count_error(bs[i].code());
+    if (st->skip[i] && bs[i].ok()) s_.metrics.dump_skipped.fetch_add(1, std::memory_order_relaxed);
+    s_.metrics.count_error(bs[i].code());
   }
-  metrics_.dump_task.observe_ns(elapsed_ns(t->t0));
+  s_.metrics.dump_task.observe_ns(elapsed_ns(t->t0));
   t->finish();
 }
 
-std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* items, size_t n) {
+std::shared_ptr<Task> StoreWriter::dump(const NamespaceId& ns, const DumpItem* items, size_t n) {
   NamespaceDesc d;
   Status s = dump_check(ns, items, n, &d);
   if (!s.ok()) {
-    metrics_.count_error(s.code());
+    s_.metrics.count_error(s.code());
     return TaskImpl::Failed(n, s);
   }
   auto t = std::make_shared<TaskImpl>(n);
@@ -343,7 +273,7 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
   dump_mark_present(st.get());
   s = dump_reserve(st.get());
   if (!s.ok()) {
-    metrics_.count_error(s.code());
+    s_.metrics.count_error(s.code());
     return TaskImpl::Failed(n, Status(s.code(), "dump of " + std::to_string(n) + " blocks: " + s.message() +
                                                    " (nothing was committed)"));
   }
@@ -357,7 +287,7 @@ std::shared_ptr<Task> StoreImpl::dump(const NamespaceId& ns, const DumpItem* ite
       job_finished();  // cheap no-op
       continue;
     }
-    pool_->submit([this, t, st, i, job_finished] {
+    s_.pool->submit([this, t, st, i, job_finished] {
       t->statuses()[i] = dump_write_one(st.get(), i);
       job_finished();
     });
