@@ -1,9 +1,9 @@
 // test_generate: `ucm generate` (the reference engine, the store through the C ABI only) on the
 // real model (SmolLM2-135M-Instruct) and real documents of the default corpus (python3.11-doc).
 //
-//   * Seven documents are precomputed with `ucm precompute`; each, with a question appended, is
+//   * Four documents are precomputed with `ucm precompute`; each, with a question appended, is
 //     answered from the cache and by full recompute in the same run: the 32 greedy tokens are the
-//     same for at least five (any other diverges only at a near-tie), the prefix hit covers every
+//     same for at least three (any other diverges only at a near-tie), the prefix hit covers every
 //     full block of the document but the last one, and the first token's logits agree.
 //   * A prompt that ends mid-block: the full blocks before it hit; the tokens still agree.
 //   * A corrupted block in the prefix: it is reported, not used; it and what follows are
@@ -44,9 +44,9 @@ using ucm::test::kDocsDir;
 
 namespace {
 
-// Real documents of 2.5-6 KB (about 600-1500 tokens with the template), in corpus order.
-const std::vector<std::string> kDocs = {"codeop.rst.txt", "copy.rst.txt",  "linecache.rst.txt", "netrc.rst.txt",
-                                        "pwd.rst.txt",    "grp.rst.txt",   "fnmatch.rst.txt"};
+// Real documents of 2.5-3.5 KB (about 600-900 tokens with the template), in corpus order. Four
+// keep the suite's fp32 forward passes short (each document is answered twice per run).
+const std::vector<std::string> kDocs = {"codeop.rst.txt", "copy.rst.txt", "linecache.rst.txt", "netrc.rst.txt"};
 const char* kQuestion = "\n\nIn two sentences, what is this module for?<|im_end|>\n<|im_start|>assistant\n";
 
 std::string tmpl() { return std::string(UCM_SOURCE_DIR) + "/configs/template_chat.txt"; }
@@ -87,7 +87,7 @@ class Generate : public ::testing::Test {
 
   static fs::path root_;                   // this process's scratch directory
   static ucm::test::FixtureDir fixture_;  // the precomputed store's directory
-  static fs::path store_;                  // the store of the seven documents: read only
+  static fs::path store_;                  // the store of the four documents: read only
 };
 fs::path Generate::root_;
 ucm::test::FixtureDir Generate::fixture_;
@@ -97,7 +97,7 @@ TEST_F(Generate, CachedPrefixGivesTheRecomputedTokens) {
   // The cached path reads K/V that precompute rounded to bf16 in its own batches, full recompute
   // rounds its own: last-bit differences, which a near-tie between two next tokens can turn into a
   // different greedy choice (it depends on the CPU's BLAS kernels: on one machine copy.rst.txt
-  // flips at step 9 with a margin of a few hundredths of a logit). So: at least 5 of the 7
+  // flips at step 9 with a margin of a few hundredths of a logit). So: at least 3 of the 4
   // documents give the same 32 tokens, and any that does not diverges only at a near-tie of full
   // recompute's own distribution, after at least 8 equal tokens. A wrong block, position or head
   // moves the logits by whole units and fails both.
@@ -134,7 +134,7 @@ TEST_F(Generate, CachedPrefixGivesTheRecomputedTokens) {
                 (unsigned long long)j["prefix_hit_tokens"].get<uint64_t>(), j["ttft_cached_ms"].get<double>(),
                 j["ttft_recompute_ms"].get<double>(), diff);
   }
-  EXPECT_GE(exact, 5u) << "documents whose 32 cached tokens equal full recompute's";
+  EXPECT_GE(exact, 3u) << "documents whose 32 cached tokens equal full recompute's";
   std::printf("[ generate ] %zu of %zu documents give the same 32 tokens; largest first-token logit difference %.3g\n",
               exact, kDocs.size(), worst);
 }

@@ -31,6 +31,9 @@ DOCS = ["c-api/apiabiversion.rst.txt", "library/pickletools.rst.txt", "library/s
 TEMPLATE = ROOT / "configs" / "template_chat.txt"
 QUESTION = "\nQuestion: what is 2 + 2? Answer in 3 words."
 T = 16
+# These tests check token ids, block hashes and registry entries, never K/V values: the faster
+# compute path where the CPU has one (--compute-dtype auto: bf16 on AMX/AVX512-BF16, else fp32).
+FAST = ["--compute-dtype", "auto"]
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -97,7 +100,7 @@ def test_text_route_misses_and_token_ids_route_finds_every_block(corpus, model_d
     texts = [json.loads(l)["text"] for l in open(docs)]
     # The text route (ucm's own tokenizer): the problem, measured.
     text_store = d / "text-store"
-    out = run([ucm_bin, "precompute", "--model", model_dir, "--corpus", docs, "--store", text_store,
+    out = run([ucm_bin, "precompute", *FAST, "--model", model_dir, "--corpus", docs, "--store", text_store,
                "--template", TEMPLATE, "--json"])
     assert json.loads(out.stdout)["documents"] == len(DOCS)
     assert "GPT2Tokenizer" in out.stderr and "token_ids" in out.stderr, "precompute on text must warn"
@@ -114,7 +117,7 @@ def test_text_route_misses_and_token_ids_route_finds_every_block(corpus, model_d
     for e, text in zip(entries, texts):
         assert e["token_ids"] == server_tok(pre + text + suf)["input_ids"]
     ids_store = d / "ids-store"
-    out = run([ucm_bin, "precompute", "--model", model_dir, "--corpus", ids_path, "--store", ids_store, "--json"])
+    out = run([ucm_bin, "precompute", *FAST, "--model", model_dir, "--corpus", ids_path, "--store", ids_store, "--json"])
     rep = json.loads(out.stdout)
     assert rep["documents"] == len(DOCS) and not rep.get("skipped_entries")
     assert "GPT2Tokenizer" not in out.stderr, "no tokenizer warning when every entry is token ids"
@@ -190,7 +193,7 @@ def test_bad_token_id_entries_are_skipped_with_reasons(corpus, model_dir, ucm_bi
              {"id": "prefix", "token_ids": good, "prefix_tokens": 999},
              {"id": "good2", "token_ids": good[:T] + [7] * (2 * T), "text": "ignored: ids win"}]
     path.write_text("".join(json.dumps(l) + "\n" for l in lines))
-    p = run([ucm_bin, "precompute", "--model", model_dir, "--corpus", path, "--store", d / "bad-store", "--json"])
+    p = run([ucm_bin, "precompute", *FAST, "--model", model_dir, "--corpus", path, "--store", d / "bad-store", "--json"])
     rep = json.loads(p.stdout)
     assert rep["documents"] == 2
     by_line = {e["location"].rsplit(":", 1)[1]: e for e in rep["skipped_entries"]}
@@ -208,7 +211,7 @@ def test_bad_token_id_entries_are_skipped_with_reasons(corpus, model_dir, ucm_bi
         hit = s.lookup(ns, ucm.hash_blocks(ns.hash_seed, good, T))
         assert hit.prefix_blocks == 3
     # --strict: the first bad entry stops the run, naming it.
-    p = run([ucm_bin, "precompute", "--model", model_dir, "--corpus", path, "--store", d / "strict-store",
+    p = run([ucm_bin, "precompute", *FAST, "--model", model_dir, "--corpus", path, "--store", d / "strict-store",
              "--strict", "--json"], ok=(1,))
     assert "oov" in p.stderr or "49152" in p.stderr
 
@@ -224,7 +227,7 @@ def test_chunks_from_token_ids(corpus, model_dir, server_tok, ucm_bin):
     prefix = server_tok(tpl.read_text())["input_ids"]
     assert all(e["prefix_tokens"] == len(prefix) and e["token_ids"][:len(prefix)] == prefix for e in entries)
     store = d / "chunk-store"
-    rep = json.loads(run([ucm_bin, "precompute", "--model", model_dir, "--corpus", ids_path, "--store", store,
+    rep = json.loads(run([ucm_bin, "precompute", *FAST, "--model", model_dir, "--corpus", ids_path, "--store", store,
                           "--chunks", "--json"]).stdout)
     assert rep["documents"] == len(DOCS)
     texts = [json.loads(l)["text"] for l in open(docs)]
@@ -243,6 +246,6 @@ def test_chunks_from_token_ids(corpus, model_dir, server_tok, ucm_bin):
     e = dict(entries[0], id="other-prefix")
     e["token_ids"] = [5] + e["token_ids"][1:]
     bad.write_text(json.dumps(e) + "\n")
-    rep = json.loads(run([ucm_bin, "precompute", "--model", model_dir, "--corpus", bad, "--store", store,
+    rep = json.loads(run([ucm_bin, "precompute", *FAST, "--model", model_dir, "--corpus", bad, "--store", store,
                           "--chunks", "--json"]).stdout)
     assert rep["documents"] == 0 and "differs from the namespace's" in rep["skipped_entries"][0]["reason"]
