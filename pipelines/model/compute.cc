@@ -83,10 +83,13 @@ ComputeChoice choose_compute(const std::string& want, torch::Device dev) {
   return {torch::kBFloat16, "bf16", isa};
 }
 
-int set_compute_threads(int n) {
+int set_compute_threads(int n, bool blas_gemms) {
   if (n <= 0) {
     const char* env = std::getenv("OMP_NUM_THREADS");
     if (env && *env) return at::get_num_threads();
+  }
+  if (n <= 0 && blas_gemms) n = 1;
+  if (n <= 0) {
     cpu_set_t set;
     CPU_ZERO(&set);
     n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;

@@ -25,10 +25,15 @@ struct ComputeChoice {
 /// the value and the choices.
 ComputeChoice choose_compute(const std::string& want, torch::Device dev);
 
-/// Sets libtorch's intra-op threads (GEMMs, element-wise ops) to `n`, or, for n = 0, to every
-/// core this process may run on (sched_getaffinity) unless OMP_NUM_THREADS is set. libgomp counts
-/// 1 on some 2-vCPU machines, which leaves a core idle. Returns the count in effect.
-int set_compute_threads(int n);
+/// Sets libtorch's intra-op threads (its OpenMP threads: element-wise ops, oneDNN's bf16 GEMMs) to
+/// `n`, or, for n = 0 and OMP_NUM_THREADS unset, to:
+///  * 1 when blas_gemms (fp32 on the CPU): OpenBLAS runs those GEMMs on its own threads (every
+///    core, OPENBLAS_NUM_THREADS), and OpenMP threads spinning between ops beside them halve the
+///    prefill (measured, SmolLM2 fp32, 2 cores: 164-200 tokens/s with 2 OpenMP threads, 291 with 1);
+///  * every core this process may run on (sched_getaffinity) otherwise: libgomp counts 1 on some
+///    2-vCPU machines, which leaves a core idle (bf16: 484 tokens/s with 2).
+/// Returns the count in effect.
+int set_compute_threads(int n, bool blas_gemms = false);
 
 /// The core whose kernels the loaded OpenBLAS (libtorch's fp32 BLAS on Debian) runs, e.g.
 /// "SkylakeX", "Haswell", "Prescott"; "" when the process has no OpenBLAS.

@@ -29,7 +29,8 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
     return Status::InvalidArgument(std::string("--compute-dtype: ") + e.what());
   }
   if (o.threads < -1) return Status::InvalidArgument("--threads must be >= 0 (0: every core)");
-  const int threads = o.threads >= 0 ? set_compute_threads(o.threads) : at::get_num_threads();
+  const int threads = o.threads >= 0 ? set_compute_threads(o.threads, dev.is_cpu() && cc.dtype == torch::kFloat)
+                                     : at::get_num_threads();
   try {
     *out = LlamaModel::load(o.model_dir, dev, cc.dtype);
   } catch (const std::exception& e) {

@@ -15,7 +15,7 @@ struct LoadOptions {
   std::string model_dir;              ///< Hugging Face model directory (config.json + safetensors)
   std::string device = "cpu";         ///< "cpu" | "cuda" | "cuda:N"
   std::string compute_dtype = "fp32"; ///< "fp32" | "bf16" | "auto" (choose_compute, compute.h)
-  int threads = -1;                   ///< libtorch intra-op threads: -1 leaves them, 0 = every core
+  int threads = -1;                   ///< libtorch intra-op threads: -1 leaves them, 0 = set_compute_threads's default
 };
 
 /// What a loaded model computes with.
