@@ -63,9 +63,9 @@ std::string PrecomputeSummary::to_text() const {
     s << "  ... and more skipped entries (all of them: --json, or the warnings on stderr)\n";
   s << "blocks " << blocks_written << " written, " << blocks_existing << " already present\n";
   char buf[256];
-  std::snprintf(buf, sizeof buf, "tokens %llu in %.1f s (%.0f tokens/s; prefill %.1f s, %s compute on %s, %d threads)\n",
+  std::snprintf(buf, sizeof buf, "tokens %llu in %.1f s (%.0f tokens/s; prefill %.1f s, %s compute on %s, %d libtorch thread%s)\n",
                 (unsigned long long)tokens, seconds, tokens_per_second, prefill_seconds, compute_dtype.c_str(),
-                compute_path.c_str(), threads);
+                compute_path.c_str(), threads, threads == 1 ? "" : "s");
   s << buf;
   if (interrupted)
     s << "interrupted" << (signal ? " by signal " + std::to_string(signal) : std::string())
@@ -99,11 +99,11 @@ std::string BenchResult::to_text() const {
                 "bare prefill:   %8.1f tokens/s (mean of %.2f s before and %.2f s after)\n"
                 "full precompute:%8.1f tokens/s (%.2f s, of which %.2f s in the model forward)\n"
                 "ratio %.3f (target >= 0.9)\n"
-                "compute %s (%s), %d threads, device %s\n",
+                "compute %s (%s), %d libtorch thread%s, device %s\n",
                 (unsigned long long)documents, (unsigned long long)tokens, (unsigned long long)batches,
                 prefill_tokens_per_second, prefill_seconds_before, prefill_seconds_after,
                 precompute_tokens_per_second, precompute_seconds, precompute_prefill_seconds, ratio,
-                compute_dtype.c_str(), compute_path.c_str(), threads, device.c_str());
+                compute_dtype.c_str(), compute_path.c_str(), threads, threads == 1 ? "" : "s", device.c_str());
   return buf;
 }
 
