@@ -2,9 +2,6 @@
 // suffix after a cached prefix, and decode), used by `ucm generate` and `ucm eval retrieval`.
 // The layers are forward()'s (llama_layer.cc); the K/V attention reads come from the cache, in the
 // cache's dtype.
-#include <algorithm>
-#include <cmath>
-#include <limits>
 #include <string>
 
 #include "llama_model.h"

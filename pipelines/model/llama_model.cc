@@ -20,10 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 namespace st = ucm::safetensors;
-using ops::apply_rope;
 using ops::rms_norm;
-using ops::add_linear_;
-using ops::attn_matmul;
 
 [[noreturn]] void cfg_fail(const std::string& path, const std::string& what) {
   throw ModelError("model config " + path + ": " + what);
