@@ -368,8 +368,23 @@ do_bench_precompute() {
   else
     note "ucm bench precompute has no --device option: ran on the CPU"
   fi
-  "$UCM_BIN" bench precompute --model "$MODEL" --corpus "$CORPUS" --docs 5 --template "$TEMPLATE" "${dev[@]}" --json \
-    >"$OUT/bench_precompute.json"
+  local args=(bench precompute --model "$MODEL" --corpus "$CORPUS" --docs 5 --template "$TEMPLATE" "${dev[@]}" --json)
+  SPDLOG_LEVEL=${SPDLOG_LEVEL:-debug} stdbuf -oL "$UCM_BIN" "${args[@]}" >"$OUT/bench_precompute.json"
+  local rc=$?
+  if [ "$rc" -ge 128 ]; then
+    # A crash: where (gdb, when the machine has it), and whether the CPU path crashes too.
+    echo "## crashed with rc=$rc; stdout had $(wc -c <"$OUT/bench_precompute.json") bytes"
+    if command -v gdb >/dev/null; then
+      timeout 120 gdb -q -batch -ex run -ex bt -ex 'info threads' --args "$BUILD/libexec/ucm/ucm-torch" "${args[@]}" 2>&1 | tail -80
+    else
+      echo "## no gdb on this machine"
+    fi
+    echo "## the same on the CPU"
+    "$UCM_BIN" bench precompute --model "$MODEL" --corpus "$CORPUS" --docs 5 --template "$TEMPLATE" --json \
+      >"$OUT/bench_precompute_cpu.json"
+    note "crashed (rc=$rc) with ${dev[*]}; on the CPU: rc=$?"
+  fi
+  return "$rc"
 }
 
 # ---- f. GPU precompute against CPU precompute ----

@@ -2,6 +2,9 @@
 // per-thread function; the host-run harness (tests/kernels) calls the same functions.
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <vector>
+
 #include "ucm/kernels/launch.h"
 
 namespace ucm::kernels {
@@ -19,10 +22,88 @@ __global__ void scatter_kernel(ScatterArgs a, uint64_t total) {
     scatter_unit(a, i);
 }
 
+// ---- scoring: 16 lanes (a half-warp) per (set, block) row ----
+// Lane j keeps libucm's accumulator j (elements d = j, j + 16, ...: one 32-byte load of a bf16 row
+// per step for the half-warp), then every lane adds the tail and the 16 accumulators in order, as
+// dot_row / bound_row do, so a score equals score_block's (the host harness's) bit for bit. One
+// thread per row, as before, read each row alone: 0.023x of a device-to-device copy of the same
+// bytes on an H100 (`ucm bench kernels`, docs/device.md).
+static_assert(kLanes == 16, "a half-warp holds the 16 lane accumulators");
+
+// The tail (every lane computes it) plus the half-warp's 16 accumulators, in lane order. Every
+// lane of the warp must call it (the shuffles name all 32).
+__device__ float half_sum(float acc, float tail) {
+  float s = tail;
+  for (int j = 0; j < int(kLanes); ++j) s = add_rn(s, __shfl_sync(0xffffffffu, acc, j, kLanes));
+  return s;
+}
+
+__device__ float dot_row_half(const float* q, const void* row, int32_t dt, uint32_t D, uint32_t j) {
+  const uint32_t full = D / kLanes * kLanes;
+  float acc = 0.0f, tail = 0.0f;
+  for (uint32_t d = 0; d < full; d += kLanes) acc = add_rn(acc, mul_rn(load_elem(row, dt, d + j), q[d + j]));
+  for (uint32_t d = full; d < D; ++d) tail = add_rn(tail, mul_rn(load_elem(row, dt, d), q[d]));
+  return half_sum(acc, tail);
+}
+
+__device__ float bound_row_half(const float* q, const void* row, int32_t dt, uint32_t D, uint32_t j) {
+  const uint32_t full = D / kLanes * kLanes;
+  float acc = 0.0f, tail = 0.0f;
+  for (uint32_t d = 0; d < full; d += kLanes) {
+    const float a = mul_rn(q[d + j], load_elem(row, dt, d + j)), b = mul_rn(q[d + j], load_elem(row, dt, D + d + j));
+    acc = add_rn(acc, a > b ? a : b);
+  }
+  for (uint32_t d = full; d < D; ++d) {
+    const float a = mul_rn(q[d], load_elem(row, dt, d)), b = mul_rn(q[d], load_elem(row, dt, D + d));
+    tail = add_rn(tail, a > b ? a : b);
+  }
+  return half_sum(acc, tail);
+}
+
+// score_block's value for (s, c), computed by the 16 lanes j of a half-warp (all get it).
+__device__ float score_row_half(const ScoreArgs& a, uint32_t s, uint32_t c, uint32_t j) {
+  float v = 0.0f;
+  const size_t row = size_t(s) * a.C + c;
+  if (a.kind == kScoreHamming) {
+    const uint8_t* codes = static_cast<const uint8_t*>(a.r) + row * a.T * a.Bb;
+    const uint8_t* qcode = a.code + size_t(s) * a.Bb;
+    uint32_t best = 0xffffffffu;
+    for (uint32_t t = j; t < a.T; t += kLanes) {
+      const uint32_t pc = hamming_token(codes + size_t(t) * a.Bb, a.Bb, qcode);
+      best = pc < best ? pc : best;
+    }
+    for (int o = int(kLanes) / 2; o > 0; o /= 2) {
+      const uint32_t other = __shfl_xor_sync(0xffffffffu, best, o, kLanes);
+      best = other < best ? other : best;
+    }
+    v = float(8 * a.Bb - (a.T ? best : 8 * a.Bb));
+  } else {
+    const uint32_t es = dtype_bytes(a.dtype), width = a.kind == kScoreDot ? a.D : 2 * a.D;
+    const void* rp = static_cast<const uint8_t*>(a.r) + row * width * es;
+    for (uint32_t g = 0; g < a.G; ++g) {
+      const float* q = a.q + (size_t(s) * a.G + g) * a.D;
+      const float t = a.kind == kScoreDot ? dot_row_half(q, rp, a.dtype, a.D, j) : bound_row_half(q, rp, a.dtype, a.D, j);
+      v = g == 0 ? t : (t > v ? t : v);
+    }
+  }
+  if (is_nan(v) || (a.valid && !a.valid[c])) v = bits_f32(0xff800000u);
+  return v;
+}
+
+// Rows [0, rows) of out (row i = s * n + c), half-warp h of `halves` (an even number) taking rows
+// h, h + halves, ... The two halves of a warp run the same iterations (the shuffles need all 32
+// lanes): a half past the end scores a clamped row and writes nothing.
+__device__ void score_rows(const ScoreArgs& a, uint64_t rows, uint64_t h, uint64_t halves, uint32_t j) {
+  for (uint64_t base = h & ~uint64_t(1); base < rows; base += halves) {
+    const uint64_t i = base + (h & 1), ic = i < rows ? i : rows - 1;
+    const float v = score_row_half(a, uint32_t(ic / a.n), uint32_t(ic % a.n), j);
+    if (i < rows && j == 0) a.out[ic] = v;
+  }
+}
+
 __global__ void scores_kernel(ScoreArgs a) {
-  const uint64_t total = uint64_t(a.S) * a.n;
-  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < total; i += uint64_t(gridDim.x) * blockDim.x)
-    score_block(a, uint32_t(i / a.n), uint32_t(i % a.n));
+  const uint64_t t = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x;
+  score_rows(a, uint64_t(a.S) * a.n, t / kLanes, uint64_t(gridDim.x) * blockDim.x / kLanes, threadIdx.x % kLanes);
 }
 
 __global__ void sign_hash_kernel(SignHashArgs a) {
@@ -83,13 +164,59 @@ __global__ void psa_kernel(SelectArgs a) {
   compact(a, s, lane);
 }
 
+// One CUDA block per set: its 16 half-warps score the set's n rows, then warp 0 selects.
+constexpr uint32_t kScoreTopkThreads = 256;
+
 __global__ void score_topk_kernel(ScoreArgs sc, SelectArgs a) {
-  const uint32_t s = blockIdx.x * kSetsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (s >= a.S) return;
-  for (uint32_t c = lane; c < sc.n; c += 32) score_block(sc, s, c);
-  __syncwarp();
-  __threadfence_block();
-  topk_set(a, s, lane);
+  const uint32_t s = blockIdx.x;
+  ScoreArgs row = sc;  // set s alone: rows c of out + s * n
+  row.out = sc.out + size_t(s) * sc.n;
+  row.S = 1;
+  row.r = static_cast<const uint8_t*>(sc.r) + size_t(s) * sc.C *
+          (sc.kind == kScoreHamming ? size_t(sc.T) * sc.Bb : size_t(sc.kind == kScoreDot ? sc.D : 2 * sc.D) * dtype_bytes(sc.dtype));
+  if (sc.q) row.q = sc.q + size_t(s) * sc.G * sc.D;
+  if (sc.code) row.code = sc.code + size_t(s) * sc.Bb;
+  score_rows(row, sc.n, threadIdx.x / kLanes, blockDim.x / kLanes, threadIdx.x % kLanes);
+  __syncthreads();  // the block's writes to out are visible to warp 0 after the barrier
+  if (threadIdx.x < 32) topk_set(a, s, threadIdx.x);
+}
+
+// The copies path: every run of the layer in one cudaMemcpyBatchAsync (CUDA 12.8+), which the
+// driver spreads over the copy engines; one cudaMemcpyAsync per run costs ~3 us of API time each
+// (H100, 32 KiB runs: 9.8 GB/s against 52.9 for one copy of the same bytes, `ucm bench kernels`,
+// docs/device.md). The legacy NULL stream cannot take a batch: there, and where the driver refuses
+// the batch call, the runs go one cudaMemcpyAsync each.
+std::atomic<bool> g_batch_refused{false};
+
+cudaError_t scatter_copies(const ScatterArgs& a, cudaStream_t stream) {
+  const uint64_t runs = a.n * 2 * scatter_runs_per_page(a), bytes = scatter_run_bytes(a);
+  std::vector<void*> dsts;
+  std::vector<const void*> srcs;
+  dsts.reserve(runs), srcs.reserve(runs);
+  for (uint64_t j = 0; j < runs; ++j) {
+    uint64_t so;
+    uint8_t* d;
+    if (!scatter_run(a, j, &so, &d)) continue;
+    dsts.push_back(d);
+    srcs.push_back(a.src + so);
+  }
+  if (dsts.empty()) return cudaSuccess;
+  if (stream != nullptr && stream != cudaStreamLegacy && !g_batch_refused.load(std::memory_order_relaxed)) {
+    std::vector<size_t> sizes(dsts.size(), size_t(bytes));
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;  // staging is written before, in stream order
+    size_t attr_idx = 0;
+    const cudaError_t e = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &attr_idx,
+                                               1, stream);
+    if (e == cudaSuccess) return e;
+    (void)cudaGetLastError();  // not sticky: clear it, and use single copies from now on
+    g_batch_refused.store(true, std::memory_order_relaxed);
+  }
+  for (size_t j = 0; j < dsts.size(); ++j) {
+    const cudaError_t e = cudaMemcpyAsync(dsts[j], srcs[j], bytes, cudaMemcpyHostToDevice, stream);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 uint32_t set_blocks(uint32_t S) { return (S + kSetsPerBlock - 1) / kSetsPerBlock; }
@@ -107,17 +234,7 @@ cudaError_t scatter_layer(const ScatterArgs& a0, cudaStream_t stream, ScatterPat
   const ScatterPath p = scatter_path(a);
   if (path) *path = p;
   if (a.n == 0) return cudaSuccess;
-  if (p == ScatterPath::kCopies) {
-    const uint64_t runs = a.n * 2 * scatter_runs_per_page(a), bytes = scatter_run_bytes(a);
-    for (uint64_t j = 0; j < runs; ++j) {
-      uint64_t so;
-      uint8_t* d;
-      if (!scatter_run(a, j, &so, &d)) continue;
-      const cudaError_t e = cudaMemcpyAsync(d, a.src + so, bytes, cudaMemcpyHostToDevice, stream);
-      if (e != cudaSuccess) return e;
-    }
-    return cudaSuccess;
-  }
+  if (p == ScatterPath::kCopies) return scatter_copies(a, stream);
   const uint64_t total = scatter_threads(a);
   scatter_kernel<<<blocks_for(total), kThreads, 0, stream>>>(a, total);
   return launched();
@@ -127,7 +244,7 @@ cudaError_t block_scores(const ScoreArgs& a, cudaStream_t stream) {
   if (!a.r || !a.out || a.n > a.C || (a.kind == kScoreHamming ? !a.code : (!a.q || !dtype_bytes(a.dtype))))
     return cudaErrorInvalidValue;
   if (a.S == 0 || a.n == 0) return cudaSuccess;
-  scores_kernel<<<blocks_for(uint64_t(a.S) * a.n), kThreads, 0, stream>>>(a);
+  scores_kernel<<<blocks_for(uint64_t(a.S) * a.n * kLanes), kThreads, 0, stream>>>(a);
   return launched();
 }
 
@@ -157,7 +274,7 @@ cudaError_t score_select_topk(const ScoreArgs& sc, const SelectArgs& sel, cudaSt
   if (!sc.r || !sc.out || !sel.mark || sc.n > sc.C || (sc.kind == kScoreHamming ? !sc.code : !sc.q))
     return cudaErrorInvalidValue;
   if (sc.S == 0 || sc.n == 0) return cudaSuccess;
-  score_topk_kernel<<<set_blocks(sc.S), 32 * kSetsPerBlock, 0, stream>>>(sc, sel);
+  score_topk_kernel<<<sc.S, kScoreTopkThreads, 0, stream>>>(sc, sel);
   return launched();
 }
 

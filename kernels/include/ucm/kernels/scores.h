@@ -62,19 +62,24 @@ UCM_HD float bound_row(const float* q, const void* row, int32_t dt, uint32_t D) 
   return s;
 }
 
+/// Hamming distance of one token's Bb-byte code b to qcode.
+UCM_HD uint32_t hamming_token(const uint8_t* b, uint32_t Bb, const uint8_t* qcode) {
+  uint32_t pc = 0, i = 0;
+  for (; i + 8 <= Bb; i += 8) {
+    uint64_t x, y;
+    memcpy(&x, b + i, 8);
+    memcpy(&y, qcode + i, 8);
+    pc += popcount64(x ^ y);
+  }
+  for (; i < Bb; ++i) pc += popcount64(uint64_t(b[i] ^ qcode[i]));
+  return pc;
+}
+
 /// max over the block's T token codes of (8 Bb - Hamming distance to qcode); 0 when T == 0.
 UCM_HD float hamming_row(const uint8_t* codes, uint32_t T, uint32_t Bb, const uint8_t* qcode) {
   uint32_t best = 0xffffffffu;
   for (uint32_t t = 0; t < T; ++t) {
-    const uint8_t* b = codes + size_t(t) * Bb;
-    uint32_t pc = 0, i = 0;
-    for (; i + 8 <= Bb; i += 8) {
-      uint64_t x, y;
-      memcpy(&x, b + i, 8);
-      memcpy(&y, qcode + i, 8);
-      pc += popcount64(x ^ y);
-    }
-    for (; i < Bb; ++i) pc += popcount64(uint64_t(b[i] ^ qcode[i]));
+    const uint32_t pc = hamming_token(codes + size_t(t) * Bb, Bb, qcode);
     best = pc < best ? pc : best;
   }
   return float(8 * Bb - (T ? best : 8 * Bb));
