@@ -37,6 +37,8 @@
 #   UCM_BENCH_STORE_ARGS  extra arguments of bench store (default: --blocks 4096 --lookup-blocks 0)
 #   UCM_PRECOMPUTE_GPU_ARGS  what makes precompute use the GPU (default: --device cuda)
 #   PYTHON                the Python with torch and numpy (default python3)
+#   UCM_DEVICE_PACK=1     on exit, pack $OUT into $OUT/all.tgz, leaving it, summary.json and
+#                         bench_kernels.json (the device tool returns only a few files)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -117,6 +119,14 @@ record() {  # name status rc seconds limit note
 on_exit() {
   write_summary
   say "total $(elapsed)s of a ${BUDGET}s budget; summary: $OUT/summary.json"
+  # The device tool brings back only a few files: UCM_DEVICE_PACK=1 leaves summary.json,
+  # bench_kernels.json and all.tgz (everything, steps/ included) in $OUT.
+  if [ "${UCM_DEVICE_PACK:-0}" = 1 ]; then
+    local tmp
+    tmp=$(mktemp -d)
+    (cd "$OUT" && tar czf "$tmp/all.tgz" . && cp -f summary.json "$tmp/" && { cp -f bench_kernels.json "$tmp/" 2>/dev/null || true; } &&
+      find . -mindepth 1 -delete && mv "$tmp"/* . && rmdir "$tmp")
+  fi
 }
 trap on_exit EXIT
 trap 'say "interrupted"; exit 130' INT TERM
