@@ -74,11 +74,12 @@ class Generate : public ::testing::Test {
   }
 
   // Runs `ucm generate --json` on prompt text; returns the parsed report (asserting exit 0).
-  static json generate(const std::string& prompt, const fs::path& store, const std::string& extra = "") {
+  static json generate(const std::string& prompt, const fs::path& store, const std::string& extra = "",
+                       int new_tokens = 32) {
     static int n = 0;
     const fs::path pf = root_ / ("prompt-" + std::to_string(n++) + ".txt");
     write_file(pf, prompt);
-    auto r = run_shell(std::string(UCM_BIN) + " generate --json --ignore-eos --max-new-tokens 32 --model " +
+    auto r = run_shell(std::string(UCM_BIN) + " generate --json --ignore-eos --max-new-tokens " + std::to_string(new_tokens) + " --model " +
                        shell_quote(model_dir()) + " --store " + shell_quote(store.string()) + " --template " +
                        shell_quote(tmpl()) + " --prompt-file " + shell_quote(pf.string()) + " " + extra);
     EXPECT_EQ(r.code, 0) << r.err;
@@ -228,15 +229,17 @@ TEST_F(Generate, SparseDecodeReadsStoredReprsAndRetrievalBeatsWindowsAlone) {
   // the sink/local windows alone (k = sink + local). Retrieval must lose less than the windows.
   const std::string prompt = read_file(fs::path(kDocsDir) / "linecache.rst.txt") + kQuestion;
   const fs::path windows = retrieval_config(root_, "windows", "sparse_ratio: 0.0\nmin_blocks: 3\n");
+  // 16 decode steps per run (five runs, each decoding sparse and dense): the means still separate
+  // retrieval from the windows.
   const json w = generate(prompt, store_, "--no-recompute --sparse quest --retrieval-config " +
-                                                       shell_quote(windows.string()));
+                                              shell_quote(windows.string()), 16);
   ASSERT_TRUE(w.contains("sparse")) << w.dump();
   const uint64_t n = w["sparse"]["context_blocks"].get<uint64_t>();
   ASSERT_GE(n, 40u);
   const double windows_kl = w["sparse"]["mean_kl"].get<double>();
   EXPECT_GT(windows_kl, 0.0);
   for (const char* policy : {"esa", "quest", "gsa", "psa"}) {
-    const json j = generate(prompt, store_, std::string("--no-recompute --sparse ") + policy);
+    const json j = generate(prompt, store_, std::string("--no-recompute --sparse ") + policy, 16);
     ASSERT_TRUE(j.contains("sparse")) << policy << j.dump();
     const json& s = j["sparse"];
     // The prompt's stored blocks give their representations; only the blocks past the hit are computed.
