@@ -25,6 +25,10 @@ Status Session::load(const SessionOptions& o) {
   model::LoadOptions lo;
   lo.model_dir = o.model_dir;
   lo.compute_dtype = o.compute_dtype;
+  // precompute's default (model::set_compute_threads): fp32 on the CPU runs its GEMMs on
+  // OpenBLAS's own threads and libtorch's element-wise work on one; libtorch's default (a thread
+  // per core) made the two pools spin against each other.
+  lo.threads = 0;
   UCM_RETURN_IF_ERROR(model::load_model(lo, &model_, nullptr));
   const std::string tp =
       o.tokenizer_file.empty() ? (fs::path(o.model_dir) / "tokenizer.json").string() : o.tokenizer_file;
