@@ -92,7 +92,8 @@ int set_compute_threads(int n, bool blas_gemms) {
   if (n <= 0) {
     cpu_set_t set;
     CPU_ZERO(&set);
-    n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    n = cores > 1 ? cores - 1 : 1;
   }
   at::set_num_threads(n);
   return at::get_num_threads();

@@ -30,8 +30,12 @@ ComputeChoice choose_compute(const std::string& want, torch::Device dev);
 ///  * 1 when blas_gemms (fp32 on the CPU): OpenBLAS runs those GEMMs on its own threads (every
 ///    core, OPENBLAS_NUM_THREADS), and OpenMP threads spinning between ops beside them halve the
 ///    prefill (measured, SmolLM2 fp32, 2 cores: 164-200 tokens/s with 2 OpenMP threads, 291 with 1);
-///  * every core this process may run on (sched_getaffinity) otherwise: libgomp counts 1 on some
-///    2-vCPU machines, which leaves a core idle (bf16: 484 tokens/s with 2).
+///  * otherwise (bf16: oneDNN's GEMMs) every core this process may run on (sched_getaffinity;
+///    libgomp counts 1 on some 2-vCPU machines) but one, which precompute's parallel stage (K/V
+///    conversion, hashes, representations, dumps) keeps busy: measured on 2 cores, 2026-11-27,
+///    `ucm bench precompute --docs 8 --compute-dtype bf16`, alternating, 1 thread against 2: bare
+///    prefill 672 / 548 / 790 against 399 / 393 / 550 tokens/s, full precompute 657 / 577 / 713
+///    against 326 / 332 / 363.
 /// Returns the count in effect.
 int set_compute_threads(int n, bool blas_gemms = false);
 

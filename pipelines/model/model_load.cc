@@ -28,7 +28,7 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
   } catch (const std::invalid_argument& e) {
     return Status::InvalidArgument(std::string("--compute-dtype: ") + e.what());
   }
-  if (o.threads < -1) return Status::InvalidArgument("--threads must be >= 0 (0: every core)");
+  if (o.threads < -1) return Status::InvalidArgument("--threads must be >= 0 (0: the default for the compute dtype)");
   const int threads = o.threads >= 0 ? set_compute_threads(o.threads, dev.is_cpu() && cc.dtype == torch::kFloat)
                                      : at::get_num_threads();
   try {

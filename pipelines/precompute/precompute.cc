@@ -28,7 +28,7 @@ Status load_model(const PrecomputeOptions& o, const Resources& res,
     return Status::OK();
   }
   if (o.model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR (or `model:` in --config)");
-  if (o.threads < 0) return Status::InvalidArgument("--threads must be >= 0 (0: every core)");
+  if (o.threads < 0) return Status::InvalidArgument("--threads must be >= 0 (0: the default for the compute dtype)");
   model::LoadOptions lo;
   lo.model_dir = o.model_dir;
   lo.device = o.device;

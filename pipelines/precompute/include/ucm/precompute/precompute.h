@@ -71,8 +71,9 @@ struct PrecomputeOptions {
   /// fp32 elsewhere). The stored K/V are in `dtype` either way. fp32 stays the default until bf16
   /// meets the K/V parity bar on every layer (docs/model.md, "Compute dtype").
   std::string compute_dtype = "fp32";
-  /// libtorch intra-op threads for prefill; 0 = every core this process may use (unless
-  /// OMP_NUM_THREADS is set). Store I/O runs on its own threads.
+  /// libtorch intra-op threads for prefill; 0 = model::set_compute_threads's default (fp32 on
+  /// the CPU: 1, beside OpenBLAS's own threads; bf16: every core this process may use but one),
+  /// unless OMP_NUM_THREADS is set. Store I/O runs on its own threads.
   int threads = 0;
 };
 
