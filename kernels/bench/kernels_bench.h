@@ -2,7 +2,8 @@
 // copy each must keep up with, measured in the same run on the same device (docs/benchmarks.md).
 //  - paged scatter (one load's layers, pinned staging -> device paged cache) against one
 //    cudaMemcpyAsync host-to-device of the same bytes: whole blocks (the copy path), a TP-4 head
-//    range and a small-page model (the gather kernel); target >= 0.8x;
+//    range and a small-page model (the gather kernel); target >= 0.8x; and the first and last
+//    with the other path forced (no target: they tell where kMinCopyRunBytes belongs);
 //  - scores + top-k (R0 dot, R1 bound, R4 Hamming fused with top-k and the windows) against a
 //    device-to-device copy of the representations they read (>= 8 MiB); target >= 0.7x.
 #pragma once

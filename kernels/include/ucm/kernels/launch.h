@@ -17,8 +17,11 @@ namespace ucm::kernels {
 /// How scatter_layer copied: by async copies (runs >= kMinCopyRunBytes) or by the gather kernel.
 enum class ScatterPath { kCopies, kKernel };
 
-/// The path scatter_layer takes for a: copies when a run holds >= kMinCopyRunBytes.
+/// The path scatter_layer takes for a: copies when a run holds >= kMinCopyRunBytes (unless
+/// a.force_path names one).
 inline ScatterPath scatter_path(const ScatterArgs& a) {
+  if (a.force_path == 0) return ScatterPath::kCopies;
+  if (a.force_path == 1) return ScatterPath::kKernel;
   return scatter_run_bytes(a) >= kMinCopyRunBytes ? ScatterPath::kCopies : ScatterPath::kKernel;
 }
 

@@ -27,6 +27,7 @@ struct ScatterArgs {
   uint32_t row_bytes = 0;         ///< D * elem: one head of one token
   int32_t layout = kLayoutNHD;
   uint32_t unit = 0;              ///< bytes a thread copies: scatter_unit(a)
+  int32_t force_path = -1;        ///< -1: by run size (launch.h scatter_path); 0: copies; 1: the kernel (benchmarks)
 };
 
 /// The widest of 16, 8, 4, 2, 1 bytes dividing row_bytes: one thread's copy.
