@@ -386,8 +386,18 @@ do_bench_precompute() {
     echo "## crashed with rc=$rc; stdout had $(wc -c <"$OUT/bench_precompute.json") bytes"
     if command -v gdb >/dev/null; then
       timeout 120 gdb -q -batch -ex run -ex bt -ex 'info threads' --args "$BUILD/libexec/ucm/ucm-torch" "${args[@]}" 2>&1 | tail -80
+    elif gcc -shared -fPIC -O1 -o "$BUILD/segv_trace.so" "$REPO/scripts/segv_trace.c" -ldl; then
+      echo "## no gdb: scripts/segv_trace.c preloaded"
+      LD_PRELOAD=$BUILD/segv_trace.so timeout 120 "$BUILD/libexec/ucm/ucm-torch" "${args[@]}" 2>&1 >/dev/null |
+        grep SEGV_TRACE | head -40 | while read -r _ obj off rest; do
+          if [ -f "$obj" ] && [ "${off#0x}" != "$off" ]; then
+            echo "$(basename "$obj") $off $rest :: $(addr2line -f -C -i -e "$obj" "$off" 2>/dev/null | tr '\n' ' ' | cut -c1-400)"
+          else
+            echo "$obj $off $rest"
+          fi
+        done
     else
-      echo "## no gdb on this machine"
+      echo "## no gdb and no gcc on this machine"
     fi
     echo "## the same on the CPU"
     "$UCM_BIN" bench precompute --model "$MODEL" --corpus "$CORPUS" --docs 5 --template "$TEMPLATE" --json \
