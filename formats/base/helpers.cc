@@ -44,6 +44,11 @@ uint64_t now_ms() {
           .count());
 }
 
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string iso_time(uint64_t ms, bool millis) {
   const std::time_t t = static_cast<std::time_t>(ms / 1000);
   std::tm tm{};

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "ucm/bench/bench_util.h"
+
 #ifdef UCM_HAVE_LIBURING
 #include <liburing.h>
 #endif
@@ -43,10 +45,6 @@ struct Fd {
     if (fd >= 0) ::close(fd);
   }
 };
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 Status open_direct(const std::string& path, int flags, Fd* f) {
   f->fd = ::open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0644);

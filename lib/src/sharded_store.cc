@@ -9,15 +9,13 @@
 #include <sstream>
 
 #include "ucm/core/log.h"
+#include "ucm/clock.h"
 #include "ucm/core/task_impl.h"
 #include "ucm/format/format.h"
 
 namespace ucm::detail {
 
 namespace {
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
-}
 bool away(const Shard& s) { return s.away_until_ms.load(std::memory_order_relaxed) > steady_ms(); }
 }  // namespace
 

@@ -2,15 +2,12 @@
 #include <chrono>
 
 #include "ucm/core/sharded_store.h"
+#include "ucm/clock.h"
 #include "ucm/core/task_impl.h"
 
 namespace ucm::detail {
 
 namespace {
-
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
-}
 
 constexpr int64_t kAwayMs = 10000;  // a shard with an I/O error is skipped by lookups this long
 

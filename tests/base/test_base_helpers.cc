@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "ucm/clock.h"
 #include "ucm/half.h"
@@ -79,6 +80,17 @@ TEST(BaseClock, NowMsIsTheSystemClockAndIsoTimeIsUtc) {
   EXPECT_EQ(ucm::iso_time(1700000000123ull), "2023-11-14T22:13:20Z");
   EXPECT_EQ(ucm::iso_time(1700000000123ull, true), "2023-11-14T22:13:20.123Z");
   EXPECT_EQ(ucm::iso_time(0, true), "1970-01-01T00:00:00.000Z");
+}
+
+TEST(BaseClock, SteadyMsIsTheMonotonicClock) {
+  const int64_t a = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count();
+  const int64_t s = ucm::steady_ms();
+  EXPECT_GE(s, a);
+  EXPECT_LT(s - a, 5000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GE(ucm::steady_ms() - s, 19);
 }
 
 TEST(BaseProcess, PidAliveSeesThisProcessAndNotAReapedChild) {
