@@ -40,7 +40,10 @@ void setup_bench_precompute(CLI::App& bench) {
   c->add_option("--compute-dtype", a->o.compute_dtype, "GEMM dtype: auto, bf16 or fp32 (as precompute)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
-  c->add_option("--threads", a->o.threads, "libtorch threads (0: every core but one for bf16, 1 for fp32, whose GEMMs run on OpenBLAS's own threads)")->capture_default_str();
+  c->add_option("--threads", a->o.threads,
+                 "libtorch threads (0: every core but one for bf16, 1 for fp32, whose GEMMs run on OpenBLAS's own "
+                 "threads)")
+      ->capture_default_str();
   add_common_flags(c, &a->common);
   c->callback([a] {
     precompute::BenchResult r;

@@ -130,7 +130,9 @@ CLI::App* setup_precompute(CLI::App& app) {
       "AMX-BF16 or AVX512-BF16; refused without them) or auto (bf16 where available). The stored K/V are in "
       "--dtype either way; the report says which ran (docs/model.md, \"Compute dtype\")")
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
-  add("--threads", "threads", &a->threads, "libtorch threads (default 0: every core but one for bf16; 1 for fp32, whose GEMMs run on OpenBLAS's own threads, every core; OMP_NUM_THREADS also sets it)")
+  add("--threads", "threads", &a->threads,
+      "libtorch threads (default 0: every core but one for bf16; 1 for fp32, whose GEMMs run on OpenBLAS's own "
+      "threads, every core; OMP_NUM_THREADS also sets it)")
       ->check(CLI::NonNegativeNumber);
   add("--max-doc-tokens", "max-doc-tokens", &a->max_doc_tokens,
       "Cut longer documents (template included) here (default: max_position_embeddings)");
