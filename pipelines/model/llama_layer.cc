@@ -52,7 +52,10 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
   const int64_t* pp = posc.data_ptr<int64_t>();
 
   const auto& L = layers_[size_t(li)];
-  auto h = ops::rms_norm(x, L.ln1, eps);
+  // The bf16 path's fused CPU kernels (cpu_bf16.h) for the batched prefill: RMSNorm straight into
+  // the GEMMs' bf16 input, attention with fp32 scores, the SiLU gate, the residual adds.
+  const bool fused = fused_bf16_ && !cache;
+  auto h = fused ? ops::rms_norm_bf16(x, L.ln1, eps) : ops::rms_norm(x, L.ln1, eps);
   auto [q, k, v] = project_qkv(L, h, B, T, rope.cos, rope.sin);  // [B, T, n, hd]
   torch::Tensor kt, vh;  // attention's keys K^T [B, nkv, hd, S] and values [B, nkv, S, hd], compute dtype
   if (cache) {
@@ -92,6 +95,18 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
     if (io.k_out) *io.k_out = k;
     if (io.v_out) *io.v_out = v;
     if (io.kv_only) return;
+    if (fused) {
+      const int64_t BT = B * T;
+      auto attn = ops::attention_bf16(q, k, v, pos, c.sliding_window.value_or(0), scale, io.lengths);  // bf16 [B, T, nh, hd]
+      ops::add_bf16_(x, torch::mm(attn.view({BT, nh * hd}), L.wo.t()));
+      const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
+      for (int64_t r = 0; r < BT; r += mlp_rows) {
+        auto xr = x.narrow(0, r, std::min(mlp_rows, BT - r));
+        auto gu = torch::mm(ops::rms_norm_bf16(xr, L.ln2, eps), L.wgate_up.t());  // bf16 [rows, 2I]
+        ops::add_bf16_(xr, torch::mm(ops::silu_mul_bf16(gu), L.wdown.t()));
+      }
+      return;
+    }
     kt = k.permute({0, 2, 3, 1}).to(compute_).contiguous();  // [B, nkv, hd, T]
     vh = v.permute({0, 2, 1, 3}).to(compute_).contiguous();  // [B, nkv, T, hd]
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numbers>
 #include <filesystem>
@@ -336,6 +337,11 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, torch::Devi
     }
     m->lm_head_ = m->lm_head_.to(compute);
   }
+  {
+    const char* env = std::getenv("UCM_BF16_KERNELS");  // "0": libtorch's ops (a diagnostic switch)
+    m->fused_bf16_ = compute == torch::kBFloat16 && dev.is_cpu() && ops::fast_bf16() && hd % 32 == 0 && hd <= 256 &&
+                     !(env && std::string(env) == "0");
+  }
   m->inv_freq_ = m->rope_inv_freq().to(dev);
   m->digest_ = md5_hex(w);
   return m;
@@ -374,6 +380,7 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
     io.k_out = &out.k[size_t(li)];
     io.v_out = &out.v[size_t(li)];
     io.n_keys = T;
+    io.lengths = lengths;
     // The last layer's attention and MLP feed only the logits.
     io.kv_only = !want_logits && li + 1 == c.num_hidden_layers;
     layer_forward(li, x, B, pos, rope, io);

@@ -203,6 +203,9 @@ class LlamaModel {
   /// Changes the score-block budget (floats, >= 1; smaller = more, smaller query
   /// chunks, never below 16 rows). Results do not depend on it beyond fp32 rounding.
   void set_score_budget(int64_t floats) { score_budget_ = std::max<int64_t>(1, floats); }
+  /// Whether the batched prefill (forward()) runs the bf16 path's fused CPU kernels (cpu_bf16.h)
+  /// instead of libtorch's element-wise ops and attention matmuls.
+  bool fused_bf16() const { return fused_bf16_; }
 
  private:
   /// Throws ModelError ("LlamaModel::<fn> (dir): ...") unless tokens (int64 [T], T >= 1, ids in
@@ -230,6 +233,10 @@ class LlamaModel {
     torch::Tensor* k_out = nullptr;
     torch::Tensor* v_out = nullptr;
     int64_t n_keys = 0;  // S: keys [0, S) exist (cache->len + T with a cache, T without)
+    /// Without a cache, optional int64 [B]: rows t >= lengths[b] of sequence b are right padding,
+    /// whose attention output the fused bf16 kernels leave 0 (their K/V and hidden states are
+    /// never read by a real row).
+    torch::Tensor lengths;
     /// Stop once the layer's K/V are out: no attention, no MLP (x is left as it was). forward()
     /// sets it on the last layer when no logits are wanted: its output feeds nothing.
     bool kv_only = false;
@@ -280,6 +287,9 @@ class LlamaModel {
   torch::Tensor inv_freq_;  // [hd/2] fp32
   std::vector<Layer> layers_;
   int64_t score_budget_ = kScoreBudget;
+  /// The batched prefill of the bf16 path runs the fused CPU kernels (cpu_bf16.h): compute bf16 on
+  /// a CPU with AVX512-BF16, head_dim a multiple of 32 (<= 256), UCM_BF16_KERNELS not "0".
+  bool fused_bf16_ = false;
 };
 
 }  // namespace ucm::model

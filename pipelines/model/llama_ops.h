@@ -52,4 +52,21 @@ inline torch::Tensor attn_matmul(const torch::Tensor& a, const torch::Tensor& b,
   return torch::matmul(a.to(ct), b.to(ct)).to(torch::kFloat);
 }
 
+// The bf16 compute path's fused CPU ops (cpu_bf16.h kernels; cpu_bf16_ops.cc). Each throws
+// ModelError on a tensor it does not take. fast_bf16(): whether this CPU runs them (AVX512-BF16).
+bool fast_bf16();
+/// bf16(w * rms-normalised x): x fp32 [R, H] (rows contiguous), w fp32 [H] -> bf16 [R, H].
+torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, double eps);
+/// bf16(silu(gate) * up): gu bf16 [R, 2I] (gate columns, then up), contiguous -> bf16 [R, I].
+torch::Tensor silu_mul_bf16(const torch::Tensor& gu);
+/// x += y: x fp32, y bf16, one shape, both contiguous.
+void add_bf16_(torch::Tensor& x, const torch::Tensor& y);
+/// Causal attention with GQA, bf16 operands and fp32 softmax (cpu::AttnArgs): q fp32 [B, T, nh, hd],
+/// k, v fp32 [B, S, nkv, hd] (heads hd apart, dims contiguous), qpos int64 [T] (keys are at
+/// 0..S-1), window 0 or the sliding window, q_len (optional) int64 [B]: rows t >= q_len[b] are
+/// right padding, given 0 -> bf16 [B, T, nh, hd] (o_proj's input).
+torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& qpos, int64_t window, double scale,
+                             const torch::Tensor& q_len = {});
+
 }  // namespace ucm::model::ops

@@ -6,6 +6,9 @@
 //   * stored K/V (kv_dtype bf16, as precompute stores them): layer 0 within one bf16 step of the
 //     fp32 path's value at the layer's scale (max |value|), every layer within 8% of the layer's
 //     max |value| (bf16 GEMM rounding compounds through 30 layers; the figures are printed).
+// The bf16 path's fused CPU kernels (pipelines/model/cpu_bf16.h) are checked against libtorch doing
+// the same arithmetic on the same bf16-rounded operands (Bf16Kernels.*), and the model bar above
+// is checked with and without them (UCM_BF16_KERNELS=0: libtorch's ops).
 // Skips without a CPU that has AMX-BF16 or AVX512-BF16 (bf16 is then refused as slower than fp32).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -15,9 +18,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include "compute.h"
 #include "llama_model.h"
+#include "llama_ops.h"
 #include "ucm/tok/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -35,17 +40,12 @@ std::string model_dir() {
   return std::string(UCM_REPO_DIR) + "/models/SmolLM2-135M-Instruct";
 }
 
-TEST(ComputeDtype, Bf16MatchesFp32OnRealDocuments) {
-  if (ucm::model::cpu_bf16_isa().empty()) GTEST_SKIP() << "no AMX-BF16 / AVX512-BF16 on this CPU";
+// The issue-26 bar of a bf16 model against the fp32 one, on the 5 documents.
+void bar(const LlamaModel& m32, const LlamaModel& m16, const char* what) {
   const std::string dir = model_dir();
-  ASSERT_TRUE(fs::exists(fs::path(dir) / "model.safetensors")) << dir << ": run scripts/fetch_model.py";
-  ucm::model::set_compute_threads(0);
-  auto m32 = LlamaModel::load(dir);
-  auto m16 = LlamaModel::load(dir, torch::kCPU, torch::kBFloat16);
-  EXPECT_EQ(m16->compute_dtype(), torch::kBFloat16);
   auto tok = ucm::tok::Tokenizer::from_file(dir + "/tokenizer.json");
   int64_t agree = 0, total = 0;
-  double worst0 = 0, worst = 0;
+  double worst0 = 0, worst = 0, worst_steps = 0;
   for (const char* d : kDocs) {
     const fs::path p = fs::path("/usr/share/doc/python3.11/html/_sources") / d;
     if (!fs::exists(p)) GTEST_SKIP() << p << " missing (apt install python3.11-doc)";
@@ -55,8 +55,8 @@ TEST(ComputeDtype, Bf16MatchesFp32OnRealDocuments) {
     ASSERT_GE(int64_t(ids.size()), kTokens) << d;
     auto t = torch::from_blob(ids.data(), {1, kTokens}, torch::kInt).to(torch::kLong);
     auto len = torch::tensor({kTokens}, torch::kLong);
-    auto a = m32->forward(t, len, true, torch::kBFloat16);
-    auto b = m16->forward(t, len, true, torch::kBFloat16);
+    auto a = m32.forward(t, len, true, torch::kBFloat16);
+    auto b = m16.forward(t, len, true, torch::kBFloat16);
     auto am = a.logits[0].narrow(0, kTokens - 1 - kSteps, kSteps).argmax(-1);
     auto bm = b.logits[0].narrow(0, kTokens - 1 - kSteps, kSteps).argmax(-1);
     agree += am.eq(bm).sum().item<int64_t>();
@@ -69,19 +69,146 @@ TEST(ComputeDtype, Bf16MatchesFp32OnRealDocuments) {
         const double diff = (x - y).abs().max().item<double>();
         if (l == 0) {
           const double step = std::ldexp(1.0, std::ilogb(scale) - 7);  // bf16 spacing at the layer's max
-          EXPECT_LE(diff, step) << d << ": layer 0 " << (kv ? "V" : "K") << " beyond one bf16 step";
+          EXPECT_LE(diff, step) << what << ", " << d << ": layer 0 " << (kv ? "V" : "K") << " beyond one bf16 step";
           worst0 = std::max(worst0, diff / step);
         }
-        EXPECT_LE(diff / scale, 0.08) << d << ": layer " << l << (kv ? " V" : " K");
+        EXPECT_LE(diff / scale, 0.08) << what << ", " << d << ": layer " << l << (kv ? " V" : " K");
+        // Layers past the first, in bf16 steps at the layer's max (the issue's bar is 1 on every layer).
+        const double step = std::ldexp(1.0, std::ilogb(scale) - 7);
+        worst_steps = std::max(worst_steps, diff / step);
         worst = std::max(worst, diff / scale);
       }
     }
   }
   const double rate = double(agree) / double(total);
-  std::printf("[ compute ] teacher-forced top-1 agreement bf16 vs fp32: %lld / %lld = %.4f; layer 0 K/V max diff "
-              "%.2f bf16 steps; all layers max diff %.2f%% of the layer's max |value|\n",
-              (long long)agree, (long long)total, rate, worst0, 100 * worst);
-  EXPECT_GE(rate, 0.99);
+  std::printf("[ compute ] %s: teacher-forced top-1 agreement bf16 vs fp32: %lld / %lld = %.4f; layer 0 K/V max "
+              "diff %.2f bf16 steps; all layers max diff %.2f%% of the layer's max |value| (%.1f bf16 steps)\n",
+              what, (long long)agree, (long long)total, rate, worst0, 100 * worst, worst_steps);
+  EXPECT_GE(rate, 0.99) << what;
+}
+
+TEST(ComputeDtype, Bf16MatchesFp32OnRealDocuments) {
+  if (ucm::model::cpu_bf16_isa().empty()) GTEST_SKIP() << "no AMX-BF16 / AVX512-BF16 on this CPU";
+  const std::string dir = model_dir();
+  ASSERT_TRUE(fs::exists(fs::path(dir) / "model.safetensors")) << dir << ": run scripts/fetch_model.py";
+  ucm::model::set_compute_threads(0);
+  auto m32 = LlamaModel::load(dir);
+  for (const bool kernels : {true, false}) {
+    if (kernels && !ucm::model::ops::fast_bf16()) continue;
+    ::setenv("UCM_BF16_KERNELS", kernels ? "1" : "0", 1);
+    auto m16 = LlamaModel::load(dir, torch::kCPU, torch::kBFloat16);
+    ::unsetenv("UCM_BF16_KERNELS");
+    EXPECT_EQ(m16->compute_dtype(), torch::kBFloat16);
+    EXPECT_EQ(m16->fused_bf16(), kernels);
+    bar(*m32, *m16, kernels ? "fused kernels" : "libtorch ops");
+  }
+}
+
+// ---- The fused kernels against libtorch on the same bf16-rounded operands -------------------
+
+torch::Tensor round_bf16(const torch::Tensor& x) { return x.to(torch::kBFloat16).to(torch::kFloat); }
+
+// Every element of got within one bf16 step of want's magnitude (the kernels and libtorch round
+// the same fp32 value, computed in another order or with another exp).
+void expect_within_one_step(const torch::Tensor& got, const torch::Tensor& want, const char* what) {
+  auto g = got.to(torch::kFloat), w = want.to(torch::kFloat);
+  auto bound = w.abs() * (1.0 / 128) + 1e-30;
+  const int64_t bad = (g - w).abs().gt(bound).sum().item<int64_t>();
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << w.numel() << " elements beyond one bf16 step; max |diff| "
+                    << (g - w).abs().max().item<double>();
+}
+
+TEST(Bf16Kernels, RmsNormSiluAndAddEqualLibtorch) {
+  if (!ucm::model::ops::fast_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  torch::manual_seed(7);
+  for (int64_t H : {576, 200, 7}) {  // a multiple of 16, a tail, a row shorter than a vector
+    auto x = torch::randn({37, H}) * 3;
+    auto w = torch::rand({H}) + 0.5;
+    expect_within_one_step(ucm::model::ops::rms_norm_bf16(x, w, 1e-5),
+                           ucm::model::ops::rms_norm(x, w, 1e-5).to(torch::kBFloat16), "rms_norm_bf16");
+    // Strided rows (a narrow of a wider matrix), as the MLP's row blocks are not.
+    auto wide = torch::randn({5, H + 9});
+    auto xs = wide.narrow(1, 0, H);
+    expect_within_one_step(ucm::model::ops::rms_norm_bf16(xs, w, 1e-6),
+                           ucm::model::ops::rms_norm(xs, w, 1e-6).to(torch::kBFloat16), "rms_norm_bf16 strided");
+    auto gu = (torch::randn({13, 2 * H}) * 4).to(torch::kBFloat16);
+    auto g = gu.narrow(1, 0, H).to(torch::kFloat), u = gu.narrow(1, H, H).to(torch::kFloat);
+    expect_within_one_step(ucm::model::ops::silu_mul_bf16(gu), (torch::silu(g) * u).to(torch::kBFloat16), "silu_mul_bf16");
+    auto acc = torch::randn({6, H});
+    auto y = torch::randn({6, H}).to(torch::kBFloat16);
+    auto want = acc + y.to(torch::kFloat);
+    ucm::model::ops::add_bf16_(acc, y);
+    EXPECT_TRUE(torch::equal(acc, want)) << "add_bf16_, H " << H;
+  }
+  EXPECT_THROW(ucm::model::ops::silu_mul_bf16(torch::zeros({2, 3}, torch::kBFloat16)), ucm::model::ModelError);
+  EXPECT_THROW(ucm::model::ops::rms_norm_bf16(torch::zeros({2, 3}, torch::kBFloat16), torch::ones({3}), 1e-6),
+               ucm::model::ModelError);
+}
+
+// Attention as the libtorch path computes it, in fp32 on bf16-rounded q * scale, k, v, with the
+// probabilities rounded to bf16: q [B, T, nh, hd], k, v [B, S, nkv, hd] -> fp32 [B, T, nh, hd].
+torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  const torch::Tensor& qpos, int64_t window, double scale) {
+  const int64_t G = q.size(2) / k.size(2), S = k.size(1);
+  auto qr = round_bf16(q * scale);
+  auto kr = round_bf16(k).repeat_interleave(G, 2), vr = round_bf16(v).repeat_interleave(G, 2);
+  auto sc = torch::einsum("bthd,bshd->bhts", {qr, kr});
+  auto j = torch::arange(S).view({1, S}), t = qpos.view({-1, 1});
+  auto hide = j.gt(t);
+  if (window > 0) hide = hide.logical_or((t - j).ge(window));
+  sc.masked_fill_(hide.view({1, 1, qpos.size(0), S}), -std::numeric_limits<float>::infinity());
+  auto p = round_bf16(sc.softmax(-1));
+  return torch::einsum("bhts,bshd->bthd", {p, vr});
+}
+
+TEST(Bf16Kernels, AttentionEqualsLibtorch) {
+  if (!ucm::model::ops::fast_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  torch::manual_seed(11);
+  struct Case {
+    int64_t B, T, S, nh, nkv, hd, window;
+    const char* what;
+  };
+  const Case cases[] = {
+      {2, 75, 75, 9, 3, 64, 0, "SmolLM2 heads, T not a multiple of 16"},
+      {1, 40, 40, 4, 4, 128, 0, "hd 128, no GQA"},
+      {2, 50, 50, 8, 2, 64, 17, "sliding window 17"},
+      {1, 9, 130, 6, 2, 96, 0, "queries after 121 cached keys (positions 121..129), hd 96"},
+      {1, 33, 33, 16, 2, 32, 0, "8 query heads per KV head"},
+  };
+  for (const auto& c : cases) {
+    auto q = torch::randn({c.B, c.T, c.nh, c.hd}) * 2;
+    auto k = torch::randn({c.B, c.S, c.nkv, c.hd}) * 2;
+    auto v = torch::randn({c.B, c.S, c.nkv, c.hd});
+    auto qpos = torch::arange(c.S - c.T, c.S, torch::kLong);
+    const double scale = 1.0 / std::sqrt(double(c.hd));
+    auto got = ucm::model::ops::attention_bf16(q, k, v, qpos, c.window, scale).to(torch::kFloat);
+    auto want = reference_attention(q, k, v, qpos, c.window, scale);
+    // Scores summed in another order and another exp: the probabilities agree to fp32 rounding
+    // before both round them, so the outputs differ by a bf16 step of the output's scale at most.
+    const double err = (got - want).abs().max().item<double>();
+    EXPECT_LT(err, want.abs().max().item<double>() / 128) << c.what;
+    std::printf("[ kernels ] attention, %s: max |diff| %.3g (max |out| %.3g)\n", c.what, err,
+                want.abs().max().item<double>());
+  }
+  // Right padding: rows t >= q_len[b] are 0; the others are as without it.
+  auto q = torch::randn({2, 48, 6, 64}), k = torch::randn({2, 48, 2, 64}), v = torch::randn({2, 48, 2, 64});
+  auto qpos = torch::arange(48, torch::kLong);
+  auto full = ucm::model::ops::attention_bf16(q, k, v, qpos, 0, 0.125);
+  auto cut = ucm::model::ops::attention_bf16(q, k, v, qpos, 0, 0.125, torch::tensor({48, 20}, torch::kLong));
+  EXPECT_TRUE(torch::equal(cut[0], full[0]));
+  EXPECT_TRUE(torch::equal(cut[1].narrow(0, 0, 20), full[1].narrow(0, 0, 20)));
+  EXPECT_EQ(cut[1].narrow(0, 20, 28).abs().max().item<double>(), 0.0);
+  // Non-contiguous q/k/v (views of one projection, as project_qkv returns v).
+  auto qkv = torch::randn({1, 30, 6 + 2 + 2, 64});
+  auto qv = qkv.narrow(2, 0, 6), kv = qkv.narrow(2, 6, 2), vv = qkv.narrow(2, 8, 2);
+  auto pos30 = torch::arange(30, torch::kLong);
+  auto a = ucm::model::ops::attention_bf16(qv, kv, vv, pos30, 0, 0.125).to(torch::kFloat);
+  auto b = reference_attention(qv, kv, vv, pos30, 0, 0.125);
+  EXPECT_LT((a - b).abs().max().item<double>(), b.abs().max().item<double>() / 128);
+  // Shapes it does not take are refused, not miscomputed.
+  EXPECT_THROW(ucm::model::ops::attention_bf16(torch::randn({1, 4, 2, 48}), torch::randn({1, 4, 1, 48}),
+                                               torch::randn({1, 4, 1, 48}), torch::arange(4, torch::kLong), 0, 1.0),
+               ucm::model::ModelError);
 }
 
 TEST(ComputeDtype, ChoiceAndRefusals) {

@@ -1,0 +1,352 @@
+// pipelines/model/cpu_bf16.cc: see cpu_bf16.h. Every kernel is compiled for AVX-512F +
+// AVX512-BF16 through `#pragma GCC target` (the standard headers are included before it, so no
+// library template is instantiated with those instructions); callers check have_avx512_bf16().
+#include "cpu_bf16.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace ucm::model::cpu {
+
+bool have_avx512_bf16() {
+  static const bool have = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("flags", 0) != 0) continue;
+      std::istringstream words(line.substr(line.find(':') + 1));
+      bool f = false, bf = false;
+      for (std::string w; words >> w;) {
+        f = f || w == "avx512f";
+        bf = bf || w == "avx512_bf16";
+      }
+      return f && bf;
+    }
+    return false;
+  }();
+  return have;
+}
+
+bool attention_supported(const AttnArgs& a) {
+  return a.B > 0 && a.T > 0 && a.S > 0 && a.nkv > 0 && a.nh > 0 && a.nh % a.nkv == 0 && a.hd > 0 && a.hd % 32 == 0 &&
+         a.hd <= 256;
+}
+
+namespace {
+
+constexpr int64_t kRows = 4;  // query rows (heads of one token sharing a KV head) per pass
+
+int64_t pad_keys(int64_t S) { return (S + 31) / 32 * 32; }
+size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+}  // namespace
+
+size_t attention_scratch_bytes(const AttnArgs& a) {
+  const size_t sp = size_t(pad_keys(a.S)), hd = size_t(a.hd);
+  return 2 * align64(sp * hd * 2)        // packed K and V, bf16
+         + align64(kRows * sp * 4)       // score rows, fp32
+         + align64(kRows * sp * 2)       // probability rows, bf16
+         + align64(kRows * hd * 2);      // query rows, bf16
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
+// GCC 12 warns inside avx512fintrin.h about the _mm512_undefined_* operands it passes itself
+// (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace {
+
+inline __mmask16 tail_mask(int64_t n) { return __mmask16((1u << n) - 1u); }
+
+inline __m512 widen16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 widen16(const uint16_t* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline void store_bf16(uint16_t* p, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+}
+inline void store_bf16(uint16_t* p, __m512 v, __mmask16 m) {
+  _mm256_mask_storeu_epi16(p, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+}
+
+// exp(x) of 16 lanes, x clamped to +-88.376 (Cephes expf: x = n ln2 + r, a degree-6 polynomial in
+// r, times 2^n; within 2 ulp of the correctly rounded value, as Sleef's expf_u10 that libtorch
+// uses is within 1).
+inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)), _mm512_set1_ps(-88.3762626647949f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, n);
+}
+
+inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
+
+// Scores of R rows (query pairs qb, hd/2 per row) against key blocks [kb0, kb1) of Kp:
+// sc[r * sp + j] for j in [16 kb0, 16 kb1). Two key blocks at a time (2 R independent sums).
+template <int R>
+void scores(const uint16_t* Kp, const uint16_t* qb, int64_t hd, int64_t kb0, int64_t kb1, float* sc, int64_t sp) {
+  const int64_t np = hd / 2;
+  const uint32_t* q32 = reinterpret_cast<const uint32_t*>(qb);
+  int64_t kb = kb0;
+  for (; kb + 2 <= kb1; kb += 2) {
+    const uint16_t* k0 = Kp + kb * np * 32;
+    const uint16_t* k1 = k0 + np * 32;
+    __m512 acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < np; ++p) {
+      const __m512bh a = as_bh(_mm512_loadu_si512(k0 + p * 32)), b = as_bh(_mm512_loadu_si512(k1 + p * 32));
+      for (int r = 0; r < R; ++r) {
+        const __m512bh q = as_bh(_mm512_set1_epi32(int(q32[r * np + p])));
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], q, a);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], q, b);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      _mm512_storeu_ps(sc + r * sp + kb * 16, acc[r][0]);
+      _mm512_storeu_ps(sc + r * sp + kb * 16 + 16, acc[r][1]);
+    }
+  }
+  if (kb < kb1) {
+    const uint16_t* k0 = Kp + kb * np * 32;
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < np; ++p) {
+      const __m512bh a = as_bh(_mm512_loadu_si512(k0 + p * 32));
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], as_bh(_mm512_set1_epi32(int(q32[r * np + p]))), a);
+    }
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(sc + r * sp + kb * 16, acc[r]);
+  }
+}
+
+using ScoresFn = void (*)(const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, float*, int64_t);
+constexpr ScoresFn kScores[kRows + 1] = {nullptr, scores<1>, scores<2>, scores<3>, scores<4>};
+
+// Softmax of sc[lo, hi) into bf16 probabilities pb[lo, hi); pb's entries of the pairs around the
+// range's ends that fall outside it are 0.
+void softmax_row(float* sc, uint16_t* pb, int64_t lo, int64_t hi) {
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = lo; j < hi; j += 16) {
+    const __mmask16 m = tail_mask(std::min<int64_t>(16, hi - j));
+    vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, sc + j));
+  }
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t j = lo; j < hi; j += 16) {
+    const __mmask16 m = tail_mask(std::min<int64_t>(16, hi - j));
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sc + j), mx));
+    vsum = _mm512_mask_add_ps(vsum, m, vsum, e);
+    _mm512_mask_storeu_ps(sc + j, m, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+  for (int64_t j = lo; j < hi; j += 16) {
+    const __mmask16 m = tail_mask(std::min<int64_t>(16, hi - j));
+    store_bf16(pb + j, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc + j), inv), m);
+  }
+  if (lo & 1) pb[lo - 1] = 0;
+  if (hi & 1) pb[hi] = 0;
+}
+
+// out rows [0, R) (bf16, row r at out + r * hd) = sum over key pairs [jp0, jp1) of pb's pairs
+// times Vp's pairs, fp32 accumulation; NDB = hd / 16 (R * NDB <= 16 accumulators).
+template <int NDB, int R>
+void weigh_values(const uint16_t* Vp, const uint16_t* pb, int64_t sp, int64_t jp0, int64_t jp1, uint16_t* out) {
+  __m512 acc[R][NDB];
+  for (int r = 0; r < R; ++r)
+    for (int d = 0; d < NDB; ++d) acc[r][d] = _mm512_setzero_ps();
+  const uint32_t* p32 = reinterpret_cast<const uint32_t*>(pb);
+  const int64_t sp2 = sp / 2;
+  for (int64_t jp = jp0; jp < jp1; ++jp) {
+    const uint16_t* vrow = Vp + jp * NDB * 32;
+    __m512bh pp[R];
+    for (int r = 0; r < R; ++r) pp[r] = as_bh(_mm512_set1_epi32(int(p32[r * sp2 + jp])));
+    for (int d = 0; d < NDB; ++d) {
+      const __m512bh vz = as_bh(_mm512_loadu_si512(vrow + d * 32));
+      for (int r = 0; r < R; ++r) acc[r][d] = _mm512_dpbf16_ps(acc[r][d], pp[r], vz);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int d = 0; d < NDB; ++d) store_bf16(out + (r * NDB + d) * 16, acc[r][d]);
+}
+
+// Rows [0, nr) of weigh_values, in passes of as many rows as 16 accumulators hold.
+template <int NDB>
+void weigh_rows(const uint16_t* Vp, const uint16_t* pb, int64_t sp, int64_t nr, int64_t jp0, int64_t jp1,
+                uint16_t* out) {
+  constexpr int kMax = NDB <= 4 ? 4 : NDB <= 8 ? 2 : 1;
+  int64_t r = 0;
+  for (; r + kMax <= nr; r += kMax) weigh_values<NDB, kMax>(Vp, pb + r * sp, sp, jp0, jp1, out + r * NDB * 16);
+  switch (nr - r) {  // fewer than kMax left
+    case 3: weigh_values<NDB, 3>(Vp, pb + r * sp, sp, jp0, jp1, out + r * NDB * 16); break;
+    case 2: weigh_values<NDB, 2>(Vp, pb + r * sp, sp, jp0, jp1, out + r * NDB * 16); break;
+    case 1: weigh_values<NDB, 1>(Vp, pb + r * sp, sp, jp0, jp1, out + r * NDB * 16); break;
+    default: break;
+  }
+}
+
+using WeighFn = void (*)(const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, int64_t, uint16_t*);
+
+WeighFn weigh_for(int64_t hd) {
+  switch (hd / 16) {
+    case 2: return weigh_rows<2>;
+    case 4: return weigh_rows<4>;
+    case 6: return weigh_rows<6>;
+    case 8: return weigh_rows<8>;
+    case 10: return weigh_rows<10>;
+    case 12: return weigh_rows<12>;
+    case 14: return weigh_rows<14>;
+    default: return weigh_rows<16>;
+  }
+}
+
+// 16 fp32 -> 16 bf16 bits at p (round to nearest even).
+inline void pack16(uint16_t* p, const float* x, float scale) {
+  store_bf16(p, _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(scale)));
+}
+
+}  // namespace
+
+void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
+                   int64_t r0, int64_t r1) {
+  const int64_t full = H / 16 * 16;
+  const __mmask16 tm = tail_mask(H - full);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* xr = x + r * ldx;
+    uint16_t* o = out + r * ldo;
+    __m512 ss = _mm512_setzero_ps();
+    for (int64_t j = 0; j < full; j += 16) {
+      const __m512 v = _mm512_loadu_ps(xr + j);
+      ss = _mm512_fmadd_ps(v, v, ss);
+    }
+    if (tm) {
+      const __m512 v = _mm512_maskz_loadu_ps(tm, xr + full);
+      ss = _mm512_fmadd_ps(v, v, ss);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(_mm512_reduce_add_ps(ss) / float(H) + eps));
+    for (int64_t j = 0; j < full; j += 16)
+      store_bf16(o + j, _mm512_mul_ps(_mm512_loadu_ps(w + j), _mm512_mul_ps(_mm512_loadu_ps(xr + j), inv)));
+    if (tm)
+      store_bf16(o + full,
+                 _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, w + full), _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, xr + full), inv)),
+                 tm);
+  }
+}
+
+void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int64_t r1) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* g = gu + r * 2 * I;
+    const uint16_t* u = g + I;
+    uint16_t* o = out + r * I;
+    for (int64_t i = 0; i < I; i += 16) {
+      const __mmask16 m = tail_mask(std::min<int64_t>(16, I - i));
+      const __m512 gv = widen16(g + i, m);
+      const __m512 s = _mm512_div_ps(gv, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv))));
+      store_bf16(o + i, _mm512_mul_ps(s, widen16(u + i, m)), m);
+    }
+  }
+}
+
+void add_bf16(float* x, const uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_add_ps(_mm512_loadu_ps(x + i), widen16(y + i)));
+  if (i < n) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), widen16(y + i, m)));
+  }
+}
+
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch) {
+  const int64_t hd = a.hd, np = hd / 2, ndb = hd / 16, G = a.nh / a.nkv, sp = pad_keys(a.S);
+  auto* base = static_cast<unsigned char*>(scratch);
+  auto* Kp = reinterpret_cast<uint16_t*>(base);
+  auto* Vp = reinterpret_cast<uint16_t*>(base + align64(size_t(sp * hd * 2)));
+  auto* sc = reinterpret_cast<float*>(base + 2 * align64(size_t(sp * hd * 2)));
+  auto* pb = reinterpret_cast<uint16_t*>(reinterpret_cast<unsigned char*>(sc) + align64(size_t(kRows * sp * 4)));
+  auto* qb = reinterpret_cast<uint16_t*>(reinterpret_cast<unsigned char*>(pb) + align64(size_t(kRows * sp * 2)));
+  const WeighFn weigh = weigh_for(hd);
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t b = u / a.nkv, h = u % a.nkv;
+    const int64_t rows = a.q_len ? std::clamp<int64_t>(a.q_len[b], 0, a.T) : a.T;  // query rows past it: padding
+    int64_t kmax = 0;  // keys those rows see: [0, kmax)
+    for (int64_t t = 0; t < rows; ++t) kmax = std::max(kmax, std::min(a.S, a.qpos[t] + 1));
+    // K in blocks of 16 keys, each key's dims in pairs: Kp[((j / 16) * np + p) * 32 + (j % 16) * 2 + e]
+    // = k[j][2p + e] (the layout vdpbf16ps reads as 16 dot products). V in pairs of keys:
+    // Vp[((j / 2) * ndb + d / 16) * 32 + (d % 16) * 2 + j % 2] = v[j][d]. Keys past kmax are 0.
+    const int64_t kpad = std::min(sp, (kmax + 31) / 32 * 32);
+    // The 16-bit interleave of two 16-value halves: out[2i] = lo[i], out[2i + 1] = hi[i].
+    alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i zip = _mm512_load_si512(kZip);
+    alignas(64) uint16_t tmp[256];
+    for (int64_t j = 0; j < kpad; ++j) {
+      uint32_t* kd = reinterpret_cast<uint32_t*>(Kp) + (j / 16) * np * 16 + (j % 16);
+      if (j >= kmax) {
+        for (int64_t p = 0; p < np; ++p) kd[p * 16] = 0;
+        continue;
+      }
+      const float* kr = a.k + b * a.k_sb + j * a.k_st + h * hd;
+      for (int64_t d = 0; d < hd; d += 16) pack16(tmp + d, kr + d, 1.0f);
+      const uint32_t* t32 = reinterpret_cast<const uint32_t*>(tmp);
+      for (int64_t p = 0; p < np; ++p) kd[p * 16] = t32[p];
+    }
+    for (int64_t j = 0; j < kpad; j += 2) {
+      uint16_t* vd = Vp + (j / 2) * ndb * 32;
+      for (int64_t d = 0; d < hd; d += 16) {
+        __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+        if (j < kmax) lo = _mm512_loadu_ps(a.v + b * a.v_sb + j * a.v_st + h * hd + d);
+        if (j + 1 < kmax) hi = _mm512_loadu_ps(a.v + b * a.v_sb + (j + 1) * a.v_st + h * hd + d);
+        const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // [bf16(lo), bf16(hi)]
+        _mm512_storeu_si512(vd + d * 2, _mm512_permutexvar_epi16(zip, both));
+      }
+    }
+    for (int64_t t = rows; t < a.T; ++t)
+      std::memset(a.out + ((b * a.T + t) * a.nh + h * G) * hd, 0, size_t(G * hd * 2));
+    for (int64_t t = 0; t < rows; ++t) {
+      const int64_t hi = std::min(a.S, a.qpos[t] + 1);
+      const int64_t lo = a.window > 0 ? std::max<int64_t>(0, a.qpos[t] - a.window + 1) : 0;
+      for (int64_t g0 = 0; g0 < G; g0 += kRows) {
+        const int64_t nr = std::min(kRows, G - g0);
+        uint16_t* o = a.out + ((b * a.T + t) * a.nh + h * G + g0) * hd;
+        if (hi <= lo) {  // no visible key (not reached by a causal mask): a zero output
+          std::memset(o, 0, size_t(nr * hd * 2));
+          continue;
+        }
+        for (int64_t r = 0; r < nr; ++r) {
+          const float* qr = a.q + b * a.q_sb + t * a.q_st + (h * G + g0 + r) * hd;
+          for (int64_t d = 0; d < hd; d += 16) pack16(qb + r * hd + d, qr + d, a.scale);
+        }
+        kScores[nr](Kp, qb, hd, lo / 16, (hi + 15) / 16, sc, sp);
+        for (int64_t r = 0; r < nr; ++r) softmax_row(sc + r * sp, pb + r * sp, lo, hi);
+        weigh(Vp, pb, sp, nr, lo / 2, (hi + 1) / 2, o);
+      }
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+}  // namespace ucm::model::cpu

@@ -1,0 +1,73 @@
+// pipelines/model/cpu_bf16.h: the CPU kernels of the bf16 compute path's non-GEMM work (RMSNorm
+// into a GEMM's bf16 input, causal attention, SiLU gate, residual add), on raw pointers, written
+// with AVX-512F + AVX512-BF16 intrinsics (cpu_bf16.cc is the one unit compiled for them; nothing
+// here includes libtorch). The GEMMs stay libtorch's (oneDNN: AMX-BF16 or AVX512-BF16).
+//
+// Why: with libtorch 1.13 each of these is several element-wise passes with a bf16 <-> fp32
+// conversion on each side (its bf16 GEMMs return bf16); on SmolLM2-135M they took more of a bf16
+// prefill than the GEMMs (docs/benchmarks.md, "prefill"). Each kernel does the arithmetic of the
+// libtorch ops it replaces, in fp32, rounding to bf16 where they round (round to nearest even),
+// except the attention scores: kept in fp32 (libtorch's bf16 matmul rounds them to bf16 before
+// the softmax), so the result is closer to the fp32 path's, not further.
+//
+// Call only when have_avx512_bf16() (the bf16 compute path is refused on CPUs with neither
+// AMX-BF16 nor AVX512-BF16; every CPU with AMX-BF16 has AVX512-BF16). Thread rules: every function
+// is reentrant; callers split rows or attention units across threads. Internal to ucm_model;
+// tested against libtorch in tests/model/test_compute_dtype.cc.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace ucm::model::cpu {
+
+/// True when this CPU has AVX-512F and AVX512-BF16 (/proc/cpuinfo flags avx512f, avx512_bf16).
+bool have_avx512_bf16();
+
+/// RMSNorm into bf16 (transformers LlamaRMSNorm, then the GEMM input's rounding): for rows
+/// [r0, r1): out[r, j] = bf16(w[j] * (x[r, j] * (1 / sqrt(mean_j x[r, j]^2 + eps)))).
+/// x: fp32 [rows, H], row stride ldx (elements); w: fp32 [H]; out: bf16 bits [rows, H], row stride ldo.
+void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
+                   int64_t r0, int64_t r1);
+
+/// The SwiGLU gate of the MLP into down_proj's bf16 input: for rows [r0, r1) and i < I,
+/// out[r, i] = bf16(silu(g) * u), g = gu[r, i], u = gu[r, I + i], silu(g) = g / (1 + exp(-g)).
+/// gu: bf16 bits [rows, 2 I] (gate_up's output, contiguous); out: bf16 bits [rows, I], contiguous.
+void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int64_t r1);
+
+/// The residual add of o_proj and down_proj: x[i] += float(y[i]) for i < n. x fp32, y bf16 bits.
+void add_bf16(float* x, const uint16_t* y, int64_t n);
+
+/// Causal (optionally sliding-window) attention of B sequences, GQA, bf16 operands, fp32 scores,
+/// softmax and accumulation: query row (b, t, head) attends keys j of sequence b with
+/// j <= qpos[t], j < S and, when window > 0, qpos[t] - j < window. The operands are rounded to
+/// bf16 as the libtorch path rounds them: q * scale, k and v; the softmax probabilities are
+/// rounded to bf16 before they weigh the values; out is rounded once.
+struct AttnArgs {
+  const float* q = nullptr;  ///< fp32 [B, T, nh, hd] post-RoPE; strides q_sb, q_st (heads hd apart, dims 1)
+  const float* k = nullptr;  ///< fp32 [B, S, nkv, hd] post-RoPE; strides k_sb, k_st (heads hd apart)
+  const float* v = nullptr;  ///< fp32 [B, S, nkv, hd]; strides v_sb, v_st (heads hd apart)
+  int64_t q_sb = 0, q_st = 0, k_sb = 0, k_st = 0, v_sb = 0, v_st = 0;
+  uint16_t* out = nullptr;       ///< bf16 bits [B, T, nh, hd], contiguous
+  const int64_t* qpos = nullptr; ///< int64 [T]: the query rows' positions (the keys' are 0..S-1)
+  int64_t B = 0, T = 0, S = 0, nh = 0, nkv = 0, hd = 0;  ///< hd: a multiple of 32, at most 256
+  int64_t window = 0;  ///< sliding window (keys within window - 1 positions before); 0: none
+  /// Optional int64 [B]: sequence b's rows t >= q_len[b] are right padding: their output is 0
+  /// and costs nothing (no real row attends to them: they come after it).
+  const int64_t* q_len = nullptr;
+  float scale = 1.0f;  ///< softmax scale, applied to q before its rounding (1 / sqrt(hd))
+};
+
+/// True when attention_bf16 takes these shapes (hd a multiple of 32 and at most 256, nh a
+/// multiple of nkv, every count positive).
+bool attention_supported(const AttnArgs& a);
+
+/// Scratch bytes one thread needs for attention_bf16 of these shapes (packed K and V of one
+/// sequence and KV head, and score rows).
+size_t attention_scratch_bytes(const AttnArgs& a);
+
+/// Runs the attention units [u0, u1) of the B * nkv units (b = u / nkv, KV head u % nkv): every
+/// query row of that sequence and of the heads that share the KV head. scratch: at least
+/// attention_scratch_bytes(a) bytes, 64-byte aligned, owned by the calling thread.
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch);
+
+}  // namespace ucm::model::cpu

@@ -1,0 +1,127 @@
+// pipelines/model/cpu_bf16_ops.cc: the libtorch glue of the bf16 path's CPU kernels (cpu_bf16.h):
+// checks shapes, dtypes and strides, allocates the outputs, splits rows and attention units over
+// libtorch's intra-op threads. Declared in llama_ops.h.
+#include <ATen/Parallel.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "cpu_bf16.h"
+#include "llama_model.h"
+#include "llama_ops.h"
+
+namespace ucm::model::ops {
+namespace {
+
+void need(bool ok, const char* fn, const std::string& what) {
+  if (!ok) throw ModelError(std::string("ops::") + fn + ": " + what);
+}
+
+uint16_t* bits(const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+// Rows per task: about 64 KiB of fp32 input each.
+int64_t grain(int64_t row_elems) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elems)); }
+
+}  // namespace
+
+bool fast_bf16() { return cpu::have_avx512_bf16(); }
+
+torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  need(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.stride(1) == 1 && x.device().is_cpu(), "rms_norm_bf16",
+       "x must be fp32 [rows, H] on the CPU with contiguous rows");
+  need(w.dim() == 1 && w.size(0) == x.size(1) && w.scalar_type() == torch::kFloat && w.is_contiguous(), "rms_norm_bf16",
+       "w must be fp32 [H], contiguous");
+  const int64_t R = x.size(0), H = x.size(1), ldx = x.stride(0);
+  auto out = torch::empty({R, H}, x.options().dtype(torch::kBFloat16));
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  uint16_t* op = bits(out);
+  at::parallel_for(0, R, grain(H), [&](int64_t r0, int64_t r1) {
+    cpu::rms_norm_bf16(xp, ldx, wp, H, float(eps), op, H, r0, r1);
+  });
+  return out;
+}
+
+torch::Tensor silu_mul_bf16(const torch::Tensor& gu) {
+  need(gu.dim() == 2 && gu.scalar_type() == torch::kBFloat16 && gu.is_contiguous() && gu.size(1) % 2 == 0 &&
+           gu.device().is_cpu(),
+       "silu_mul_bf16", "gu must be bf16 [rows, 2 I] on the CPU, contiguous");
+  const int64_t R = gu.size(0), I = gu.size(1) / 2;
+  auto out = torch::empty({R, I}, gu.options());
+  const uint16_t* gp = bits(gu);
+  uint16_t* op = bits(out);
+  at::parallel_for(0, R, grain(2 * I), [&](int64_t r0, int64_t r1) { cpu::silu_mul_bf16(gp, I, op, r0, r1); });
+  return out;
+}
+
+void add_bf16_(torch::Tensor& x, const torch::Tensor& y) {
+  need(x.scalar_type() == torch::kFloat && x.is_contiguous() && y.scalar_type() == torch::kBFloat16 &&
+           y.is_contiguous() && x.sizes() == y.sizes() && x.device().is_cpu(),
+       "add_bf16_", "x must be fp32 and y bf16, of one shape, contiguous, on the CPU");
+  float* xp = x.data_ptr<float>();
+  const uint16_t* yp = bits(y);
+  at::parallel_for(0, x.numel(), 65536, [&](int64_t b, int64_t e) { cpu::add_bf16(xp + b, yp + b, e - b); });
+}
+
+torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const torch::Tensor& qpos, int64_t window, double scale, const torch::Tensor& q_len) {
+  auto fp32_4d = [](const torch::Tensor& t) {
+    return t.dim() == 4 && t.scalar_type() == torch::kFloat && t.device().is_cpu() && t.stride(3) == 1 &&
+           t.stride(2) == t.size(3);
+  };
+  need(fp32_4d(q) && fp32_4d(k) && fp32_4d(v), "attention_bf16",
+       "q, k, v must be fp32 [B, *, heads, hd] on the CPU, heads hd apart, dims contiguous");
+  need(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(3) == k.size(3), "attention_bf16",
+       "k and v must be [B, S, nkv, hd] with q's B and hd");
+  need(qpos.dim() == 1 && qpos.size(0) == q.size(1) && qpos.scalar_type() == torch::kLong, "attention_bf16",
+       "qpos must be int64 [T]");
+  auto pos = qpos.cpu().contiguous();
+  torch::Tensor lens;
+  if (q_len.defined()) {
+    need(q_len.dim() == 1 && q_len.size(0) == q.size(0) && q_len.scalar_type() == torch::kLong, "attention_bf16",
+         "q_len must be int64 [B]");
+    lens = q_len.cpu().contiguous();
+  }
+  cpu::AttnArgs a;
+  a.B = q.size(0);
+  a.T = q.size(1);
+  a.nh = q.size(2);
+  a.hd = q.size(3);
+  a.S = k.size(1);
+  a.nkv = k.size(2);
+  need(cpu::attention_supported(a), "attention_bf16",
+       "unsupported shape (head_dim must be a multiple of 32, at most 256; heads a multiple of KV heads)");
+  auto out = torch::empty({a.B, a.T, a.nh, a.hd}, q.options().dtype(torch::kBFloat16));
+  a.q = q.data_ptr<float>();
+  a.k = k.data_ptr<float>();
+  a.v = v.data_ptr<float>();
+  a.q_sb = q.stride(0);
+  a.q_st = q.stride(1);
+  a.k_sb = k.stride(0);
+  a.k_st = k.stride(1);
+  a.v_sb = v.stride(0);
+  a.v_st = v.stride(1);
+  a.out = bits(out);
+  a.qpos = pos.data_ptr<int64_t>();
+  a.q_len = lens.defined() ? lens.data_ptr<int64_t>() : nullptr;
+  a.window = window;
+  a.scale = float(scale);
+  const size_t bytes = cpu::attention_scratch_bytes(a);
+  at::parallel_for(0, a.B * a.nkv, 1, [&](int64_t u0, int64_t u1) {
+    struct Free {
+      void operator()(void* p) const { std::free(p); }
+    };
+    thread_local std::unique_ptr<void, Free> buf;
+    thread_local size_t cap = 0;
+    if (cap < bytes) {
+      buf.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+      need(buf != nullptr, "attention_bf16", "out of memory for " + std::to_string(bytes) + " bytes of scratch");
+      cap = bytes;
+    }
+    cpu::attention_bf16(a, u0, u1, buf.get());
+  });
+  return out;
+}
+
+}  // namespace ucm::model::ops
