@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -83,6 +84,12 @@ ComputeChoice choose_compute(const std::string& want, torch::Device dev) {
   return {torch::kBFloat16, "bf16", isa};
 }
 
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+}
+
 int set_compute_threads(int n, bool blas_gemms) {
   if (n <= 0) {
     const char* env = std::getenv("OMP_NUM_THREADS");
@@ -90,9 +97,7 @@ int set_compute_threads(int n, bool blas_gemms) {
   }
   if (n <= 0 && blas_gemms) n = 1;
   if (n <= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    const int cores = usable_cores();
     n = cores > 1 ? cores - 1 : 1;
   }
   at::set_num_threads(n);

@@ -39,6 +39,9 @@ ComputeChoice choose_compute(const std::string& want, torch::Device dev);
 /// Returns the count in effect.
 int set_compute_threads(int n, bool blas_gemms = false);
 
+/// The cores this process may run on (sched_getaffinity; 1 if unknown).
+int usable_cores();
+
 /// The core whose kernels the loaded OpenBLAS (libtorch's fp32 BLAS on Debian) runs, e.g.
 /// "SkylakeX", "Haswell", "Prescott"; "" when the process has no OpenBLAS.
 std::string blas_core_name();

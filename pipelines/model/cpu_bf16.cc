@@ -1,6 +1,8 @@
 // pipelines/model/cpu_bf16.cc: see cpu_bf16.h. Every kernel is compiled for AVX-512F +
 // AVX512-BF16 through `#pragma GCC target` (the standard headers are included before it, so no
 // library template is instantiated with those instructions); callers check have_avx512_bf16().
+// The unit is compiled with -ffp-contract=off (pipelines/model/CMakeLists.txt): a product and a
+// sum stay two roundings, as in libtorch's element-wise ops, unless a kernel asks for an FMA.
 #include "cpu_bf16.h"
 
 #include <immintrin.h>
@@ -105,31 +107,31 @@ inline __m512 exp16(__m512 x) {
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
 
 // Scores of R rows (query pairs qb, hd/2 per row) against key blocks [kb0, kb1) of Kp:
-// sc[r * sp + j] for j in [16 kb0, 16 kb1). Two key blocks at a time (2 R independent sums).
+// sc[r * sp + j] for j in [16 kb0, 16 kb1). Four key blocks at a time (4 R independent sums: the
+// dot products' latency hidden), then one at a time.
 template <int R>
 void scores(const uint16_t* Kp, const uint16_t* qb, int64_t hd, int64_t kb0, int64_t kb1, float* sc, int64_t sp) {
+  constexpr int kB = 4;
   const int64_t np = hd / 2;
   const uint32_t* q32 = reinterpret_cast<const uint32_t*>(qb);
   int64_t kb = kb0;
-  for (; kb + 2 <= kb1; kb += 2) {
+  for (; kb + kB <= kb1; kb += kB) {
     const uint16_t* k0 = Kp + kb * np * 32;
-    const uint16_t* k1 = k0 + np * 32;
-    __m512 acc[R][2];
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    __m512 acc[R][kB];
+    for (int r = 0; r < R; ++r)
+      for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_setzero_ps();
     for (int64_t p = 0; p < np; ++p) {
-      const __m512bh a = as_bh(_mm512_loadu_si512(k0 + p * 32)), b = as_bh(_mm512_loadu_si512(k1 + p * 32));
+      __m512bh kz[kB];
+      for (int x = 0; x < kB; ++x) kz[x] = as_bh(_mm512_loadu_si512(k0 + (x * np + p) * 32));
       for (int r = 0; r < R; ++r) {
         const __m512bh q = as_bh(_mm512_set1_epi32(int(q32[r * np + p])));
-        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], q, a);
-        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], q, b);
+        for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_dpbf16_ps(acc[r][x], q, kz[x]);
       }
     }
-    for (int r = 0; r < R; ++r) {
-      _mm512_storeu_ps(sc + r * sp + kb * 16, acc[r][0]);
-      _mm512_storeu_ps(sc + r * sp + kb * 16 + 16, acc[r][1]);
-    }
+    for (int r = 0; r < R; ++r)
+      for (int x = 0; x < kB; ++x) _mm512_storeu_ps(sc + r * sp + (kb + x) * 16, acc[r][x]);
   }
-  if (kb < kb1) {
+  for (; kb < kb1; ++kb) {
     const uint16_t* k0 = Kp + kb * np * 32;
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -251,6 +253,32 @@ void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float
       store_bf16(o + full,
                  _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, w + full), _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, xr + full), inv)),
                  tm);
+  }
+}
+
+void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const float* sin, int64_t T, int64_t nh,
+              int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1) {
+  const int64_t W = (nh + 2 * nkv) * hd, half = hd / 2;
+  auto load = [&](const uint16_t* row, int64_t i) {
+    const __m512 x = widen16(row + i);
+    return bias ? _mm512_add_ps(x, _mm512_loadu_ps(bias + i)) : x;
+  };
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* row = qkv + r * W;
+    const float* c = cos + (r % T) * half;
+    const float* s = sin + (r % T) * half;
+    for (int64_t head = 0; head < nh + nkv; ++head) {
+      const int64_t base = head * hd;
+      float* dst = head < nh ? q + (r * nh + head) * hd : k + (r * nkv + head - nh) * hd;
+      for (int64_t i = 0; i < half; i += 16) {
+        const __m512 x1 = load(row, base + i), x2 = load(row, base + half + i);
+        const __m512 cv = _mm512_loadu_ps(c + i), sv = _mm512_loadu_ps(s + i);
+        _mm512_storeu_ps(dst + i, _mm512_sub_ps(_mm512_mul_ps(x1, cv), _mm512_mul_ps(x2, sv)));
+        _mm512_storeu_ps(dst + half + i, _mm512_add_ps(_mm512_mul_ps(x2, cv), _mm512_mul_ps(x1, sv)));
+      }
+    }
+    float* vd = v + r * nkv * hd;
+    for (int64_t i = 0; i < nkv * hd; i += 16) _mm512_storeu_ps(vd + i, load(row, (nh + nkv) * hd + i));
   }
 }
 

@@ -34,6 +34,16 @@ void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float
 /// gu: bf16 bits [rows, 2 I] (gate_up's output, contiguous); out: bf16 bits [rows, I], contiguous.
 void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int64_t r1);
 
+/// q, k, v of a decoder layer from its one q/k/v projection, RoPE applied (transformers
+/// rotate_half: lo = x1 c - x2 s, hi = x2 c + x1 s, each product rounded, as libtorch's ops do, so
+/// the K equal the libtorch path's bit for bit): for rows [r0, r1) of qkv (bf16 bits
+/// [rows, (nh + 2 nkv) hd], contiguous; row r at position index r % T of cos/sin), y = float(row)
+/// (+ bias, fp32 [(nh + 2 nkv) hd], when not null); q = rope(y's first nh heads) fp32 [rows, nh, hd],
+/// k = rope(the next nkv heads) fp32 [rows, nkv, hd], v = the last nkv heads fp32 [rows, nkv, hd],
+/// all contiguous. cos, sin: fp32 [T, hd / 2]. hd: a multiple of 32.
+void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const float* sin, int64_t T, int64_t nh,
+              int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1);
+
 /// The residual add of o_proj and down_proj: x[i] += float(y[i]) for i < n. x fp32, y bf16 bits.
 void add_bf16(float* x, const uint16_t* y, int64_t n);
 

@@ -43,6 +43,32 @@ torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, doub
   return out;
 }
 
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope(const torch::Tensor& qkv, const torch::Tensor& bias,
+                                                                 const torch::Tensor& cos, const torch::Tensor& sin,
+                                                                 int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd) {
+  const int64_t W = (nh + 2 * nkv) * hd;
+  need(qkv.dim() == 2 && qkv.size(0) == B * T && qkv.size(1) == W && qkv.scalar_type() == torch::kBFloat16 &&
+           qkv.is_contiguous() && qkv.device().is_cpu() && hd % 32 == 0,
+       "qkv_rope", "qkv must be bf16 [B * T, (nh + 2 nkv) hd] on the CPU, contiguous, hd a multiple of 32");
+  need(!bias.defined() || (bias.dim() == 1 && bias.size(0) == W && bias.scalar_type() == torch::kFloat &&
+                           bias.is_contiguous()),
+       "qkv_rope", "bias must be fp32 [(nh + 2 nkv) hd], contiguous");
+  auto table = [&](const torch::Tensor& t) {
+    return t.dim() == 2 && t.size(0) == T && t.size(1) == hd / 2 && t.scalar_type() == torch::kFloat && t.is_contiguous();
+  };
+  need(table(cos) && table(sin), "qkv_rope", "cos and sin must be fp32 [T, hd / 2], contiguous");
+  const auto o = qkv.options().dtype(torch::kFloat);
+  auto q = torch::empty({B, T, nh, hd}, o), k = torch::empty({B, T, nkv, hd}, o), v = torch::empty({B, T, nkv, hd}, o);
+  const uint16_t* src = bits(qkv);
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+  float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+  at::parallel_for(0, B * T, grain(W), [&](int64_t r0, int64_t r1) {
+    cpu::qkv_rope(src, bp, cp, sp, T, nh, nkv, hd, qp, kp, vp, r0, r1);
+  });
+  return {q, k, v};
+}
+
 torch::Tensor silu_mul_bf16(const torch::Tensor& gu) {
   need(gu.dim() == 2 && gu.scalar_type() == torch::kBFloat16 && gu.is_contiguous() && gu.size(1) % 2 == 0 &&
            gu.device().is_cpu(),

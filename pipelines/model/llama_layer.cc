@@ -56,7 +56,9 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
   // the GEMMs' bf16 input, attention with fp32 scores, the SiLU gate, the residual adds.
   const bool fused = fused_bf16_ && !cache;
   auto h = fused ? ops::rms_norm_bf16(x, L.ln1, eps) : ops::rms_norm(x, L.ln1, eps);
-  auto [q, k, v] = project_qkv(L, h, B, T, rope.cos, rope.sin);  // [B, T, n, hd]
+  auto [q, k, v] = fused && !L.q_norm.defined()
+                      ? ops::qkv_rope(torch::mm(h, L.wqkv.t()), L.bqkv, rope.cos, rope.sin, B, T, nh, nkv, hd)
+                      : project_qkv(L, h, B, T, rope.cos, rope.sin);  // [B, T, n, hd]
   torch::Tensor kt, vh;  // attention's keys K^T [B, nkv, hd, S] and values [B, nkv, S, hd], compute dtype
   if (cache) {
     const int64_t S0 = pp[0];

@@ -2,15 +2,20 @@
 
 #include <openssl/evp.h>
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <numbers>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <numbers>
+#include <thread>
+#include <vector>
 
 #include "llama_ops.h"
 #include "ucm/safetensors/safetensors.h"
@@ -367,6 +372,53 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
     if (tc.min().item<int64_t>() < 0 || tc.max().item<int64_t>() >= c.vocab_size)
       bad("token ids (padding included) must be in [0, vocab_size=" + std::to_string(c.vocab_size) + ")");
   }
+  const int64_t W = fused_bf16_ ? std::min<int64_t>(prefill_workers_, B) : 1;
+  if (W <= 1) return forward_rows(tokens, lengths, want_logits, kv_dtype);
+  // Data parallel (set_prefill_workers): W groups of consecutive sequences, each on its own thread
+  // with one libtorch thread; the outputs are concatenated back in batch order.
+  std::vector<Output> part(static_cast<size_t>(W));
+  std::vector<std::exception_ptr> err(static_cast<size_t>(W));
+  std::vector<std::thread> pool;
+  for (int64_t w = 0; w < W; ++w) {
+    const int64_t b0 = B * w / W, b1 = B * (w + 1) / W;
+    pool.emplace_back([&, w, b0, b1] {
+      try {
+        c10::InferenceMode g;
+        at::set_num_threads(1);
+        part[size_t(w)] = forward_rows(tokens.narrow(0, b0, b1 - b0), lengths.narrow(0, b0, b1 - b0), want_logits,
+                                       kv_dtype);
+      } catch (...) {
+        err[size_t(w)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
+  Output out;
+  out.k.resize(size_t(c.num_hidden_layers));
+  out.v.resize(size_t(c.num_hidden_layers));
+  std::vector<torch::Tensor> ks(static_cast<size_t>(W)), vs(static_cast<size_t>(W));
+  for (size_t l = 0; l < out.k.size(); ++l) {
+    for (size_t w = 0; w < size_t(W); ++w) {
+      ks[w] = part[w].k[l];
+      vs[w] = part[w].v[l];
+    }
+    out.k[l] = torch::cat(ks);
+    out.v[l] = torch::cat(vs);
+  }
+  if (want_logits) {
+    for (size_t w = 0; w < size_t(W); ++w) ks[w] = part[w].logits;
+    out.logits = torch::cat(ks);
+  }
+  return out;
+}
+
+LlamaModel::Output LlamaModel::forward_rows(const torch::Tensor& tokens, const torch::Tensor& lengths,
+                                            bool want_logits, torch::ScalarType kv_dtype) const {
+  const auto& c = cfg_;
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  c10::InferenceMode guard;
   // Positions are 0..T-1 for every row (right padding).
   const auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(dev_));
   const Rope rope = rope_at(pos);

@@ -206,6 +206,14 @@ class LlamaModel {
   /// Whether the batched prefill (forward()) runs the bf16 path's fused CPU kernels (cpu_bf16.h)
   /// instead of libtorch's element-wise ops and attention matmuls.
   bool fused_bf16() const { return fused_bf16_; }
+  /// Data-parallel batched prefill on the fused bf16 path: forward() splits a batch of B >= 2
+  /// sequences into min(n, B) groups and runs each on its own thread with one libtorch thread
+  /// (n >= 1; 1 = the calling thread alone). Sequences do not interact, so the results are the
+  /// one-thread results bit for bit. Why: on this project's 2-core machines oneDNN 2.6's bf16
+  /// GEMMs with two OpenMP threads ran 2x slower than with one, while two single-threaded
+  /// prefills side by side each kept one's speed (docs/benchmarks.md, "prefill").
+  void set_prefill_workers(int n) { prefill_workers_ = std::max(1, n); }
+  int prefill_workers() const { return prefill_workers_; }
 
  private:
   /// Throws ModelError ("LlamaModel::<fn> (dir): ...") unless tokens (int64 [T], T >= 1, ids in
@@ -290,6 +298,10 @@ class LlamaModel {
   /// The batched prefill of the bf16 path runs the fused CPU kernels (cpu_bf16.h): compute bf16 on
   /// a CPU with AVX512-BF16, head_dim a multiple of 32 (<= 256), UCM_BF16_KERNELS not "0".
   bool fused_bf16_ = false;
+  int prefill_workers_ = 1;
+  /// forward() of sequences [b0, b1) of a checked batch, on the calling thread.
+  Output forward_rows(const torch::Tensor& tokens, const torch::Tensor& lengths, bool want_logits,
+                      torch::ScalarType kv_dtype) const;
 };
 
 }  // namespace ucm::model

@@ -57,6 +57,12 @@ inline torch::Tensor attn_matmul(const torch::Tensor& a, const torch::Tensor& b,
 bool fast_bf16();
 /// bf16(w * rms-normalised x): x fp32 [R, H] (rows contiguous), w fp32 [H] -> bf16 [R, H].
 torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, double eps);
+/// q, k, v of a layer from its projection's bf16 output qkv [B * T, (nh + 2 nkv) hd] (+ bias fp32,
+/// optional), RoPE applied with cos/sin [T, hd/2]: fp32 [B, T, nh, hd], [B, T, nkv, hd] twice,
+/// contiguous; bit-equal to linear()'s widening, the bias add and apply_rope().
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope(const torch::Tensor& qkv, const torch::Tensor& bias,
+                                                                 const torch::Tensor& cos, const torch::Tensor& sin,
+                                                                 int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd);
 /// bf16(silu(gate) * up): gu bf16 [R, 2I] (gate columns, then up), contiguous -> bf16 [R, I].
 torch::Tensor silu_mul_bf16(const torch::Tensor& gu);
 /// x += y: x fp32, y bf16, one shape, both contiguous.

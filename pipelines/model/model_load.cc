@@ -29,7 +29,7 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
     return Status::InvalidArgument(std::string("--compute-dtype: ") + e.what());
   }
   if (o.threads < -1) return Status::InvalidArgument("--threads must be >= 0 (0: the default for the compute dtype)");
-  const int threads = o.threads >= 0 ? set_compute_threads(o.threads, dev.is_cpu() && cc.dtype == torch::kFloat)
+  int threads = o.threads >= 0 ? set_compute_threads(o.threads, dev.is_cpu() && cc.dtype == torch::kFloat)
                                      : at::get_num_threads();
   try {
     *out = LlamaModel::load(o.model_dir, dev, cc.dtype);
@@ -37,6 +37,13 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
     return Status::InvalidArgument(std::string("cannot load model from ") + o.model_dir + ": " + e.what() +
                                    " (a Hugging Face Llama-family directory is required; for the default model run "
                                    "scripts/fetch_model.py)");
+  }
+  if (o.threads >= 0 && (*out)->fused_bf16()) {
+    // The fused bf16 prefill runs data parallel: --threads workers (0: every core), each with one
+    // libtorch thread (LlamaModel::set_prefill_workers says why).
+    threads = o.threads > 0 ? o.threads : usable_cores();
+    at::set_num_threads(1);
+    (*out)->set_prefill_workers(threads);
   }
   if (info) *info = {cc.name, cc.path, threads};
   return Status::OK();

@@ -15,14 +15,16 @@ struct LoadOptions {
   std::string model_dir;              ///< Hugging Face model directory (config.json + safetensors)
   std::string device = "cpu";         ///< "cpu" | "cuda" | "cuda:N"
   std::string compute_dtype = "fp32"; ///< "fp32" | "bf16" | "auto" (choose_compute, compute.h)
-  int threads = -1;                   ///< libtorch intra-op threads: -1 leaves them, 0 = set_compute_threads's default
+  /// libtorch intra-op threads: -1 leaves them, 0 = set_compute_threads's default. On the fused bf16
+  /// CPU path (LlamaModel::fused_bf16()): prefill workers of one libtorch thread each, 0 = every core.
+  int threads = -1;
 };
 
 /// What a loaded model computes with.
 struct ComputeInfo {
   std::string dtype;  ///< "bf16" | "fp32"
   std::string path;   ///< "amx_bf16" | "avx512_bf16" | "cuda" | "fp32"
-  int threads = 0;    ///< libtorch intra-op threads in effect
+  int threads = 0;    ///< libtorch intra-op threads in effect (the fused bf16 path: prefill workers)
 };
 
 /// Loads o.model_dir on o.device with the resolved compute dtype. Errors: InvalidArgument (no

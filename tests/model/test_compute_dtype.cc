@@ -104,6 +104,34 @@ TEST(ComputeDtype, Bf16MatchesFp32OnRealDocuments) {
   }
 }
 
+TEST(ComputeDtype, PrefillWorkersGiveTheOneThreadResultBitForBit) {
+  // LlamaModel::set_prefill_workers: a batch split over threads, each sequence computed as alone.
+  if (!ucm::model::ops::fast_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  const std::string dir = model_dir();
+  ASSERT_TRUE(fs::exists(fs::path(dir) / "model.safetensors")) << dir << ": run scripts/fetch_model.py";
+  auto m = LlamaModel::load(dir, torch::kCPU, torch::kBFloat16);
+  ASSERT_TRUE(m->fused_bf16());
+  const int64_t B = 5, T = 80;
+  auto tokens = (torch::arange(B * T, torch::kLong) * 7919 % m->config().vocab_size).view({B, T});
+  auto lengths = torch::tensor({80, 64, 80, 17, 48}, torch::kLong);
+  m->set_prefill_workers(1);
+  auto one = m->forward(tokens, lengths, true, torch::kBFloat16);
+  for (int w : {2, 3, 8}) {
+    m->set_prefill_workers(w);
+    auto par = m->forward(tokens, lengths, true, torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(par.logits, one.logits)) << w << " workers";
+    for (size_t l = 0; l < one.k.size(); ++l) {
+      EXPECT_TRUE(torch::equal(par.k[l], one.k[l])) << w << " workers, layer " << l;
+      EXPECT_TRUE(torch::equal(par.v[l], one.v[l])) << w << " workers, layer " << l;
+    }
+  }
+  // A sequence's rows do not depend on the batch around it or on its padding.
+  m->set_prefill_workers(1);
+  auto alone = m->forward(tokens.narrow(0, 3, 1).narrow(1, 0, 17), lengths.narrow(0, 3, 1).clone().fill_(17), true,
+                          torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(alone.k[5][0], one.k[5][3].narrow(0, 0, 17)));
+}
+
 // ---- The fused kernels against libtorch on the same bf16-rounded operands -------------------
 
 torch::Tensor round_bf16(const torch::Tensor& x) { return x.to(torch::kBFloat16).to(torch::kFloat); }
@@ -143,6 +171,33 @@ TEST(Bf16Kernels, RmsNormSiluAndAddEqualLibtorch) {
   EXPECT_THROW(ucm::model::ops::silu_mul_bf16(torch::zeros({2, 3}, torch::kBFloat16)), ucm::model::ModelError);
   EXPECT_THROW(ucm::model::ops::rms_norm_bf16(torch::zeros({2, 3}, torch::kBFloat16), torch::ones({3}), 1e-6),
                ucm::model::ModelError);
+}
+
+TEST(Bf16Kernels, QkvRopeEqualsLibtorchBitForBit) {
+  // The stored K of the fused path must be the libtorch path's: widening, bias add and RoPE with
+  // each product and sum rounded on its own.
+  if (!ucm::model::ops::fast_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  torch::manual_seed(5);
+  for (int64_t hd : {64, 128}) {
+    const int64_t B = 2, T = 21, nh = 6, nkv = 2, W = (nh + 2 * nkv) * hd;
+    auto qkv = (torch::randn({B * T, W}) * 3).to(torch::kBFloat16);
+    auto inv = 1.0 / torch::pow(10000.0, torch::arange(0, hd, 2).to(torch::kFloat) / double(hd));
+    auto freqs = torch::outer(torch::arange(100, 100 + T).to(torch::kFloat), inv);
+    auto cos = freqs.cos(), sin = freqs.sin();
+    for (const bool with_bias : {false, true}) {
+      auto bias = with_bias ? torch::randn({W}) : torch::Tensor();
+      auto y = qkv.to(torch::kFloat);
+      if (with_bias) y = y + bias;
+      auto [q, k, v] = ucm::model::ops::qkv_rope(qkv, bias, cos, sin, B, T, nh, nkv, hd);
+      EXPECT_TRUE(torch::equal(q, ucm::model::ops::apply_rope(y.narrow(1, 0, nh * hd).view({B, T, nh, hd}), cos, sin)))
+          << "q, hd " << hd << (with_bias ? ", bias" : "");
+      EXPECT_TRUE(
+          torch::equal(k, ucm::model::ops::apply_rope(y.narrow(1, nh * hd, nkv * hd).view({B, T, nkv, hd}), cos, sin)))
+          << "k, hd " << hd << (with_bias ? ", bias" : "");
+      EXPECT_TRUE(torch::equal(v, y.narrow(1, (nh + nkv) * hd, nkv * hd).reshape({B, T, nkv, hd})))
+          << "v, hd " << hd << (with_bias ? ", bias" : "");
+    }
+  }
 }
 
 // Attention as the libtorch path computes it, in fp32 on bf16-rounded q * scale, k, v, with the
