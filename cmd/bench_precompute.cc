@@ -41,8 +41,8 @@ void setup_bench_precompute(CLI::App& bench) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
   c->add_option("--threads", a->o.threads,
-                 "libtorch threads (0: every core but one for bf16, 1 for fp32, whose GEMMs run on OpenBLAS's own "
-                 "threads)")
+                 "Prefill threads (0: bf16 one prefill worker per core, each one libtorch thread; fp32 one "
+                 "libtorch thread, its GEMMs on OpenBLAS's own threads)")
       ->capture_default_str();
   add_common_flags(c, &a->common);
   c->callback([a] {

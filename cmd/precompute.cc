@@ -131,8 +131,8 @@ CLI::App* setup_precompute(CLI::App& app) {
       "--dtype either way; the report says which ran (docs/model.md, \"Compute dtype\")")
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
   add("--threads", "threads", &a->threads,
-      "libtorch threads (default 0: every core but one for bf16; 1 for fp32, whose GEMMs run on OpenBLAS's own "
-      "threads, every core; OMP_NUM_THREADS also sets it)")
+      "Prefill threads (default 0: bf16 one prefill worker per core, each one libtorch thread; fp32 one "
+      "libtorch thread, its GEMMs on OpenBLAS's own threads, every core; OMP_NUM_THREADS also sets it)")
       ->check(CLI::NonNegativeNumber);
   add("--max-doc-tokens", "max-doc-tokens", &a->max_doc_tokens,
       "Cut longer documents (template included) here (default: max_position_embeddings)");

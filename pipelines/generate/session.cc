@@ -29,6 +29,7 @@ Status Session::load(const SessionOptions& o) {
   // OpenBLAS's own threads and libtorch's element-wise work on one; libtorch's default (a thread
   // per core) made the two pools spin against each other.
   lo.threads = 0;
+  lo.batched_prefill = false;  // the engine prefills through the cached forward (extend)
   UCM_RETURN_IF_ERROR(model::load_model(lo, &model_, nullptr));
   const std::string tp =
       o.tokenizer_file.empty() ? (fs::path(o.model_dir) / "tokenizer.json").string() : o.tokenizer_file;

@@ -38,7 +38,7 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
                                    " (a Hugging Face Llama-family directory is required; for the default model run "
                                    "scripts/fetch_model.py)");
   }
-  if (o.threads >= 0 && (*out)->fused_bf16()) {
+  if (o.threads >= 0 && o.batched_prefill && (*out)->fused_bf16()) {
     // The fused bf16 prefill runs data parallel: --threads workers (0: every core), each with one
     // libtorch thread (LlamaModel::set_prefill_workers says why).
     threads = o.threads > 0 ? o.threads : usable_cores();

@@ -16,8 +16,13 @@ struct LoadOptions {
   std::string device = "cpu";         ///< "cpu" | "cuda" | "cuda:N"
   std::string compute_dtype = "fp32"; ///< "fp32" | "bf16" | "auto" (choose_compute, compute.h)
   /// libtorch intra-op threads: -1 leaves them, 0 = set_compute_threads's default. On the fused bf16
-  /// CPU path (LlamaModel::fused_bf16()): prefill workers of one libtorch thread each, 0 = every core.
+  /// CPU path (LlamaModel::fused_bf16()) with batched_prefill: prefill workers of one libtorch
+  /// thread each, 0 = every core.
   int threads = -1;
+  /// The run's prefill is the batched forward() (precompute, its bench): on the fused bf16 CPU
+  /// path, threads are prefill workers. false (the engine, whose cached forward keeps libtorch's
+  /// ops): threads are libtorch's as for bf16 without the fused kernels.
+  bool batched_prefill = true;
 };
 
 /// What a loaded model computes with.

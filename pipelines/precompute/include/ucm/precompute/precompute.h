@@ -71,9 +71,11 @@ struct PrecomputeOptions {
   /// fp32 elsewhere). The stored K/V are in `dtype` either way. fp32 stays the default until bf16
   /// meets the K/V parity bar on every layer (docs/model.md, "Compute dtype").
   std::string compute_dtype = "fp32";
-  /// libtorch intra-op threads for prefill; 0 = model::set_compute_threads's default (fp32 on
-  /// the CPU: 1, beside OpenBLAS's own threads; bf16: every core this process may use but one),
-  /// unless OMP_NUM_THREADS is set. Store I/O runs on its own threads.
+  /// Prefill threads; 0 = the default: fp32 on the CPU one libtorch thread, beside OpenBLAS's own
+  /// threads (unless OMP_NUM_THREADS is set); bf16 with the fused CPU kernels one prefill worker
+  /// per core, each one libtorch thread (model::LlamaModel::set_prefill_workers; n > 0: n
+  /// workers); bf16 without them every core this process may use but one (docs/model.md,
+  /// "Compute dtype"). Store I/O runs on its own threads.
   int threads = 0;
 };
 
