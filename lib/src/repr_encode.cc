@@ -106,23 +106,30 @@ void encode_block_repr(const ReprSpec& s, const float* const* keys, size_t key_s
   char* r0 = base + secs[0].offset;
   char* r1 = base + secs[1].offset;
   uint8_t* r4 = reinterpret_cast<uint8_t*>(base + secs[2].offset);
-  std::vector<double> proj_dots;
+  // Per dimension: the sum over the block's tokens in token order (double), min and max. Tokens
+  // outer, dimensions inner (one row of a token at a time, vectorizable); each dimension's sum
+  // still adds its tokens in order 0..T-1.
+  std::vector<double> sum(D);
+  std::vector<float> mn(D), mx(D);
   for (uint32_t l = 0; l < L; ++l) {
     const float* kl = keys[l];
     for (uint32_t h = 0; h < H; ++h) {
-      for (uint32_t d = 0; d < D; ++d) {
-        double sum = 0;
-        float mn = kl[h * D + d], mx = mn;
-        for (uint32_t t = 0; t < T; ++t) {
-          const float v = kl[t * key_stride_t + h * D + d];
-          sum += v;
-          mn = std::min(mn, v);
-          mx = std::max(mx, v);
+      std::fill(sum.begin(), sum.end(), 0.0);
+      std::copy(kl + h * D, kl + h * D + D, mn.begin());
+      std::copy(kl + h * D, kl + h * D + D, mx.begin());
+      for (uint32_t t = 0; t < T; ++t) {
+        const float* row = kl + t * key_stride_t + h * D;
+        for (uint32_t d = 0; d < D; ++d) {
+          sum[d] += row[d];
+          mn[d] = std::min(mn[d], row[d]);
+          mx[d] = std::max(mx[d], row[d]);
         }
+      }
+      for (uint32_t d = 0; d < D; ++d) {
         const size_t i0 = (size_t{l} * H + h) * D + d;
-        store(r0, i0, static_cast<float>(sum / T), 0);
-        store(r1, ((size_t{l} * 2 + 0) * H + h) * D + d, mn, -1);
-        store(r1, ((size_t{l} * 2 + 1) * H + h) * D + d, mx, +1);
+        store(r0, i0, static_cast<float>(sum[d] / T), 0);
+        store(r1, ((size_t{l} * 2 + 0) * H + h) * D + d, mn[d], -1);
+        store(r1, ((size_t{l} * 2 + 1) * H + h) * D + d, mx[d], +1);
       }
       for (uint32_t t = 0; t < T; ++t) {
         uint8_t* bits = r4 + ((size_t{l} * H + h) * T + t) * (B / 8);
