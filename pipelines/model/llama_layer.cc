@@ -84,9 +84,15 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
         T = r.size(0);
       }
     }
-    // Read in the cache's dtype, attended in the compute dtype (exact for a bf16 cache).
-    kt = cache->k[size_t(li)].narrow(0, 0, S).to(compute_).permute({1, 2, 0}).unsqueeze(0).contiguous();
-    vh = cache->v[size_t(li)].narrow(0, 0, S).to(compute_).permute({1, 0, 2}).unsqueeze(0).contiguous();
+    // Read in the cache's dtype, attended in the compute dtype (exact for a bf16 cache). A few
+    // query rows (decode) read the cache through strided views (BLAS takes them as they are): a
+    // contiguous copy would move the whole cache through memory once per layer and token.
+    kt = cache->k[size_t(li)].narrow(0, 0, S).to(compute_).permute({1, 2, 0}).unsqueeze(0);  // [1, nkv, hd, S]
+    vh = cache->v[size_t(li)].narrow(0, 0, S).to(compute_).permute({1, 0, 2}).unsqueeze(0);  // [1, nkv, S, hd]
+    if (T > kDecodeRows) {
+      kt = kt.contiguous();
+      vh = vh.contiguous();
+    }
   } else {
     v = v.contiguous();
     if (io.kv_dtype != torch::kFloat) {

@@ -198,6 +198,9 @@ class LlamaModel {
   static constexpr int64_t kScoreBudget = int64_t{1} << 22;
   /// MLP activations are computed in row blocks of max(16, kMlpBudget / (2 * intermediate)) rows.
   static constexpr int64_t kMlpBudget = int64_t{1} << 21;
+  /// At most this many query rows (a decode step) attend a KV cache through strided views of it;
+  /// more make contiguous copies first (layer_forward()).
+  static constexpr int64_t kDecodeRows = 8;
   /// Query rows per attention chunk on the bf16 compute path (layer_forward(): causal key skipping).
   static constexpr int64_t kCausalChunk = 128;
   /// Changes the score-block budget (floats, >= 1; smaller = more, smaller query

@@ -33,7 +33,14 @@ inline torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos
 // W fp32: one fp32 GEMM. W bf16 (the bf16 compute path): x is rounded to bf16 and the GEMM runs
 // on the CPU's bf16 matrix units (oneDNN: AMX-BF16, else AVX512-BF16) with fp32 accumulation; its
 // output is rounded to bf16 (libtorch 1.13 writes bf16 GEMMs' results in bf16), then widened.
+// One fp32 row (a decode step) multiplies by W as a matrix-vector product: OpenBLAS's sgemm
+// packs all of W on every call, which for a single row cost more than reading W (decode of
+// SmolLM2-135M on one thread: 43% of the time in sgemm_incopy, 2026-11-27).
 inline torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) {
+  if (w.scalar_type() == torch::kFloat && x.size(0) == 1) {
+    auto y = torch::mv(w, x[0]).unsqueeze(0);
+    return b.defined() ? y.add_(b) : y;
+  }
   if (w.scalar_type() == torch::kFloat) return b.defined() ? torch::addmm(b, x, w.t()) : torch::mm(x, w.t());
   auto y = torch::mm(x.to(w.scalar_type()), w.t()).to(torch::kFloat);
   return b.defined() ? y.add_(b) : y;
@@ -41,7 +48,8 @@ inline torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, cons
 
 // x += a W^T (the residual adds of o_proj and down_proj), W fp32 or bf16 as in linear().
 inline void add_linear_(torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& w) {
-  if (w.scalar_type() == torch::kFloat) x.addmm_(a, w.t());
+  if (w.scalar_type() == torch::kFloat && a.size(0) == 1) x.add_(torch::mv(w, a[0]).unsqueeze(0));  // see linear()
+  else if (w.scalar_type() == torch::kFloat) x.addmm_(a, w.t());
   else x.add_(torch::mm(a.to(w.scalar_type()), w.t()));
 }
 
