@@ -45,7 +45,7 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
     at::set_num_threads(1);
     (*out)->set_prefill_workers(threads);
   }
-  if (info) *info = {cc.name, cc.path, threads};
+  if (info) *info = {cc.name, cc.path, threads, (*out)->fused_bf16() ? "avx512_bf16" : "libtorch"};
   return Status::OK();
 }
 

@@ -33,6 +33,7 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
   out->compute_dtype = compute.dtype;
   out->compute_path = compute.path;
   out->threads = compute.threads;
+  out->kernels = compute.kernels;
   std::unique_ptr<tok::Tokenizer> tok_owned;
   const tok::Tokenizer* tk = nullptr;
   st = load_tokenizer(o, Resources{}, &tok_owned, &tk);

@@ -81,6 +81,7 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
   sum->compute_dtype = compute.dtype;
   sum->compute_path = compute.path;
   sum->threads = compute.threads;
+  sum->kernels = compute.kernels;
   if (m->config().head_dim <= 0 || m->config().num_key_value_heads <= 0)
     return Status::InvalidArgument("model " + o.model_dir + " has no KV heads / head_dim");
   std::unique_ptr<tok::Tokenizer> tok_owned;

@@ -2,10 +2,21 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
 
 #include "ucm/precompute/precompute.h"
 
 namespace ucm::precompute {
+namespace {
+
+// "2 prefill workers (avx512_bf16 kernels, one libtorch thread each)" | "1 libtorch thread".
+std::string threads_text(int threads, const std::string& kernels) {
+  const char* s = threads == 1 ? "" : "s";
+  if (kernels == "libtorch") return std::to_string(threads) + " libtorch thread" + s;
+  return std::to_string(threads) + " prefill worker" + s + " (" + kernels + " kernels, one libtorch thread each)";
+}
+
+}  // namespace
 
 std::string PrecomputeSummary::to_json() const {
   nlohmann::json j;
@@ -37,6 +48,7 @@ std::string PrecomputeSummary::to_json() const {
   j["compute_dtype"] = compute_dtype;
   j["compute_path"] = compute_path;
   j["threads"] = threads;
+  j["kernels"] = kernels;
   j["interrupted"] = interrupted;
   j["signal"] = signal;
   j["namespace"] = namespace_name;
@@ -63,9 +75,9 @@ std::string PrecomputeSummary::to_text() const {
     s << "  ... and more skipped entries (all of them: --json, or the warnings on stderr)\n";
   s << "blocks " << blocks_written << " written, " << blocks_existing << " already present\n";
   char buf[256];
-  std::snprintf(buf, sizeof buf, "tokens %llu in %.1f s (%.0f tokens/s; prefill %.1f s, %s compute on %s, %d libtorch thread%s)\n",
+  std::snprintf(buf, sizeof buf, "tokens %llu in %.1f s (%.0f tokens/s; prefill %.1f s, %s compute on %s, %s)\n",
                 (unsigned long long)tokens, seconds, tokens_per_second, prefill_seconds, compute_dtype.c_str(),
-                compute_path.c_str(), threads, threads == 1 ? "" : "s");
+                compute_path.c_str(), threads_text(threads, kernels).c_str());
   s << buf;
   if (interrupted)
     s << "interrupted" << (signal ? " by signal " + std::to_string(signal) : std::string())
@@ -88,7 +100,8 @@ std::string BenchResult::to_json() const {
                       {"device", device},
                       {"compute_dtype", compute_dtype},
                       {"compute_path", compute_path},
-                      {"threads", threads}};
+                      {"threads", threads},
+                      {"kernels", kernels}};
   return j.dump();
 }
 
@@ -99,11 +112,11 @@ std::string BenchResult::to_text() const {
                 "bare prefill:   %8.1f tokens/s (mean of %.2f s before and %.2f s after)\n"
                 "full precompute:%8.1f tokens/s (%.2f s, of which %.2f s in the model forward)\n"
                 "ratio %.3f (target >= 0.9)\n"
-                "compute %s (%s), %d libtorch thread%s, device %s\n",
+                "compute %s (%s), %s, device %s\n",
                 (unsigned long long)documents, (unsigned long long)tokens, (unsigned long long)batches,
                 prefill_tokens_per_second, prefill_seconds_before, prefill_seconds_after,
                 precompute_tokens_per_second, precompute_seconds, precompute_prefill_seconds, ratio,
-                compute_dtype.c_str(), compute_path.c_str(), threads, threads == 1 ? "" : "s", device.c_str());
+                compute_dtype.c_str(), compute_path.c_str(), threads_text(threads, kernels).c_str(), device.c_str());
   return buf;
 }
 

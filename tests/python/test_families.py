@@ -165,6 +165,8 @@ def test_bf16_compute_is_reported_and_close(tmp_path, ucm_bin):
     rep = json.loads(p.stdout)
     assert rep["compute_dtype"] == "bf16" and rep["compute_path"] in ("amx_bf16", "avx512_bf16"), rep
     assert rep["threads"] >= 1
+    # The fused CPU kernels run where the CPU has AVX512-BF16 (every AMX CPU has it).
+    assert rep["kernels"] == ("avx512_bf16" if " avx512_bf16" in flags else "libtorch"), rep
     with ucm.Store(str(tmp_path / "s16")) as s:
         ns = only_namespace(s)
         ids = golden["p1.ids"]
@@ -181,7 +183,7 @@ def test_bf16_compute_is_reported_and_close(tmp_path, ucm_bin):
                 assert rel <= 0.05, f"bf16 compute, {key} layer {l}: {rel:.2%} of max |value|"
     p = run([ucm_bin, "precompute", "--model", mdir, "--corpus", corpus, "--store", tmp_path / "s32", "--json"])
     rep = json.loads(p.stdout)
-    assert (rep["compute_dtype"], rep["compute_path"]) == ("fp32", "fp32"), rep
+    assert (rep["compute_dtype"], rep["compute_path"], rep["kernels"]) == ("fp32", "fp32", "libtorch"), rep
     p = run([ucm_bin, "precompute", "--model", mdir, "--corpus", corpus, "--store", tmp_path / "bad",
              "--compute-dtype", "fp16"], ok=(2,))
     assert "fp16" in p.stderr and not (tmp_path / "bad").exists()

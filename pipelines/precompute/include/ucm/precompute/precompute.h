@@ -112,7 +112,10 @@ struct PrecomputeSummary {
   double tokens_per_second = 0;
   std::string compute_dtype;     ///< "bf16" | "fp32": what the GEMMs ran in
   std::string compute_path;      ///< "amx_bf16" | "avx512_bf16" | "cuda" | "fp32"
-  int threads = 0;               ///< libtorch intra-op threads
+  int threads = 0;               ///< libtorch intra-op threads (kernels "avx512_bf16": prefill workers)
+  /// What ran between the GEMMs: "avx512_bf16" (the bf16 prefill's fused CPU kernels, one
+  /// libtorch thread per prefill worker) | "libtorch" (its element-wise ops and matmuls).
+  std::string kernels = "libtorch";
   bool interrupted = false;      ///< stopped by SIGINT/SIGTERM
   int signal = 0;                ///< the signal that stopped the run (2 SIGINT, 15 SIGTERM), 0 = none
   std::string namespace_name, namespace_id;
@@ -149,6 +152,7 @@ struct BenchResult {
   std::string device = "cpu";  ///< where prefill ran (--device)
   std::string compute_dtype, compute_path;  ///< as in PrecomputeSummary
   int threads = 0;
+  std::string kernels = "libtorch";  ///< as in PrecomputeSummary
   std::string to_json() const;
   std::string to_text() const;
 };
