@@ -1,5 +1,7 @@
 #include "compute.h"
 
+#include "cpu_bf16.h"
+
 #include <dlfcn.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
@@ -37,6 +39,14 @@ std::set<std::string> cpu_flags() {
 std::string cpu_bf16_isa() {
   const auto f = cpu_flags();
   return f.count("amx_bf16") ? "amx_bf16" : f.count("avx512_bf16") ? "avx512_bf16" : "";
+}
+
+bool cpu::have_avx512_bf16() {  // declared in cpu_bf16.h, whose unit reads no files
+  static const bool have = [] {
+    const auto f = cpu_flags();
+    return f.count("avx512f") && f.count("avx512_bf16");
+  }();
+  return have;
 }
 
 std::string blas_core_name() {

@@ -11,30 +11,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <sstream>
-#include <string>
 
 namespace ucm::model::cpu {
-
-bool have_avx512_bf16() {
-  static const bool have = [] {
-    std::ifstream in("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("flags", 0) != 0) continue;
-      std::istringstream words(line.substr(line.find(':') + 1));
-      bool f = false, bf = false;
-      for (std::string w; words >> w;) {
-        f = f || w == "avx512f";
-        bf = bf || w == "avx512_bf16";
-      }
-      return f && bf;
-    }
-    return false;
-  }();
-  return have;
-}
 
 bool attention_supported(const AttnArgs& a) {
   return a.B > 0 && a.T > 0 && a.S > 0 && a.nkv > 0 && a.nh > 0 && a.nh % a.nkv == 0 && a.hd > 0 && a.hd % 32 == 0 &&

@@ -383,8 +383,7 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
     const int64_t b0 = B * w / W, b1 = B * (w + 1) / W;
     pool.emplace_back([&, w, b0, b1] {
       try {
-        c10::InferenceMode g;
-        at::set_num_threads(1);
+        at::set_num_threads(1);  // this thread's OpenMP threads (forward_rows sets inference mode)
         part[size_t(w)] = forward_rows(tokens.narrow(0, b0, b1 - b0), lengths.narrow(0, b0, b1 - b0), want_logits,
                                        kv_dtype);
       } catch (...) {
