@@ -121,8 +121,8 @@ void encode_block_repr(const ReprSpec& s, const float* const* keys, size_t key_s
         const float* row = kl + t * key_stride_t + h * D;
         for (uint32_t d = 0; d < D; ++d) {
           sum[d] += row[d];
-          mn[d] = std::min(mn[d], row[d]);
-          mx[d] = std::max(mx[d], row[d]);
+          mn[d] = row[d] < mn[d] ? row[d] : mn[d];  // std::min / std::max, in a form that vectorizes
+          mx[d] = mx[d] < row[d] ? row[d] : mx[d];
         }
       }
       for (uint32_t d = 0; d < D; ++d) {
@@ -133,16 +133,21 @@ void encode_block_repr(const ReprSpec& s, const float* const* keys, size_t key_s
       }
       for (uint32_t t = 0; t < T; ++t) {
         uint8_t* bits = r4 + ((size_t{l} * H + h) * T + t) * (B / 8);
-        const float* kt = kl + t * key_stride_t + h * D;
-        for (uint32_t j = 0; j < B; ++j) {
-          double dot;
-          if (dots) {
-            dot = dots[l][t * dot_stride_t + h * B + j];
-          } else {
-            const float* p = projection + (size_t{l} * H + h) * D * B;
-            dot = 0;
-            for (uint32_t d = 0; d < D; ++d) dot += double(kt[d]) * double(p[size_t{d} * B + j]);
+        if (dots) {
+          // Branch-free: the signs of random projections are coin flips a branch mispredicts.
+          const float* dr = dots[l] + t * dot_stride_t + h * B;
+          for (uint32_t j = 0; j < B; j += 8) {
+            unsigned byte = 0;
+            for (uint32_t b = 0; b < 8; ++b) byte |= unsigned(dr[j + b] >= 0.0f) << b;
+            bits[j / 8] = uint8_t(byte);
           }
+          continue;
+        }
+        const float* kt = kl + t * key_stride_t + h * D;
+        const float* p = projection + (size_t{l} * H + h) * D * B;
+        for (uint32_t j = 0; j < B; ++j) {
+          double dot = 0;
+          for (uint32_t d = 0; d < D; ++d) dot += double(kt[d]) * double(p[size_t{d} * B + j]);
           if (dot >= 0) bits[j / 8] |= uint8_t(1u << (j % 8));
         }
       }

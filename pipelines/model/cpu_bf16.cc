@@ -201,6 +201,18 @@ WeighFn weigh_for(int64_t hd) {
   }
 }
 
+// 16 fp32 -> 16 bf16 bits exactly as libtorch's vectorised float -> bfloat16 conversion (the
+// one Tensor::to runs; round to nearest even on the integer bits, subnormals kept, NaN 0xFFFF).
+// vcvtneps2bf16 flushes subnormals, so it is not used where the bytes must equal libtorch's (the
+// K/V a store holds).
+inline void store_bf16_exact(uint16_t* p, __m512 x) {
+  const __m512i u = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), _mm512_set1_epi32(0xFFFF));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+}
+
 // 16 fp32 -> 16 bf16 bits at p (round to nearest even).
 inline void pack16(uint16_t* p, const float* x, float scale) {
   store_bf16(p, _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(scale)));
@@ -235,8 +247,10 @@ void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float
 }
 
 void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const float* sin, int64_t T, int64_t nh,
-              int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1) {
+              int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1, uint16_t* k16,
+              uint16_t* v16) {
   const int64_t W = (nh + 2 * nkv) * hd, half = hd / 2;
+  const bool kv16 = k16 && v16;
   auto load = [&](const uint16_t* row, int64_t i) {
     const __m512 x = widen16(row + i);
     return bias ? _mm512_add_ps(x, _mm512_loadu_ps(bias + i)) : x;
@@ -247,16 +261,30 @@ void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const fl
     const float* s = sin + (r % T) * half;
     for (int64_t head = 0; head < nh + nkv; ++head) {
       const int64_t base = head * hd;
-      float* dst = head < nh ? q + (r * nh + head) * hd : k + (r * nkv + head - nh) * hd;
+      const bool to16 = kv16 && head >= nh;
+      float* dst = head < nh ? q + (r * nh + head) * hd : to16 ? nullptr : k + (r * nkv + head - nh) * hd;
+      uint16_t* dst16 = to16 ? k16 + (r * nkv + head - nh) * hd : nullptr;
       for (int64_t i = 0; i < half; i += 16) {
         const __m512 x1 = load(row, base + i), x2 = load(row, base + half + i);
         const __m512 cv = _mm512_loadu_ps(c + i), sv = _mm512_loadu_ps(s + i);
-        _mm512_storeu_ps(dst + i, _mm512_sub_ps(_mm512_mul_ps(x1, cv), _mm512_mul_ps(x2, sv)));
-        _mm512_storeu_ps(dst + half + i, _mm512_add_ps(_mm512_mul_ps(x2, cv), _mm512_mul_ps(x1, sv)));
+        const __m512 lo = _mm512_sub_ps(_mm512_mul_ps(x1, cv), _mm512_mul_ps(x2, sv));
+        const __m512 hi = _mm512_add_ps(_mm512_mul_ps(x2, cv), _mm512_mul_ps(x1, sv));
+        if (to16) {
+          store_bf16_exact(dst16 + i, lo);
+          store_bf16_exact(dst16 + half + i, hi);
+        } else {
+          _mm512_storeu_ps(dst + i, lo);
+          _mm512_storeu_ps(dst + half + i, hi);
+        }
       }
     }
-    float* vd = v + r * nkv * hd;
-    for (int64_t i = 0; i < nkv * hd; i += 16) _mm512_storeu_ps(vd + i, load(row, (nh + nkv) * hd + i));
+    for (int64_t i = 0; i < nkv * hd; i += 16) {
+      const __m512 x = load(row, (nh + nkv) * hd + i);
+      if (kv16)
+        store_bf16_exact(v16 + r * nkv * hd + i, x);
+      else
+        _mm512_storeu_ps(v + r * nkv * hd + i, x);
+    }
   }
 }
 
@@ -313,18 +341,32 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch) {
         for (int64_t p = 0; p < np; ++p) kd[p * 16] = 0;
         continue;
       }
-      const float* kr = a.k + b * a.k_sb + j * a.k_st + h * hd;
-      for (int64_t d = 0; d < hd; d += 16) pack16(tmp + d, kr + d, 1.0f);
-      const uint32_t* t32 = reinterpret_cast<const uint32_t*>(tmp);
+      const uint32_t* t32;
+      if (a.k16) {
+        t32 = reinterpret_cast<const uint32_t*>(a.k16 + b * a.k_sb + j * a.k_st + h * hd);
+      } else {
+        const float* kr = a.k + b * a.k_sb + j * a.k_st + h * hd;
+        for (int64_t d = 0; d < hd; d += 16) pack16(tmp + d, kr + d, 1.0f);
+        t32 = reinterpret_cast<const uint32_t*>(tmp);
+      }
       for (int64_t p = 0; p < np; ++p) kd[p * 16] = t32[p];
     }
     for (int64_t j = 0; j < kpad; j += 2) {
       uint16_t* vd = Vp + (j / 2) * ndb * 32;
       for (int64_t d = 0; d < hd; d += 16) {
-        __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
-        if (j < kmax) lo = _mm512_loadu_ps(a.v + b * a.v_sb + j * a.v_st + h * hd + d);
-        if (j + 1 < kmax) hi = _mm512_loadu_ps(a.v + b * a.v_sb + (j + 1) * a.v_st + h * hd + d);
-        const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // [bf16(lo), bf16(hi)]
+        __m512i both;  // [bf16(v[j]) 16 dims, bf16(v[j + 1]) 16 dims]
+        if (a.v16) {
+          const uint16_t* v0 = a.v16 + b * a.v_sb + j * a.v_st + h * hd + d;
+          const __m256i lo = j < kmax ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0)) : _mm256_setzero_si256();
+          const __m256i hi =
+              j + 1 < kmax ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0 + a.v_st)) : _mm256_setzero_si256();
+          both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        } else {
+          __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+          if (j < kmax) lo = _mm512_loadu_ps(a.v + b * a.v_sb + j * a.v_st + h * hd + d);
+          if (j + 1 < kmax) hi = _mm512_loadu_ps(a.v + b * a.v_sb + (j + 1) * a.v_st + h * hd + d);
+          both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+        }
         _mm512_storeu_si512(vd + d * 2, _mm512_permutexvar_epi16(zip, both));
       }
     }

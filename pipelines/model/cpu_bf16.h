@@ -39,10 +39,14 @@ void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int
 /// the K equal the libtorch path's bit for bit): for rows [r0, r1) of qkv (bf16 bits
 /// [rows, (nh + 2 nkv) hd], contiguous; row r at position index r % T of cos/sin), y = float(row)
 /// (+ bias, fp32 [(nh + 2 nkv) hd], when not null); q = rope(y's first nh heads) fp32 [rows, nh, hd],
-/// k = rope(the next nkv heads) fp32 [rows, nkv, hd], v = the last nkv heads fp32 [rows, nkv, hd],
-/// all contiguous. cos, sin: fp32 [T, hd / 2]. hd: a multiple of 32.
+/// k = rope(the next nkv heads) [rows, nkv, hd], v = the last nkv heads [rows, nkv, hd], all
+/// contiguous. K and V go to k, v as fp32 or, when k16 and v16 are given (k, v then unused, may be
+/// null), to k16, v16 as bf16 bits rounded exactly as libtorch's vectorised float -> bfloat16
+/// (round to nearest even, subnormals kept, NaN 0xFFFF): a bf16 KV cache's bytes. cos, sin: fp32 [T, hd / 2].
+/// hd: a multiple of 32.
 void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const float* sin, int64_t T, int64_t nh,
-              int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1);
+              int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1,
+              uint16_t* k16 = nullptr, uint16_t* v16 = nullptr);
 
 /// The residual add of o_proj and down_proj: x[i] += float(y[i]) for i < n. x fp32, y bf16 bits.
 void add_bf16(float* x, const uint16_t* y, int64_t n);
@@ -56,6 +60,10 @@ struct AttnArgs {
   const float* q = nullptr;  ///< fp32 [B, T, nh, hd] post-RoPE; strides q_sb, q_st (heads hd apart, dims 1)
   const float* k = nullptr;  ///< fp32 [B, S, nkv, hd] post-RoPE; strides k_sb, k_st (heads hd apart)
   const float* v = nullptr;  ///< fp32 [B, S, nkv, hd]; strides v_sb, v_st (heads hd apart)
+  /// Instead of k and v (then null): bf16 bits, same shapes and strides (a bf16 KV cache: read as
+  /// they are, where fp32 k, v are rounded to nearest even).
+  const uint16_t* k16 = nullptr;
+  const uint16_t* v16 = nullptr;
   int64_t q_sb = 0, q_st = 0, k_sb = 0, k_st = 0, v_sb = 0, v_st = 0;
   uint16_t* out = nullptr;       ///< bf16 bits [B, T, nh, hd], contiguous
   const int64_t* qpos = nullptr; ///< int64 [T]: the query rows' positions (the keys' are 0..S-1)

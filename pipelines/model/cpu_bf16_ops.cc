@@ -45,7 +45,8 @@ torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, doub
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope(const torch::Tensor& qkv, const torch::Tensor& bias,
                                                                  const torch::Tensor& cos, const torch::Tensor& sin,
-                                                                 int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd) {
+                                                                 int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                                                                 torch::ScalarType kv_dtype) {
   const int64_t W = (nh + 2 * nkv) * hd;
   need(qkv.dim() == 2 && qkv.size(0) == B * T && qkv.size(1) == W && qkv.scalar_type() == torch::kBFloat16 &&
            qkv.is_contiguous() && qkv.device().is_cpu() && hd % 32 == 0,
@@ -57,14 +58,21 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope(const torch::Te
     return t.dim() == 2 && t.size(0) == T && t.size(1) == hd / 2 && t.scalar_type() == torch::kFloat && t.is_contiguous();
   };
   need(table(cos) && table(sin), "qkv_rope", "cos and sin must be fp32 [T, hd / 2], contiguous");
+  need(kv_dtype == torch::kFloat || kv_dtype == torch::kBFloat16, "qkv_rope", "kv_dtype must be fp32 or bf16");
+  const bool kv16 = kv_dtype == torch::kBFloat16;
   const auto o = qkv.options().dtype(torch::kFloat);
-  auto q = torch::empty({B, T, nh, hd}, o), k = torch::empty({B, T, nkv, hd}, o), v = torch::empty({B, T, nkv, hd}, o);
+  auto q = torch::empty({B, T, nh, hd}, o);
+  auto k = torch::empty({B, T, nkv, hd}, o.dtype(kv_dtype)), v = torch::empty({B, T, nkv, hd}, o.dtype(kv_dtype));
   const uint16_t* src = bits(qkv);
   const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
   const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
-  float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+  float* qp = q.data_ptr<float>();
+  float* kp = kv16 ? nullptr : k.data_ptr<float>();
+  float* vp = kv16 ? nullptr : v.data_ptr<float>();
+  uint16_t* k16 = kv16 ? bits(k) : nullptr;
+  uint16_t* v16 = kv16 ? bits(v) : nullptr;
   at::parallel_for(0, B * T, grain(W), [&](int64_t r0, int64_t r1) {
-    cpu::qkv_rope(src, bp, cp, sp, T, nh, nkv, hd, qp, kp, vp, r0, r1);
+    cpu::qkv_rope(src, bp, cp, sp, T, nh, nkv, hd, qp, kp, vp, r0, r1, k16, v16);
   });
   return {q, k, v};
 }
@@ -92,12 +100,13 @@ void add_bf16_(torch::Tensor& x, const torch::Tensor& y) {
 
 torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& qpos, int64_t window, double scale, const torch::Tensor& q_len) {
-  auto fp32_4d = [](const torch::Tensor& t) {
-    return t.dim() == 4 && t.scalar_type() == torch::kFloat && t.device().is_cpu() && t.stride(3) == 1 &&
-           t.stride(2) == t.size(3);
+  auto rows_4d = [](const torch::Tensor& t, torch::ScalarType dt) {
+    return t.dim() == 4 && t.scalar_type() == dt && t.device().is_cpu() && t.stride(3) == 1 && t.stride(2) == t.size(3);
   };
-  need(fp32_4d(q) && fp32_4d(k) && fp32_4d(v), "attention_bf16",
-       "q, k, v must be fp32 [B, *, heads, hd] on the CPU, heads hd apart, dims contiguous");
+  const bool kv16 = k.scalar_type() == torch::kBFloat16;
+  const auto kv_dt = kv16 ? torch::kBFloat16 : torch::kFloat;
+  need(rows_4d(q, torch::kFloat) && rows_4d(k, kv_dt) && rows_4d(v, kv_dt), "attention_bf16",
+       "q must be fp32 and k, v both fp32 or both bf16, [B, *, heads, hd] on the CPU, heads hd apart, dims contiguous");
   need(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(3) == k.size(3), "attention_bf16",
        "k and v must be [B, S, nkv, hd] with q's B and hd");
   need(qpos.dim() == 1 && qpos.size(0) == q.size(1) && qpos.scalar_type() == torch::kLong, "attention_bf16",
@@ -120,8 +129,13 @@ torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, con
        "unsupported shape (head_dim must be a multiple of 32, at most 256; heads a multiple of KV heads)");
   auto out = torch::empty({a.B, a.T, a.nh, a.hd}, q.options().dtype(torch::kBFloat16));
   a.q = q.data_ptr<float>();
-  a.k = k.data_ptr<float>();
-  a.v = v.data_ptr<float>();
+  if (kv16) {
+    a.k16 = bits(k);
+    a.v16 = bits(v);
+  } else {
+    a.k = k.data_ptr<float>();
+    a.v = v.data_ptr<float>();
+  }
   a.q_sb = q.stride(0);
   a.q_st = q.stride(1);
   a.k_sb = k.stride(0);

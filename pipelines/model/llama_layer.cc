@@ -56,8 +56,10 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
   // the GEMMs' bf16 input, attention with fp32 scores, the SiLU gate, the residual adds.
   const bool fused = fused_bf16_ && !cache;
   auto h = fused ? ops::rms_norm_bf16(x, L.ln1, eps) : ops::rms_norm(x, L.ln1, eps);
+  // Without a cache, the fused kernels write a bf16 KV cache's K/V straight out (no fp32 copy).
+  const auto qkv_kv_dtype = !cache && io.kv_dtype == torch::kBFloat16 ? torch::kBFloat16 : torch::kFloat;
   auto [q, k, v] = fused && !L.q_norm.defined()
-                      ? ops::qkv_rope(torch::mm(h, L.wqkv.t()), L.bqkv, rope.cos, rope.sin, B, T, nh, nkv, hd)
+                      ? ops::qkv_rope(torch::mm(h, L.wqkv.t()), L.bqkv, rope.cos, rope.sin, B, T, nh, nkv, hd, qkv_kv_dtype)
                       : project_qkv(L, h, B, T, rope.cos, rope.sin);  // [B, T, n, hd]
   torch::Tensor kt, vh;  // attention's keys K^T [B, nkv, hd, S] and values [B, nkv, S, hd], compute dtype
   if (cache) {
@@ -94,18 +96,17 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
       vh = vh.contiguous();
     }
   } else {
-    v = v.contiguous();
-    if (io.kv_dtype != torch::kFloat) {
-      // Attention reads K/V as a KV cache in kv_dtype holds them.
-      k = k.to(io.kv_dtype).to(torch::kFloat);
-      v = v.to(io.kv_dtype).to(torch::kFloat);
-    }
+    // Attention reads K/V as a KV cache in kv_dtype holds them; they are returned in that dtype.
+    k = k.to(io.kv_dtype).contiguous();
+    v = v.to(io.kv_dtype).contiguous();
     if (io.k_out) *io.k_out = k;
     if (io.v_out) *io.v_out = v;
     if (io.kv_only) return;
     if (fused) {
       const int64_t BT = B * T;
-      auto attn = ops::attention_bf16(q, k, v, pos, c.sliding_window.value_or(0), scale, io.lengths);  // bf16 [B, T, nh, hd]
+      const bool direct = k.scalar_type() == torch::kFloat || k.scalar_type() == torch::kBFloat16;
+      auto attn = ops::attention_bf16(q, direct ? k : k.to(torch::kFloat), direct ? v : v.to(torch::kFloat), pos,
+                                      c.sliding_window.value_or(0), scale, io.lengths);  // bf16 [B, T, nh, hd]
       ops::add_bf16_(x, torch::mm(attn.view({BT, nh * hd}), L.wo.t()));
       const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
       for (int64_t r = 0; r < BT; r += mlp_rows) {
@@ -115,8 +116,9 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
       }
       return;
     }
-    kt = k.permute({0, 2, 3, 1}).to(compute_).contiguous();  // [B, nkv, hd, T]
-    vh = v.permute({0, 2, 1, 3}).to(compute_).contiguous();  // [B, nkv, T, hd]
+    // kv_dtype -> compute dtype (through fp32: exact, or the one rounding fp32 -> bf16).
+    kt = k.permute({0, 2, 3, 1}).to(torch::kFloat).to(compute_).contiguous();  // [B, nkv, hd, T]
+    vh = v.permute({0, 2, 1, 3}).to(torch::kFloat).to(compute_).contiguous();  // [B, nkv, T, hd]
   }
   torch::Tensor keep;  // bool [nkv, S] or undefined
   if (io.mask) {

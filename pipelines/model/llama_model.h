@@ -14,8 +14,8 @@
 // nothing global is set, except that forward() runs under c10::InferenceMode.
 //
 // Memory bound of forward() for tokens [B, T]: besides the weights (~4 bytes per
-// parameter) and the returned K/V (2 * L * B * T * n_kv * head_dim * 4 bytes), the
-// live activations are about B * T * (hidden + (n_heads + 2 n_kv) * head_dim) * 3 floats,
+// parameter) and the returned K/V (2 * L * B * T * n_kv * head_dim elements of
+// kv_dtype), the live activations are about B * T * (hidden + (n_heads + 2 n_kv) * head_dim) * 3 floats,
 // one MLP block of at most ~2 * kMlpBudget floats (16 MiB) and two attention-score
 // blocks of at most kScoreBudget floats (16 MiB each; more only when 16 query rows
 // need more, i.e. B * n_heads * T * 16 > kScoreBudget): queries are processed in
@@ -104,8 +104,8 @@ class LlamaModel {
   const std::string& weights_digest() const { return digest_; }
 
   struct Output {
-    std::vector<torch::Tensor> k;  // per layer: fp32 [B, T, num_kv_heads, head_dim], post-RoPE
-    std::vector<torch::Tensor> v;  // per layer: fp32 [B, T, num_kv_heads, head_dim]
+    std::vector<torch::Tensor> k;  // per layer: kv_dtype [B, T, num_kv_heads, head_dim], post-RoPE
+    std::vector<torch::Tensor> v;  // per layer: kv_dtype [B, T, num_kv_heads, head_dim]
     torch::Tensor logits;          // fp32 [B, T, vocab_size] if want_logits, else undefined
   };
 
@@ -117,7 +117,7 @@ class LlamaModel {
   ///
   /// kv_dtype: the element type of the KV cache attention reads K and V from. fp32 (default)
   /// rounds nothing. bf16 or fp16 round every layer's post-RoPE K and V to it before attention
-  /// and return the rounded values (as fp32), like a server whose KV cache is in that dtype:
+  /// and return them in that dtype (Output::k, v), like a server whose KV cache is in that dtype:
   /// precompute passes the store's dtype, so the blocks it stores are the K/V that a server's
   /// own prefill (extend() with a cache of that dtype) computes for the same tokens.
   Output forward(const torch::Tensor& tokens, const torch::Tensor& lengths, bool want_logits = false,
@@ -239,7 +239,7 @@ class LlamaModel {
     KvCache* cache = nullptr;
     /// Without a cache the keys are the rows' own K/V (n_keys = T, positions 0..T-1 per batch row),
     /// rounded to kv_dtype as a KV cache of that dtype would hold them, returned in *k_out / *v_out
-    /// as fp32 [B, T, nkv, hd] (contiguous).
+    /// as kv_dtype [B, T, nkv, hd] (contiguous).
     torch::ScalarType kv_dtype = torch::kFloat;
     torch::Tensor* k_out = nullptr;
     torch::Tensor* v_out = nullptr;

@@ -66,17 +66,19 @@ bool fast_bf16();
 /// bf16(w * rms-normalised x): x fp32 [R, H] (rows contiguous), w fp32 [H] -> bf16 [R, H].
 torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, double eps);
 /// q, k, v of a layer from its projection's bf16 output qkv [B * T, (nh + 2 nkv) hd] (+ bias fp32,
-/// optional), RoPE applied with cos/sin [T, hd/2]: fp32 [B, T, nh, hd], [B, T, nkv, hd] twice,
-/// contiguous; bit-equal to linear()'s widening, the bias add and apply_rope().
+/// optional), RoPE applied with cos/sin [T, hd/2]: q fp32 [B, T, nh, hd], k and v [B, T, nkv, hd]
+/// in kv_dtype (fp32, or bf16: a bf16 KV cache's values), contiguous; bit-equal to linear()'s
+/// widening, the bias add and apply_rope() (then .to(kv_dtype)).
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope(const torch::Tensor& qkv, const torch::Tensor& bias,
                                                                  const torch::Tensor& cos, const torch::Tensor& sin,
-                                                                 int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd);
+                                                                 int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                                                                 torch::ScalarType kv_dtype = torch::kFloat);
 /// bf16(silu(gate) * up): gu bf16 [R, 2I] (gate columns, then up), contiguous -> bf16 [R, I].
 torch::Tensor silu_mul_bf16(const torch::Tensor& gu);
 /// x += y: x fp32, y bf16, one shape, both contiguous.
 void add_bf16_(torch::Tensor& x, const torch::Tensor& y);
 /// Causal attention with GQA, bf16 operands and fp32 softmax (cpu::AttnArgs): q fp32 [B, T, nh, hd],
-/// k, v fp32 [B, S, nkv, hd] (heads hd apart, dims contiguous), qpos int64 [T] (keys are at
+/// k, v both fp32 or both bf16 [B, S, nkv, hd] (heads hd apart, dims contiguous), qpos int64 [T] (keys are at
 /// 0..S-1), window 0 or the sliding window, q_len (optional) int64 [B]: rows t >= q_len[b] are
 /// right padding, given 0 -> bf16 [B, T, nh, hd] (o_proj's input).
 torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -70,7 +70,7 @@ struct Batch {
   uint64_t seq = 0;  // order of creation
   std::vector<DocWork> docs;
   int64_t T = 0;
-  model::LlamaModel::Output out;       // fp32, freed after stage 3
+  model::LlamaModel::Output out;       // K/V in the payload dtype, freed after stage 3
   std::vector<torch::Tensor> kp, vp;   // payload dtype [B, T, H, D], contiguous
   std::vector<DocDump> dumps;
   std::unordered_set<std::string> claimed;  // block hashes a document of this batch dumps
@@ -442,12 +442,23 @@ class Runner {
       return h;
     };
     for (int64_t l = 0; l < L_; ++l) {
-      const auto& k = b->out.k[size_t(l)];
-      // [B, T, H, D] x [H, D, NB] -> [B, T, H, NB]
-      dots[size_t(l)] = to_host(torch::einsum("bthd,hdj->bthj", {k, proj_[size_t(l)]}));
+      const auto& k = b->out.k[size_t(l)];  // the payload dtype (forward()'s kv_dtype)
+      const auto k32 = k.to(torch::kFloat);  // exact
+      // [B, T, H, D] x [H, D, NB] -> [B, T, H, NB]: one GEMM per head on strided views, written
+      // in place (BLAS takes the row strides): einsum copied K and the dots through permutes, 0.55
+      // against 0.30 s of CPU per 11,248 tokens of SmolLM2.
+      {
+        auto d = torch::empty({B * T, H_, NB}, k32.options());
+        const auto kr = k32.view({B * T, H_, D_});
+        for (int64_t h = 0; h < H_; ++h) {
+          auto dh = d.select(1, h);
+          torch::mm_out(dh, kr.select(1, h), proj_[size_t(l)][h]);
+        }
+        dots[size_t(l)] = to_host(d);
+      }
       b->kp[size_t(l)] = to_host(k.to(dt));
       b->vp[size_t(l)] = to_host(b->out.v[size_t(l)].to(dt));
-      kf[size_t(l)] = to_host(k);
+      kf[size_t(l)] = to_host(k32);
     }
     if (gpu) torch::cuda::synchronize();
     b->out = {};

@@ -63,8 +63,8 @@ void bar(const LlamaModel& m32, const LlamaModel& m16, const char* what) {
     total += kSteps;
     for (size_t l = 0; l < a.k.size(); ++l) {
       for (int kv = 0; kv < 2; ++kv) {
-        const auto& x = kv ? a.v[l] : a.k[l];
-        const auto& y = kv ? b.v[l] : b.k[l];
+        const auto x = (kv ? a.v[l] : a.k[l]).to(torch::kFloat);  // bf16, as a bf16 KV cache holds them
+        const auto y = (kv ? b.v[l] : b.k[l]).to(torch::kFloat);
         const double scale = x.abs().max().item<double>();
         const double diff = (x - y).abs().max().item<double>();
         if (l == 0) {
@@ -196,8 +196,31 @@ TEST(Bf16Kernels, QkvRopeEqualsLibtorchBitForBit) {
           << "k, hd " << hd << (with_bias ? ", bias" : "");
       EXPECT_TRUE(torch::equal(v, y.narrow(1, (nh + nkv) * hd, nkv * hd).reshape({B, T, nkv, hd})))
           << "v, hd " << hd << (with_bias ? ", bias" : "");
+      // A bf16 KV cache's K/V straight from the kernel: the bytes of libtorch's .to(bfloat16).
+      auto [q16, k16, v16] = ucm::model::ops::qkv_rope(qkv, bias, cos, sin, B, T, nh, nkv, hd, torch::kBFloat16);
+      ASSERT_EQ(k16.scalar_type(), torch::kBFloat16);
+      EXPECT_TRUE(torch::equal(q16, q));
+      EXPECT_TRUE(torch::equal(k16, k.to(torch::kBFloat16))) << "bf16 k, hd " << hd << (with_bias ? ", bias" : "");
+      EXPECT_TRUE(torch::equal(v16, v.to(torch::kBFloat16))) << "bf16 v, hd " << hd << (with_bias ? ", bias" : "");
     }
   }
+  // The rounding of the bf16 K/V on the values where conversions differ: ties (to even),
+  // subnormals (vcvtneps2bf16 flushes them, libtorch keeps them), NaN, infinities, overflow to inf.
+  // V is the projection's value plus the bias: with zero projections, the bias (0 + -0 = +0).
+  const int64_t hd = 64, nh = 1, nkv = 1, W = 3 * hd;
+  auto qkv = torch::zeros({1, W}, torch::kBFloat16);
+  auto bias = torch::zeros({W});
+  const float specials[] = {1.0f + 0x1p-8f,  1.0f + 3 * 0x1p-8f,  -(1.0f + 0x1p-8f), 0x1p-130f, -0x1p-140f, 1e-39f,
+                            std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(), 0.0f, -0.0f,
+                            0x1.fffffep-127f, 3.0f + 0x1p-7f};
+  for (size_t i = 0; i < std::size(specials); ++i) bias[2 * hd + int64_t(i)] = specials[i];
+  auto c1 = torch::ones({1, hd / 2}), s0 = torch::zeros({1, hd / 2});
+  auto [q1, k1, v1] = ucm::model::ops::qkv_rope(qkv, bias, c1, s0, 1, 1, nh, nkv, hd, torch::kBFloat16);
+  auto want = (qkv.to(torch::kFloat) + bias).narrow(1, 2 * hd, hd).to(torch::kBFloat16).view({1, 1, 1, hd});
+  auto bits_of = [](const torch::Tensor& t) { return t.view(torch::kShort).to(torch::kInt).contiguous(); };
+  EXPECT_TRUE(torch::equal(bits_of(v1), bits_of(want))) << "special values: " << bits_of(v1).narrow(3, 0, 14) << " vs "
+                                                        << bits_of(want).narrow(3, 0, 14);
 }
 
 // Attention as the libtorch path computes it, in fp32 on bf16-rounded q * scale, k, v, with the
@@ -260,6 +283,20 @@ TEST(Bf16Kernels, AttentionEqualsLibtorch) {
   auto a = ucm::model::ops::attention_bf16(qv, kv, vv, pos30, 0, 0.125).to(torch::kFloat);
   auto b = reference_attention(qv, kv, vv, pos30, 0, 0.125);
   EXPECT_LT((a - b).abs().max().item<double>(), b.abs().max().item<double>() / 128);
+  // K/V given as a bf16 KV cache holds them: the result of the fp32 K/V they round from, bit for
+  // bit (strided views too).
+  {
+    auto kb = kv.to(torch::kBFloat16), vb = vv.to(torch::kBFloat16);
+    auto from16 = ucm::model::ops::attention_bf16(qv, kb, vb, pos30, 0, 0.125).to(torch::kFloat);
+    EXPECT_TRUE(torch::equal(from16, a)) << "bf16 k, v";
+    auto qkv16 = qkv.to(torch::kBFloat16);
+    auto strided = ucm::model::ops::attention_bf16(qv, qkv16.narrow(2, 6, 2), qkv16.narrow(2, 8, 2), pos30, 0, 0.125);
+    EXPECT_TRUE(torch::equal(strided.to(torch::kFloat), a)) << "bf16 k, v, strided views";
+    auto cut16 = ucm::model::ops::attention_bf16(q, k.to(torch::kBFloat16), v.to(torch::kBFloat16), qpos, 0, 0.125,
+                                                 torch::tensor({48, 20}, torch::kLong));
+    EXPECT_TRUE(torch::equal(cut16, cut)) << "bf16 k, v, right padding";
+    EXPECT_THROW(ucm::model::ops::attention_bf16(qv, kb, vv, pos30, 0, 0.125), ucm::model::ModelError);  // mixed
+  }
   // Shapes it does not take are refused, not miscomputed.
   EXPECT_THROW(ucm::model::ops::attention_bf16(torch::randn({1, 4, 2, 48}), torch::randn({1, 4, 1, 48}),
                                                torch::randn({1, 4, 1, 48}), torch::arange(4, torch::kLong), 0, 1.0),

@@ -275,7 +275,7 @@ TEST_F(PrecomputeTest, PayloadAndReprsMatchRunner) {
     // ReprIsExactForTheKeysOfItsOwnPass) are what holds.
     for (int64_t l : {int64_t(0)})
       for (int kv = 0; kv < 2; ++kv) {
-        auto ref = (kv == 0 ? out.k : out.v)[size_t(l)].contiguous();
+        auto ref = (kv == 0 ? out.k : out.v)[size_t(l)].to(torch::kFloat).contiguous();  // bf16 -> fp32, exact
         const float* r = ref.data_ptr<float>();
         for (int64_t t : {0, 7, 15})
           for (int64_t hd = 0; hd < H * D; ++hd) {
@@ -303,7 +303,7 @@ TEST_F(PrecomputeTest, PayloadAndReprsMatchRunner) {
     ASSERT_EQ(r1.second.size(), size_t(L * 2 * H * D * 2));
     ASSERT_EQ(r4.second.size(), size_t(L * H * 16 * NB / 8));
     for (int64_t l = 0; l < L; ++l) {
-      auto k = out.k[size_t(l)].contiguous();
+      auto k = out.k[size_t(l)].to(torch::kFloat).contiguous();  // bf16, as the store's payload
       const float* kp = k.data_ptr<float>();
       for (int64_t hh = 0; hh < H; ++hh) {
         for (int64_t d = 0; d < D; ++d) {
@@ -384,7 +384,7 @@ TEST_F(PrecomputeTest, ReprIsExactForTheKeysOfItsOwnPass) {
   for (int64_t t = 0; t < T; ++t) tokens[0][t] = ids[size_t(t)];
   auto out = model_->forward(tokens, torch::tensor({T}, torch::kInt64), false, torch::kBFloat16);
   std::vector<torch::Tensor> k(static_cast<size_t>(L));
-  for (int64_t l = 0; l < L; ++l) k[size_t(l)] = out.k[size_t(l)].contiguous();
+  for (int64_t l = 0; l < L; ++l) k[size_t(l)] = out.k[size_t(l)].to(torch::kFloat).contiguous();
   const ReprSpec spec{uint32_t(L), uint32_t(H), uint32_t(D), 16, NB, DType::kBF16};
   for (int64_t blk = 0; blk < T / 16; ++blk) {
     std::vector<const float*> kp;
