@@ -2,12 +2,17 @@
 # Prefill throughput of ucm against the engines a platform team would otherwise use, on the same
 # machine, the same documents and in one run (docs/benchmarks.md, "prefill: side by side").
 #
-#   scripts/bench_prefill.sh [--docs N] [--max-doc-tokens N] [--out DIR]
+#   scripts/bench_prefill.sh [--docs N] [--max-doc-tokens N] [--out DIR] [--isa ISA]
+#
+# --isa avx512_core_bf16: caps oneDNN (libtorch's, and so every engine's bf16 GEMMs) at that ISA
+# through ONEDNN_MAX_CPU_ISA, which stands for a CPU with AVX512-BF16 but no AMX (Cooper Lake,
+# Zen 4) on an AMX machine; ucm's fused kernels use AVX512-BF16 only either way.
 #
 # Documents: the first N (24) of the default corpus (Debian's python3.11-doc sources, the chat
 # template of configs/), tokenized once by `ucm tokenize` and cut at 512 tokens (whole blocks),
 # written as a token-ids corpus that every engine reads:
-#   ucm bench precompute   bare prefill and full precompute (compute bf16 and fp32, store bf16)
+#   ucm bench precompute   bare prefill and full precompute (compute bf16 and fp32, store bf16;
+#                          bf16 once more with UCM_BF16_KERNELS=0: libtorch's ops, the fallback)
 #   vLLM CPU build         .venv-vllm (scripts/venv_vllm.sh): max_tokens=1, prefix caching off
 #   transformers           .venv-torch (scripts/venv_torch.sh)
 #   matmul limit           torch.matmul GFLOP/s of the model's MLP shape, fp32 and bf16, and the
@@ -24,7 +29,8 @@ while [ $# -gt 0 ]; do
     --docs) DOCS=$2; shift 2 ;;
     --max-doc-tokens) CUT=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
+    --isa) export ONEDNN_MAX_CPU_ISA=${2^^} DNNL_MAX_CPU_ISA=${2^^}; shift 2 ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
     *) echo "bench_prefill: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -78,6 +84,8 @@ for ct in bf16 fp32; do  # compute dtype (--compute-dtype); the store holds bf16
   run "ucm-$ct" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" --template "" --docs "$DOCS" \
     --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype "$ct" --json
 done
+UCM_BF16_KERNELS=0 run "ucm-bf16-libtorch-ops" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" --template "" \
+  --docs "$DOCS" --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype bf16 --json
 for dt in bfloat16 float32; do
   if [ -x .venv-vllm/bin/python ]; then run "vllm-$dt" .venv-vllm/bin/python scripts/bench_prefill_engines.py vllm --model "$MODEL" --ids "$IDS" --dtype "$dt"
   else echo "{\"name\": \"vllm-$dt\", \"error\": \"skipped: no .venv-vllm (scripts/venv_vllm.sh)\"}" >>"$RES"; fi
@@ -87,20 +95,21 @@ for dt in bfloat16 float32; do
   else echo "{\"name\": \"hf-$dt\", \"error\": \"skipped: no .venv-torch (scripts/venv_torch.sh)\"}" >>"$RES"; fi
 done
 python3 - "$RES" "$OUT/prefill.json" <<'PY'
-import json, sys
+import json, os, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 flags = open("/proc/cpuinfo").read()
 isa = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f" {f}" in flags]
-json.dump({"cpu": cpu, "isa": isa, "rows": rows}, open(sys.argv[2], "w"), indent=1)
-print(f"CPU: {cpu} ({', '.join(isa)})\n")
+cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
+json.dump({"cpu": cpu, "isa": isa, "onednn_max_cpu_isa": cap, "rows": rows}, open(sys.argv[2], "w"), indent=1)
+print(f"CPU: {cpu} ({', '.join(isa)})" + (f"; oneDNN capped at {cap} (ONEDNN_MAX_CPU_ISA)" if cap else "") + "\n")
 print("| engine | dtype | prefill tokens/s | note |")
 print("|---|---|---|---|")
 for r in rows:
     if "error" in r:
         print(f"| {r['name']} | | | {r['error'][:120]} |")
     elif r["name"].startswith("ucm"):
-        print(f"| ucm bench precompute, bare prefill | compute {r.get('compute_dtype', '?')} ({r.get('compute_path', '?')}, {r.get('threads', '?')} threads), store bf16 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches |")
+        print(f"| ucm bench precompute, bare prefill | compute {r.get('compute_dtype', '?')} ({r.get('compute_path', '?')}, {r.get('kernels', '?')} kernels, {r.get('threads', '?')} threads), store bf16 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches |")
         print(f"| ucm bench precompute, full precompute | compute {r.get('compute_dtype', '?')} | {r['precompute_tokens_per_second']:.1f} | ratio {r['ratio']:.3f} |")
     elif r["engine"] == "matmul":
         print(f"| matmul limit ({r['gflops']:.0f} GFLOP/s) | {r['dtype']} | {r.get('tokens_per_second_bound', 0):.0f} | bound at 2 FLOPs/param/token |")
