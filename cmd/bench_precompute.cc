@@ -14,6 +14,7 @@ void setup_bench_precompute(CLI::App& bench) {
   struct Args {
     precompute::PrecomputeOptions o;
     uint64_t docs = 24;
+    int rounds = 1;
     std::string dtype = "bf16", config;
     CommonFlags common;
   };
@@ -31,6 +32,11 @@ void setup_bench_precompute(CLI::App& bench) {
   c->add_option("--corpus-suffix", a->o.corpus_suffix, "Directory corpora: file-name suffix")->capture_default_str();
   c->add_option("--template", a->o.template_file, "Prompt template file (\"\" = none)")->capture_default_str();
   c->add_option("--docs", a->docs, "Documents to read")->capture_default_str()->check(CLI::PositiveNumber);
+  c->add_option("--rounds", a->rounds,
+                "Full precompute runs, each followed by a bare prefill (A B A B ... A); the ratio is the "
+                "median of the rounds'")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   c->add_option("--batch-tokens", a->o.batch_tokens, "Padded tokens per batch")->capture_default_str();
   c->add_option("--max-doc-tokens", a->o.max_doc_tokens, "Cut documents here (0 = model maximum)")
       ->capture_default_str();
@@ -48,7 +54,7 @@ void setup_bench_precompute(CLI::App& bench) {
   c->callback([a] {
     precompute::BenchResult r;
     Status st = parse_dtype(a->dtype, &a->o.dtype);
-    if (st.ok()) st = precompute::bench_precompute(a->o, a->docs, &r);
+    if (st.ok()) st = precompute::bench_precompute(a->o, a->docs, &r, a->rounds);
     finish("bench precompute", a->common, st, r, st.ok());
   });
 }

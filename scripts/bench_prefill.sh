@@ -2,7 +2,10 @@
 # Prefill throughput of ucm against the engines a platform team would otherwise use, on the same
 # machine, the same documents and in one run (docs/benchmarks.md, "prefill: side by side").
 #
-#   scripts/bench_prefill.sh [--docs N] [--max-doc-tokens N] [--out DIR] [--isa ISA]
+#   scripts/bench_prefill.sh [--docs N] [--max-doc-tokens N] [--rounds N] [--out DIR] [--isa ISA]
+#
+# --rounds N (3): `ucm bench precompute --rounds`: full precompute and bare prefill alternated N
+# times, the full/bare ratio the median of the rounds' (one round moves by +-15% on a shared machine).
 #
 # --isa avx512_core_bf16: caps oneDNN (libtorch's, and so every engine's bf16 GEMMs) at that ISA
 # through ONEDNN_MAX_CPU_ISA, which stands for a CPU with AVX512-BF16 but no AMX (Cooper Lake,
@@ -23,14 +26,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 DOCS=24
 CUT=512
+ROUNDS=3
 OUT=out/bench_prefill
 while [ $# -gt 0 ]; do
   case "$1" in
     --docs) DOCS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     --max-doc-tokens) CUT=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --isa) export ONEDNN_MAX_CPU_ISA=${2^^} DNNL_MAX_CPU_ISA=${2^^}; shift 2 ;;
-    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,27p "$0"; exit 0 ;;
     *) echo "bench_prefill: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -82,7 +87,7 @@ print(json.dumps(d))" >>"$RES"
 }
 for ct in bf16 fp32; do  # compute dtype (--compute-dtype); the store holds bf16 either way
   run "ucm-$ct" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" --template "" --docs "$DOCS" \
-    --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype "$ct" --json
+    --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype "$ct" --rounds "$ROUNDS" --json
 done
 UCM_BF16_KERNELS=0 run "ucm-bf16-libtorch-ops" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" --template "" \
   --docs "$DOCS" --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype bf16 --json
@@ -110,7 +115,8 @@ for r in rows:
         print(f"| {r['name']} | | | {r['error'][:120]} |")
     elif r["name"].startswith("ucm"):
         print(f"| ucm bench precompute, bare prefill | compute {r.get('compute_dtype', '?')} ({r.get('compute_path', '?')}, {r.get('kernels', '?')} kernels, {r.get('threads', '?')} threads), store bf16 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches |")
-        print(f"| ucm bench precompute, full precompute | compute {r.get('compute_dtype', '?')} | {r['precompute_tokens_per_second']:.1f} | ratio {r['ratio']:.3f} |")
+        per = ", ".join(f"{x:.3f}" for x in r.get("ratios", []))
+        print(f"| ucm bench precompute, full precompute | compute {r.get('compute_dtype', '?')} | {r['precompute_tokens_per_second']:.1f} | ratio {r['ratio']:.3f} (median of {r.get('rounds', 1)} rounds: {per}) |")
     elif r["engine"] == "matmul":
         print(f"| matmul limit ({r['gflops']:.0f} GFLOP/s) | {r['dtype']} | {r.get('tokens_per_second_bound', 0):.0f} | bound at 2 FLOPs/param/token |")
     else:

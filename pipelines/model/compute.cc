@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -36,9 +37,26 @@ std::set<std::string> cpu_flags() {
 
 }  // namespace
 
+std::string onednn_isa_cap() {
+  for (const char* var : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
+    const char* v = std::getenv(var);
+    if (!v || !*v) continue;
+    std::string cap(v);
+    std::transform(cap.begin(), cap.end(), cap.begin(), [](unsigned char c) { return char(std::toupper(c)); });
+    return cap == "ALL" || cap == "DEFAULT" ? "" : cap;
+  }
+  return "";
+}
+
 std::string cpu_bf16_isa() {
   const auto f = cpu_flags();
-  return f.count("amx_bf16") ? "amx_bf16" : f.count("avx512_bf16") ? "avx512_bf16" : "";
+  std::string isa = f.count("amx_bf16") ? "amx_bf16" : f.count("avx512_bf16") ? "avx512_bf16" : "";
+  // oneDNN (libtorch's bf16 GEMMs) capped below the CPU's own ISA runs that ISA's kernels: without
+  // AMX at AVX512_CORE_BF16 / AVX512_CORE_FP16, with no bf16 instructions below (emulated).
+  const std::string cap = onednn_isa_cap();
+  if (!isa.empty() && !cap.empty() && cap.find("AMX") == std::string::npos && cap.rfind("AVX10", 0) != 0)
+    isa = cap == "AVX512_CORE_BF16" || cap == "AVX512_CORE_FP16" ? "avx512_bf16" : "";
+  return isa;
 }
 
 bool cpu::have_avx512_bf16() {  // declared in cpu_bf16.h, whose unit reads no files
@@ -86,11 +104,16 @@ ComputeChoice choose_compute(const std::string& want, torch::Device dev) {
   if (want != "auto" && want != "bf16" && want != "fp32")
     throw std::invalid_argument("compute dtype \"" + want + "\": use auto, bf16 or fp32");
   const std::string isa = dev.is_cuda() ? "cuda" : cpu_bf16_isa();
-  if (want == "fp32" || (want == "auto" && isa.empty())) return {torch::kFloat, "fp32", "fp32"};
+  // auto: bf16 only on AMX (and CUDA). With AVX512-BF16 alone (oneDNN capped at AVX512_CORE_BF16
+  // on the AMX machine, 2026-11-27) the bf16 prefill ran no faster than fp32: 503 against 552
+  // tokens/s (docs/benchmarks.md, "prefill: side by side").
+  if (want == "fp32" || (want == "auto" && isa != "amx_bf16" && isa != "cuda")) return {torch::kFloat, "fp32", "fp32"};
   if (isa.empty())
     throw std::invalid_argument(
         "compute dtype bf16: this CPU has neither AMX-BF16 nor AVX512-BF16 (no amx_bf16 or avx512_bf16 in "
-        "/proc/cpuinfo), so bf16 GEMMs would be emulated and slower than fp32; use --compute-dtype fp32 or auto");
+        "/proc/cpuinfo" +
+        (onednn_isa_cap().empty() ? std::string() : ", or oneDNN is capped below them: ONEDNN_MAX_CPU_ISA=" + onednn_isa_cap()) +
+        "), so bf16 GEMMs would be emulated and slower than fp32; use --compute-dtype fp32 or auto");
   return {torch::kBFloat16, "bf16", isa};
 }
 

@@ -9,8 +9,13 @@ namespace ucm::model {
 
 /// The CPU's bf16 matrix instructions, from /proc/cpuinfo's flags: "amx_bf16" (AMX tiles,
 /// Sapphire Rapids and later), "avx512_bf16" (Cooper Lake, Zen 4), or "" (none: bf16 GEMMs would
-/// be emulated, slower than fp32).
+/// be emulated, slower than fp32). Where oneDNN is capped below them (onednn_isa_cap()), the
+/// instructions its bf16 GEMMs will use: avx512_bf16 at AVX512_CORE_BF16 or AVX512_CORE_FP16
+/// (how an AMX machine stands in for one without), "" below those.
 std::string cpu_bf16_isa();
+
+/// ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA), upper-cased; "" when unset, ALL or DEFAULT.
+std::string onednn_isa_cap();
 
 /// What a run computes with, and why.
 struct ComputeChoice {
@@ -19,10 +24,11 @@ struct ComputeChoice {
   std::string path;  ///< what runs the GEMMs: "amx_bf16", "avx512_bf16", "cuda", or "fp32" (the fallback)
 };
 
-/// Resolves --compute-dtype: "auto" (bf16 where the device has bf16 matrix units: a CUDA device,
-/// or a CPU with AMX-BF16 or AVX512-BF16; fp32 otherwise), "bf16" (refused with a reason on a CPU
-/// without either: it would be slower than fp32), or "fp32". Throws std::invalid_argument naming
-/// the value and the choices.
+/// Resolves --compute-dtype: "auto" (bf16 where the device has bf16 matrix units that beat fp32:
+/// a CUDA device or a CPU with AMX-BF16; fp32 otherwise, AVX512-BF16 alone included, where the
+/// bf16 prefill measured no faster than fp32), "bf16" (on AMX-BF16 or AVX512-BF16; refused with a
+/// reason on a CPU without either: it would be emulated, slower than fp32), or "fp32". Throws
+/// std::invalid_argument naming the value and the choices.
 ComputeChoice choose_compute(const std::string& want, torch::Device dev);
 
 /// Sets libtorch's intra-op threads (its OpenMP threads: element-wise ops, oneDNN's bf16 GEMMs) to

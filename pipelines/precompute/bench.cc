@@ -17,8 +17,18 @@ namespace ucm::precompute {
 namespace fs = std::filesystem;
 using namespace detail;
 
-Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResult* out) {
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+}  // namespace
+
+Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResult* out, int rounds) {
   *out = BenchResult{};
+  if (rounds < 1) return Status::InvalidArgument("bench: rounds must be at least 1, got " + std::to_string(rounds));
+  out->rounds = rounds;
   PrecomputeOptions o = o_in;
   o.limit = docs;
   o.resume = false;
@@ -131,8 +141,9 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
     (void)m->forward(t, l, false, kv_dtype);
     sync();
   }
-  // Bare prefill is timed before and after the full precompute (A B A): on a shared machine the
-  // load drifts, and the mean of the two brackets the precompute run in time.
+  // Bare prefill is timed before and after each full precompute (A B A, A B A B A with 2 rounds):
+  // on a shared machine the load drifts, and the mean of the two brackets the precompute run in
+  // time.
   auto time_prefill = [&]() {
     auto t0 = Clock::now();
     for (auto& b : batches) {
@@ -143,33 +154,46 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
     sync();
     return secs_since(t0);
   };
-  const double before = time_prefill();
+  std::vector<double> bare = {time_prefill()};
   for (auto& a : all) out->tokens += a.size();
   out->documents = all.size();
   out->batches = batches.size();
 
-  // Full precompute into a temporary store.
-  fs::path tmp = fs::temp_directory_path() / ("ucm-bench-precompute-" + std::to_string(::getpid()) + "-" +
-                                               std::to_string(now_ms()));
-  o.store = tmp.string();
-  o.namespace_name.clear();
-  PrecomputeSummary sum;
-  st = run_precompute(o, Resources{m, tk}, &sum);
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  if (!st.ok()) return st;
-  out->precompute_seconds = sum.seconds;
-  out->precompute_tokens_per_second = sum.tokens_per_second;
-  out->precompute_prefill_seconds = sum.prefill_seconds;
-  const double after = time_prefill();
-  out->prefill_seconds_before = before;
-  out->prefill_seconds_after = after;
-  out->prefill_seconds = (before + after) / 2;
+  // Full precompute into a temporary store, then the bare prefill again, `rounds` times.
+  std::vector<double> full, full_prefill;
+  for (int r = 0; r < rounds; ++r) {
+    fs::path tmp = fs::temp_directory_path() / ("ucm-bench-precompute-" + std::to_string(::getpid()) + "-" +
+                                                 std::to_string(now_ms()));
+    o.store = tmp.string();
+    o.namespace_name.clear();
+    PrecomputeSummary sum;
+    st = run_precompute(o, Resources{m, tk}, &sum);
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    if (!st.ok()) return st;
+    if (sum.tokens != out->tokens)
+      return Status::Internal("bench: precompute stored " + std::to_string(sum.tokens) + " tokens, prefill ran " +
+                              std::to_string(out->tokens));
+    full.push_back(sum.seconds);
+    full_prefill.push_back(sum.prefill_seconds);
+    bare.push_back(time_prefill());
+    // Throughputs over the same tokens: the ratio of rates is the inverse ratio of seconds.
+    out->ratios.push_back(sum.seconds > 0 ? (bare[size_t(r)] + bare[size_t(r) + 1]) / 2 / sum.seconds : 0);
+  }
+  out->prefill_seconds_before = bare.front();
+  out->prefill_seconds_after = bare.back();
+  out->prefill_seconds = median(bare);
   out->prefill_tokens_per_second = double(out->tokens) / out->prefill_seconds;
-  if (sum.tokens != out->tokens)
-    return Status::Internal("bench: precompute stored " + std::to_string(sum.tokens) + " tokens, prefill ran " +
-                            std::to_string(out->tokens));
-  out->ratio = out->prefill_tokens_per_second > 0 ? out->precompute_tokens_per_second / out->prefill_tokens_per_second : 0;
+  out->precompute_seconds = median(full);
+  out->precompute_tokens_per_second = out->precompute_seconds > 0 ? double(out->tokens) / out->precompute_seconds : 0;
+  // The forward time of the full run whose seconds are the median (the lower middle one).
+  {
+    std::vector<size_t> idx(full.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return full[a] < full[b]; });
+    out->precompute_prefill_seconds = full_prefill[idx[(idx.size() - 1) / 2]];
+  }
+  out->ratio = median(out->ratios);
   return Status::OK();
 }
 

@@ -10,6 +10,12 @@ namespace ucm::precompute {
 namespace {
 
 // "2 prefill workers (avx512_bf16 kernels, one libtorch thread each)" | "1 libtorch thread".
+std::string fmt_fixed(double v, int digits) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
 std::string threads_text(int threads, const std::string& kernels) {
   const char* s = threads == 1 ? "" : "s";
   if (kernels == "libtorch") return std::to_string(threads) + " libtorch thread" + s;
@@ -97,6 +103,8 @@ std::string BenchResult::to_json() const {
                       {"precompute_seconds", precompute_seconds},
                       {"precompute_tokens_per_second", precompute_tokens_per_second},
                       {"ratio", ratio},
+                      {"rounds", rounds},
+                      {"ratios", ratios},
                       {"device", device},
                       {"compute_dtype", compute_dtype},
                       {"compute_path", compute_path},
@@ -106,16 +114,18 @@ std::string BenchResult::to_json() const {
 }
 
 std::string BenchResult::to_text() const {
-  char buf[512];
+  std::string per_round;
+  for (double r : ratios) per_round += (per_round.empty() ? "" : ", ") + fmt_fixed(r, 3);
+  char buf[768];
   std::snprintf(buf, sizeof buf,
-                "documents %llu, tokens %llu, batches %llu\n"
-                "bare prefill:   %8.1f tokens/s (mean of %.2f s before and %.2f s after)\n"
+                "documents %llu, tokens %llu, batches %llu, rounds %d\n"
+                "bare prefill:   %8.1f tokens/s (median of %d runs; first %.2f s, last %.2f s)\n"
                 "full precompute:%8.1f tokens/s (%.2f s, of which %.2f s in the model forward)\n"
-                "ratio %.3f (target >= 0.9)\n"
+                "ratio %.3f (per round: %s; target >= 0.95)\n"
                 "compute %s (%s), %s, device %s\n",
-                (unsigned long long)documents, (unsigned long long)tokens, (unsigned long long)batches,
-                prefill_tokens_per_second, prefill_seconds_before, prefill_seconds_after,
-                precompute_tokens_per_second, precompute_seconds, precompute_prefill_seconds, ratio,
+                (unsigned long long)documents, (unsigned long long)tokens, (unsigned long long)batches, rounds,
+                prefill_tokens_per_second, rounds + 1, prefill_seconds_before, prefill_seconds_after,
+                precompute_tokens_per_second, precompute_seconds, precompute_prefill_seconds, ratio, per_round.c_str(),
                 compute_dtype.c_str(), compute_path.c_str(), threads_text(threads, kernels).c_str(), device.c_str());
   return buf;
 }

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -307,15 +308,48 @@ TEST(ComputeDtype, ChoiceAndRefusals) {
   EXPECT_EQ(ucm::model::choose_compute("fp32", torch::kCPU).dtype, torch::kFloat);
   EXPECT_THROW(ucm::model::choose_compute("fp16", torch::kCPU), std::invalid_argument);
   const auto a = ucm::model::choose_compute("auto", torch::kCPU);
-  if (ucm::model::cpu_bf16_isa().empty()) {
+  const std::string isa = ucm::model::cpu_bf16_isa();
+  if (isa == "amx_bf16") {  // auto takes bf16 on AMX only
+    EXPECT_EQ(a.dtype, torch::kBFloat16);
+    EXPECT_EQ(a.path, "amx_bf16");
+  } else {
     EXPECT_EQ(a.dtype, torch::kFloat);
     EXPECT_EQ(a.path, "fp32");
+  }
+  if (isa.empty()) {
     EXPECT_THROW(ucm::model::choose_compute("bf16", torch::kCPU), std::invalid_argument);
   } else {
-    EXPECT_EQ(a.dtype, torch::kBFloat16);
-    EXPECT_EQ(a.path, ucm::model::cpu_bf16_isa());
+    EXPECT_EQ(ucm::model::choose_compute("bf16", torch::kCPU).path, isa);
   }
   EXPECT_GE(ucm::model::set_compute_threads(1), 1);
+}
+
+TEST(ComputeDtype, PathFollowsOneDnnIsaCap) {
+  // ONEDNN_MAX_CPU_ISA below AMX makes libtorch's oneDNN run its AVX512-BF16 kernels (how
+  // scripts/bench_prefill.sh --isa stands in for a CPU without AMX); the reported path says so.
+  const std::string own = ucm::model::cpu_bf16_isa();
+  ::setenv("ONEDNN_MAX_CPU_ISA", "avx512_core_bf16", 1);
+  EXPECT_EQ(ucm::model::cpu_bf16_isa(), own.empty() ? "" : "avx512_bf16");
+  // AVX512-BF16 without AMX: auto stays fp32 (the bf16 prefill was no faster), bf16 on request.
+  EXPECT_EQ(ucm::model::choose_compute("auto", torch::kCPU).dtype, torch::kFloat);
+  if (!own.empty()) {
+    EXPECT_EQ(ucm::model::choose_compute("bf16", torch::kCPU).path, "avx512_bf16");
+  }
+  ::setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+  EXPECT_EQ(ucm::model::cpu_bf16_isa(), "");
+  EXPECT_EQ(ucm::model::choose_compute("auto", torch::kCPU).dtype, torch::kFloat);
+  try {
+    (void)ucm::model::choose_compute("bf16", torch::kCPU);
+    ADD_FAILURE() << "bf16 taken with oneDNN capped at AVX2";
+  } catch (const std::invalid_argument& e) {
+    if (!own.empty()) {
+      EXPECT_NE(std::string(e.what()).find("ONEDNN_MAX_CPU_ISA=AVX2"), std::string::npos) << e.what();
+    }
+  }
+  ::setenv("ONEDNN_MAX_CPU_ISA", "all", 1);
+  EXPECT_EQ(ucm::model::cpu_bf16_isa(), own);
+  ::unsetenv("ONEDNN_MAX_CPU_ISA");
+  EXPECT_EQ(ucm::model::cpu_bf16_isa(), own);
 }
 
 }  // namespace

@@ -143,12 +143,16 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
 /// `ucm bench precompute`: bare prefill vs full precompute on the same batches.
 struct BenchResult {
   uint64_t documents = 0, tokens = 0, batches = 0;
-  double prefill_seconds = 0;         ///< mean of the bare-prefill runs before and after precompute
-  double prefill_seconds_before = 0, prefill_seconds_after = 0;
+  int rounds = 1;                     ///< full precompute runs, each followed by a bare prefill
+  double prefill_seconds = 0;         ///< median of the bare-prefill runs (rounds + 1 of them)
+  double prefill_seconds_before = 0, prefill_seconds_after = 0;  ///< the first and the last
   double prefill_tokens_per_second = 0;  ///< tokens / prefill_seconds
-  double precompute_seconds = 0, precompute_tokens_per_second = 0;
-  double precompute_prefill_seconds = 0;  ///< time inside LlamaModel::forward during the precompute
-  double ratio = 0;  ///< precompute / prefill throughput (target >= 0.9)
+  double precompute_seconds = 0, precompute_tokens_per_second = 0;  ///< median of the full runs
+  double precompute_prefill_seconds = 0;  ///< time inside LlamaModel::forward during that run
+  /// Per round: its full precompute's throughput over the bare prefill's of the runs around it
+  /// (the mean of their seconds); ratio is their median (target >= 0.95).
+  std::vector<double> ratios;
+  double ratio = 0;
   std::string device = "cpu";  ///< where prefill ran (--device)
   std::string compute_dtype, compute_path;  ///< as in PrecomputeSummary
   int threads = 0;
@@ -157,9 +161,10 @@ struct BenchResult {
   std::string to_text() const;
 };
 /// Reads the first `docs` documents of `o.corpus`, times LlamaModel::forward alone on the batches
-/// precompute would build, then a full precompute of the same documents into a fresh temporary
-/// store (deleted afterwards; o.store is ignored), then the bare forward again; the prefill rate
-/// is over the mean of the two bare runs.
-Status bench_precompute(const PrecomputeOptions& o, uint64_t docs, BenchResult* out);
+/// precompute would build, then `rounds` times a full precompute of the same documents into a
+/// fresh temporary store (deleted afterwards; o.store is ignored) followed by the bare forward
+/// again (A B A B ... A: on a shared machine the speed drifts, and each full run is compared with
+/// the bare runs on either side of it). rounds >= 1.
+Status bench_precompute(const PrecomputeOptions& o, uint64_t docs, BenchResult* out, int rounds = 1);
 
 }  // namespace ucm::precompute
