@@ -155,4 +155,89 @@ void encode_block_repr(const ReprSpec& s, const float* const* keys, size_t key_s
   }
 }
 
+// ---- the payload encoder: fp32 dot products, vectorised --------------------------------------
+
+// x86-64 GCC: one copy per ISA level (as lib/src/retrieval/kernels.cc), so the 16-float vectors
+// below are one AVX-512 register, two AVX2 ones, or four SSE2 ones.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
+#define UCM_REPR_KERNEL __attribute__((flatten, target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define UCM_REPR_KERNEL __attribute__((flatten))
+#endif
+
+namespace {
+
+using V16 = float __attribute__((vector_size(64)));  // 16 floats (GCC vector extension)
+
+// Tokens [t0, t0 + N) of one (layer, head), bits [j0, j0 + 16) (B - j0 >= 16) or the last 8.
+template <uint32_t N>
+inline void dots_tile(const float* rows, size_t ld, uint32_t D, const float* P, uint32_t B, uint32_t j0, float* out,
+                      size_t ldo) {
+  V16 acc[N] = {};
+  const bool full = B - j0 >= 16;
+  for (uint32_t d = 0; d < D; ++d) {
+    V16 p = {};
+    std::memcpy(&p, P + size_t{d} * B + j0, full ? 64 : 32);
+    for (uint32_t i = 0; i < N; ++i) acc[i] += rows[i * ld + d] * p;
+  }
+  for (uint32_t i = 0; i < N; ++i) std::memcpy(out + i * ldo + j0, &acc[i], full ? 64 : 32);
+}
+
+}  // namespace
+
+UCM_REPR_KERNEL void repr_dots_fp32(const ReprSpec& s, const float* const* keys, size_t key_stride_t,
+                                    const float* projection, float* dots) {
+  const uint32_t L = s.num_layers, H = s.num_kv_heads, D = s.head_dim, T = s.block_size, B = s.hash_bits;
+  for (uint32_t l = 0; l < L; ++l)
+    for (uint32_t h = 0; h < H; ++h) {
+      const float* P = projection + (size_t{l} * H + h) * D * B;
+      const float* rows = keys[l] + size_t{h} * D;
+      float* out = dots + (size_t{l} * T * H + h) * B;  // token t at + t * H * B
+      const size_t ldo = size_t{H} * B;
+      for (uint32_t j0 = 0; j0 < B; j0 += 16) {
+        uint32_t t = 0;
+        for (; t + 8 <= T; t += 8)
+          dots_tile<8>(rows + t * key_stride_t, key_stride_t, D, P, B, j0, out + t * ldo, ldo);
+        for (; t < T; ++t) dots_tile<1>(rows + t * key_stride_t, key_stride_t, D, P, B, j0, out + t * ldo, ldo);
+      }
+    }
+}
+
+void encode_block_repr_payload(const ReprSpec& s, const void* const* keys, DType key_dtype, size_t key_stride_t,
+                               const float* projection, std::string* out) {
+  if (!projection) throw std::invalid_argument("encode_block_repr_payload: projection is required");
+  if (s.hash_bits == 0 || s.hash_bits % 8 != 0) throw std::invalid_argument("hash_bits must be a positive multiple of 8");
+  const uint32_t L = s.num_layers, H = s.num_kv_heads, D = s.head_dim, T = s.block_size, B = s.hash_bits;
+  const size_t row = size_t{H} * D;
+  // Per thread: the block's keys widened ([L][T][H * D]) and its dot products ([L][T][H][B]).
+  thread_local std::vector<float> wide, dots;
+  wide.resize(size_t{L} * T * row);
+  dots.resize(size_t{L} * T * H * B);
+  std::vector<const float*> kp(L), dp(L);
+  for (uint32_t l = 0; l < L; ++l) {
+    float* w = wide.data() + size_t{l} * T * row;
+    for (uint32_t t = 0; t < T; ++t) {
+      const size_t at = t * key_stride_t;
+      float* wr = w + t * row;
+      switch (key_dtype) {
+        case DType::kBF16: {
+          const uint16_t* k = static_cast<const uint16_t*>(keys[l]) + at;
+          for (size_t i = 0; i < row; ++i) wr[i] = bf16_to_f32(k[i]);
+          break;
+        }
+        case DType::kFP16: {
+          const uint16_t* k = static_cast<const uint16_t*>(keys[l]) + at;
+          for (size_t i = 0; i < row; ++i) wr[i] = f16_to_f32(k[i]);
+          break;
+        }
+        case DType::kFP32: std::memcpy(wr, static_cast<const float*>(keys[l]) + at, row * 4); break;
+      }
+    }
+    kp[l] = w;
+    dp[l] = dots.data() + size_t{l} * T * H * B;
+  }
+  repr_dots_fp32(s, kp.data(), row, projection, dots.data());
+  encode_block_repr(s, kp.data(), row, dp.data(), size_t{H} * B, nullptr, out);
+}
+
 }  // namespace ucm::repr

@@ -88,7 +88,7 @@ class Runner {
   Runner(const PrecomputeOptions& o, const model::LlamaModel& m, const tok::Tokenizer& tk, Store* store,
          const NamespaceId& ns, const NamespaceId& hash_seed, const std::vector<float>& proj,
          PrecomputeSummary* sum)
-      : o_(o), m_(m), tk_(tk), store_(store), ns_(ns), sum_(sum) {
+      : o_(o), m_(m), tk_(tk), store_(store), ns_(ns), sum_(sum), proj_(proj.data()) {
     const auto& c = m.config();
     L_ = c.num_hidden_layers;
     H_ = c.num_key_value_heads;
@@ -99,9 +99,6 @@ class Runner {
     max_tokens_ = o.max_doc_tokens ? o.max_doc_tokens : uint64_t(c.max_position_embeddings);
     max_tokens_ = std::min<uint64_t>(max_tokens_, uint64_t(c.max_position_embeddings));
     max_tokens_ -= max_tokens_ % bs_;
-    auto P = torch::from_blob(const_cast<float*>(proj.data()), {L_, H_, D_, int64_t(o.hash_bits)},
-                              torch::kFloat32);
-    for (int64_t l = 0; l < L_; ++l) proj_.push_back(P[l].to(m.device()).clone());
   }
 
   /// Chunk mode (o.chunks): documents are tokenized apart and follow the chunk prefix.
@@ -428,12 +425,10 @@ class Runner {
     if (!b) return b;
     c10::InferenceMode guard;
     const auto dt = torch_dtype(o_.dtype);
-    const int64_t B = int64_t(b->docs.size()), T = b->T, NB = int64_t(o_.hash_bits);
-    std::vector<torch::Tensor> kf(static_cast<size_t>(L_)), dots(static_cast<size_t>(L_));
+    const int64_t B = int64_t(b->docs.size()), T = b->T;
     b->kp.resize(size_t(L_));
     b->vp.resize(size_t(L_));
-    // On a GPU everything below up to the host copies runs on the device (the model's), and the
-    // results come back through pinned buffers, all copies in flight before one wait.
+    // On a GPU the payloads come back through pinned buffers, all copies in flight before one wait.
     const bool gpu = m_.device().is_cuda();
     auto to_host = [&](const torch::Tensor& t) {
       if (!gpu) return t.contiguous();
@@ -442,23 +437,9 @@ class Runner {
       return h;
     };
     for (int64_t l = 0; l < L_; ++l) {
-      const auto& k = b->out.k[size_t(l)];  // the payload dtype (forward()'s kv_dtype)
-      const auto k32 = k.to(torch::kFloat);  // exact
-      // [B, T, H, D] x [H, D, NB] -> [B, T, H, NB]: one GEMM per head on strided views, written
-      // in place (BLAS takes the row strides): einsum copied K and the dots through permutes, 0.55
-      // against 0.30 s of CPU per 11,248 tokens of SmolLM2.
-      {
-        auto d = torch::empty({B * T, H_, NB}, k32.options());
-        const auto kr = k32.view({B * T, H_, D_});
-        for (int64_t h = 0; h < H_; ++h) {
-          auto dh = d.select(1, h);
-          torch::mm_out(dh, kr.select(1, h), proj_[size_t(l)][h]);
-        }
-        dots[size_t(l)] = to_host(d);
-      }
-      b->kp[size_t(l)] = to_host(k.to(dt));
+      // forward() returns K/V in the payload dtype (its kv_dtype): no conversion on the CPU.
+      b->kp[size_t(l)] = to_host(b->out.k[size_t(l)].to(dt));
       b->vp[size_t(l)] = to_host(b->out.v[size_t(l)].to(dt));
-      kf[size_t(l)] = to_host(k32);
     }
     if (gpu) torch::cuda::synchronize();
     b->out = {};
@@ -470,7 +451,7 @@ class Runner {
       const size_t nblk = doc.ids.size() / bs_;
       hash_blocks(root_, reinterpret_cast<const uint32_t*>(doc.ids.data()), doc.ids.size(), bs_, &dd.hashes);
       dd.present.assign(nblk, 0);
-      std::vector<const float*> kptr(static_cast<size_t>(L_)), dptr(static_cast<size_t>(L_));
+      std::vector<const void*> kptr(static_cast<size_t>(L_));
       // Every block goes to the store, which skips the ones it holds (checked in its index, so a
       // lookup fingerprint collision cannot leave a registered document with a missing block) and
       // says per block whether it wrote it (Task::block_written, counted in stage 4). Blocks
@@ -494,15 +475,14 @@ class Runner {
         if (dd.present[i]) continue;
         const int64_t row = bi * T + int64_t(i * bs_);  // first token of the block in [B*T]
         for (int64_t l = 0; l < L_; ++l) {
-          kptr[size_t(l)] = kf[size_t(l)].data_ptr<float>() + row * H_ * D_;
-          dptr[size_t(l)] = dots[size_t(l)].data_ptr<float>() + row * H_ * NB;
           const char* kb = static_cast<const char*>(b->kp[size_t(l)].data_ptr()) + size_t(row * H_ * D_) * esz;
           const char* vb = static_cast<const char*>(b->vp[size_t(l)].data_ptr()) + size_t(row * H_ * D_) * esz;
+          kptr[size_t(l)] = kb;
           dd.pages[(k * size_t(L_) + size_t(l)) * 2 + 0] = kb;
           dd.pages[(k * size_t(L_) + size_t(l)) * 2 + 1] = vb;
         }
-        encode_block_repr(spec_, kptr.data(), size_t(H_ * D_), dptr.data(), size_t(H_ * NB), nullptr,
-                          &dd.reprs[k]);
+        // Representations from the payload's keys, R4's dot products in fp32 (repr_encode.h).
+        repr::encode_block_repr_payload(spec_, kptr.data(), o_.dtype, size_t(H_ * D_), proj_, &dd.reprs[k]);
         DumpItem& it = dd.items[k];
         it.hash = dd.hashes[i];
         it.parent = i == 0 ? root_ : dd.hashes[i - 1];
@@ -514,7 +494,7 @@ class Runner {
       }
       if (n_new) dd.task = store_->dump(ns_, dd.items.data(), dd.items.size());
     });
-    // fp32 keys and dots are no longer needed; kp/vp live until the dumps are done.
+    // kp/vp live until the dumps are done.
     return b;
   }
 
@@ -617,7 +597,7 @@ class Runner {
   ReprSpec spec_;
   BlockHash root_{};
   uint64_t max_tokens_ = 0;
-  std::vector<torch::Tensor> proj_;  // per layer [H, D, NB] fp32
+  const float* proj_;  // fp32 [L][H][D][NB] (run_pipeline's caller owns it)
   DocSource* src_ = nullptr;
   uint64_t total_docs_ = 0;
   bool eof_ = false;

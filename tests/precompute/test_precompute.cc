@@ -655,6 +655,77 @@ TEST(PrecomputeRepr, EncoderMatchesLoops) {
       }
 }
 
+// The payload encoder (what precompute runs): keys in the payload dtype, R4's dots in fp32. R0 and
+// R1 equal the fp32 encoder's for the widened keys byte for byte; an R4 bit differs from the
+// double-precision dots only where |dot| is within fp32 rounding of 0. Shapes: SmolLM2's (D 64,
+// B 128, T 16), and odd ones (T 5: a tile tail; B 24: a half vector; D 40).
+TEST(PrecomputeRepr, PayloadEncoderMatchesTheFp32Encoder) {
+  struct Shape {
+    uint32_t L, H, D, T, B;
+  };
+  for (const Shape sh : {Shape{3, 3, 64, 16, 128}, Shape{2, 2, 40, 5, 24}}) {
+    const uint32_t L = sh.L, H = sh.H, D = sh.D, T = sh.T, B = sh.B;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> g;
+    auto P = make_projection(L, H, D, B, 7);
+    const size_t n = size_t{L} * T * H * D;
+    std::vector<float> k32(n);
+    for (auto& x : k32) x = g(rng) * 3;
+    for (DType kd : {DType::kBF16, DType::kFP16, DType::kFP32}) {
+      // The keys as a payload of dtype kd holds them, and the same values widened.
+      std::vector<uint16_t> k16(n);
+      std::vector<float> wide(n);
+      for (size_t i = 0; i < n; ++i) {
+        if (kd == DType::kBF16) k16[i] = bf16_round_nearest(k32[i]), wide[i] = bf16_to_float(k16[i]);
+        else if (kd == DType::kFP16) k16[i] = fp16_round_nearest(k32[i]), wide[i] = fp16_to_float(k16[i]);
+        else wide[i] = k32[i];
+      }
+      std::vector<const void*> kp(L);
+      std::vector<const float*> wp(L);
+      for (uint32_t l = 0; l < L; ++l) {
+        const size_t at = size_t{l} * T * H * D;
+        kp[l] = kd == DType::kFP32 ? static_cast<const void*>(k32.data() + at) : static_cast<const void*>(k16.data() + at);
+        wp[l] = wide.data() + at;
+      }
+      const ReprSpec spec{L, H, D, T, B, DType::kBF16};
+      std::string got, want;
+      ucm::repr::encode_block_repr_payload(spec, kp.data(), kd, H * D, P.data(), &got);
+      encode_block_repr(spec, wp.data(), H * D, nullptr, 0, P.data(), &want);
+      ASSERT_EQ(got.size(), want.size());
+      Repr rg, rw;
+      ASSERT_TRUE(decode_repr(got, &rg));
+      ASSERT_TRUE(decode_repr(want, &rw));
+      EXPECT_EQ(rg.sections[0].second, rw.sections[0].second) << "R0";
+      EXPECT_EQ(rg.sections[1].second, rw.sections[1].second) << "R1";
+      const std::string& bg = rg.sections[4].second;
+      const std::string& bw = rw.sections[4].second;
+      ASSERT_EQ(bg.size(), bw.size());
+      size_t differ = 0;
+      for (uint32_t l = 0; l < L; ++l)
+        for (uint32_t h = 0; h < H; ++h)
+          for (uint32_t t = 0; t < T; ++t)
+            for (uint32_t j = 0; j < B; ++j) {
+              const size_t byte = ((size_t{l} * H + h) * T + t) * (B / 8) + j / 8;
+              if (((bg[byte] >> (j % 8)) & 1) == ((bw[byte] >> (j % 8)) & 1)) continue;
+              ++differ;
+              double dot = 0, norm = 0;
+              for (uint32_t d = 0; d < D; ++d) {
+                const double x = wide[((size_t{l} * T + t) * H + h) * D + d];
+                dot += x * P[((size_t{l} * H + h) * D + d) * B + j];
+                norm += x * x;
+              }
+              EXPECT_LT(std::fabs(dot), 1e-5 * std::sqrt(norm)) << "R4 l" << l << " h" << h << " t" << t << " j" << j;
+            }
+      EXPECT_LE(differ, size_t{2}) << "R4 bits that differ, key dtype " << int(kd);
+    }
+  }
+  const void* none[1] = {nullptr};
+  std::string out;
+  EXPECT_THROW(ucm::repr::encode_block_repr_payload(ReprSpec{1, 1, 8, 4, 16, DType::kBF16}, none, DType::kBF16, 8,
+                                                    nullptr, &out),
+               std::invalid_argument);
+}
+
 TEST(PrecomputeOptions, ParseShardLayersConfig) {
   uint32_t i = 9, n = 9;
   EXPECT_TRUE(parse_shard("1/4", &i, &n).ok());

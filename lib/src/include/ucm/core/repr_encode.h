@@ -53,6 +53,22 @@ void encode_block_repr(const ReprSpec& spec, const float* const* keys, size_t ke
                        const float* const* dots, size_t dot_stride_t, const float* projection,
                        std::string* out);
 
+/// Encodes one block from its keys as a KV payload holds them: key_dtype bf16, fp16 or fp32
+/// elements, element (t, h, d) of layer l at keys[l] + (t * key_stride_t + h * D + d) elements.
+/// The keys are widened to fp32 (exact) and R4's dot products computed here in fp32 from
+/// `projection` (fp32 [L][H][D][B], required), vectorised: R0 and R1 are encode_block_repr's for
+/// the widened keys bit for bit; an R4 bit differs from the double-precision path only where the
+/// dot product is within fp32 rounding of 0. Used by `ucm precompute` (no dots tensor, no fp32 copy
+/// of the payload). Thread-safe (per-thread scratch).
+void encode_block_repr_payload(const ReprSpec& spec, const void* const* keys, DType key_dtype, size_t key_stride_t,
+                               const float* projection, std::string* out);
+
+/// R4's dot products of one block in fp32: dots[((l * T + t) * H + h) * B + j] =
+/// sum over d of keys[l][t * key_stride_t + h * D + d] * projection[((l * H + h) * D + d) * B + j],
+/// accumulated over d in order (fused multiply-adds where the CPU has them).
+void repr_dots_fp32(const ReprSpec& spec, const float* const* keys, size_t key_stride_t, const float* projection,
+                    float* dots);
+
 /// Rounding helpers used by the encoder (bit patterns of the target dtype).
 uint16_t bf16_round_nearest(float x);  ///< same as torch's float -> bfloat16 (RNE, NaN kept)
 uint16_t bf16_round_down(float x);     ///< largest bf16 <= x
