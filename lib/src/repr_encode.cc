@@ -169,18 +169,28 @@ namespace {
 
 using V16 = float __attribute__((vector_size(64)));  // 16 floats (GCC vector extension)
 
-// Tokens [t0, t0 + N) of one (layer, head), bits [j0, j0 + 16) (B - j0 >= 16) or the last 8.
-template <uint32_t N>
+// Tokens [t0, t0 + N) of one (layer, head), bits [j0, j0 + 16) (kFull) or [j0, j0 + 8) (the last
+// 8 of a B that is not a multiple of 16). The accumulators stay in registers; each step reads one
+// row of P and broadcasts one key element per token.
+template <uint32_t N, bool kFull>
 inline void dots_tile(const float* rows, size_t ld, uint32_t D, const float* P, uint32_t B, uint32_t j0, float* out,
                       size_t ldo) {
+  constexpr size_t kBytes = kFull ? 64 : 32;
   V16 acc[N] = {};
-  const bool full = B - j0 >= 16;
   for (uint32_t d = 0; d < D; ++d) {
     V16 p = {};
-    std::memcpy(&p, P + size_t{d} * B + j0, full ? 64 : 32);
+    std::memcpy(&p, P + size_t{d} * B + j0, kBytes);
     for (uint32_t i = 0; i < N; ++i) acc[i] += rows[i * ld + d] * p;
   }
-  for (uint32_t i = 0; i < N; ++i) std::memcpy(out + i * ldo + j0, &acc[i], full ? 64 : 32);
+  for (uint32_t i = 0; i < N; ++i) std::memcpy(out + i * ldo + j0, &acc[i], kBytes);
+}
+
+template <bool kFull>
+inline void dots_columns(const float* rows, size_t ld, uint32_t T, uint32_t D, const float* P, uint32_t B,
+                         uint32_t j0, float* out, size_t ldo) {
+  uint32_t t = 0;
+  for (; t + 8 <= T; t += 8) dots_tile<8, kFull>(rows + t * ld, ld, D, P, B, j0, out + t * ldo, ldo);
+  for (; t < T; ++t) dots_tile<1, kFull>(rows + t * ld, ld, D, P, B, j0, out + t * ldo, ldo);
 }
 
 }  // namespace
@@ -195,10 +205,10 @@ UCM_REPR_KERNEL void repr_dots_fp32(const ReprSpec& s, const float* const* keys,
       float* out = dots + (size_t{l} * T * H + h) * B;  // token t at + t * H * B
       const size_t ldo = size_t{H} * B;
       for (uint32_t j0 = 0; j0 < B; j0 += 16) {
-        uint32_t t = 0;
-        for (; t + 8 <= T; t += 8)
-          dots_tile<8>(rows + t * key_stride_t, key_stride_t, D, P, B, j0, out + t * ldo, ldo);
-        for (; t < T; ++t) dots_tile<1>(rows + t * key_stride_t, key_stride_t, D, P, B, j0, out + t * ldo, ldo);
+        if (B - j0 >= 16)
+          dots_columns<true>(rows, key_stride_t, T, D, P, B, j0, out, ldo);
+        else
+          dots_columns<false>(rows, key_stride_t, T, D, P, B, j0, out, ldo);
       }
     }
 }
