@@ -34,7 +34,7 @@ void setup_bench_precompute(CLI::App& bench) {
   c->add_option("--docs", a->docs, "Documents to read")->capture_default_str()->check(CLI::PositiveNumber);
   c->add_option("--rounds", a->rounds,
                 "Full precompute runs, each followed by a bare prefill (A B A B ... A); the ratio is the "
-                "median of the rounds'")
+                "medians' (full over bare tokens/s)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   c->add_option("--batch-tokens", a->o.batch_tokens, "Padded tokens per batch")->capture_default_str();

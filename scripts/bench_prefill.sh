@@ -5,7 +5,7 @@
 #   scripts/bench_prefill.sh [--docs N] [--max-doc-tokens N] [--rounds N] [--out DIR] [--isa ISA]
 #
 # --rounds N (3): `ucm bench precompute --rounds`: full precompute and bare prefill alternated N
-# times, the full/bare ratio the median of the rounds' (one round moves by +-15% on a shared machine).
+# times, the full/bare ratio that of the medians (one round moves by +-15% on a shared machine).
 #
 # --isa avx512_core_bf16: caps oneDNN (libtorch's, and so every engine's bf16 GEMMs) at that ISA
 # through ONEDNN_MAX_CPU_ISA, which stands for a CPU with AVX512-BF16 but no AMX (Cooper Lake,
@@ -116,7 +116,7 @@ for r in rows:
     elif r["name"].startswith("ucm"):
         print(f"| ucm bench precompute, bare prefill | compute {r.get('compute_dtype', '?')} ({r.get('compute_path', '?')}, {r.get('kernels', '?')} kernels, {r.get('threads', '?')} threads), store bf16 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches |")
         per = ", ".join(f"{x:.3f}" for x in r.get("ratios", []))
-        print(f"| ucm bench precompute, full precompute | compute {r.get('compute_dtype', '?')} | {r['precompute_tokens_per_second']:.1f} | ratio {r['ratio']:.3f} (median of {r.get('rounds', 1)} rounds: {per}) |")
+        print(f"| ucm bench precompute, full precompute | compute {r.get('compute_dtype', '?')} | {r['precompute_tokens_per_second']:.1f} | ratio {r['ratio']:.3f} (medians of {r.get('rounds', 1)} rounds; per round {per}) |")
     elif r["engine"] == "matmul":
         print(f"| matmul limit ({r['gflops']:.0f} GFLOP/s) | {r['dtype']} | {r.get('tokens_per_second_bound', 0):.0f} | bound at 2 FLOPs/param/token |")
     else:

@@ -121,7 +121,7 @@ std::string BenchResult::to_text() const {
                 "documents %llu, tokens %llu, batches %llu, rounds %d\n"
                 "bare prefill:   %8.1f tokens/s (median of %d runs; first %.2f s, last %.2f s)\n"
                 "full precompute:%8.1f tokens/s (%.2f s, of which %.2f s in the model forward)\n"
-                "ratio %.3f (per round: %s; target >= 0.95)\n"
+                "ratio %.3f (of the medians; per round: %s; target >= 0.95)\n"
                 "compute %s (%s), %s, device %s\n",
                 (unsigned long long)documents, (unsigned long long)tokens, (unsigned long long)batches, rounds,
                 prefill_tokens_per_second, rounds + 1, prefill_seconds_before, prefill_seconds_after,

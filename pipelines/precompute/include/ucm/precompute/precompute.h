@@ -150,9 +150,9 @@ struct BenchResult {
   double precompute_seconds = 0, precompute_tokens_per_second = 0;  ///< median of the full runs
   double precompute_prefill_seconds = 0;  ///< time inside LlamaModel::forward during that run
   /// Per round: its full precompute's throughput over the bare prefill's of the runs around it
-  /// (the mean of their seconds); ratio is their median (target >= 0.95).
+  /// (the mean of their seconds), to show the spread.
   std::vector<double> ratios;
-  double ratio = 0;
+  double ratio = 0;  ///< precompute_tokens_per_second / prefill_tokens_per_second (medians; target >= 0.95)
   std::string device = "cpu";  ///< where prefill ran (--device)
   std::string compute_dtype, compute_path;  ///< as in PrecomputeSummary
   int threads = 0;
