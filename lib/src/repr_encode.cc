@@ -220,11 +220,21 @@ void encode_block_repr_payload(const ReprSpec& s, const void* const* keys, DType
   const uint32_t L = s.num_layers, H = s.num_kv_heads, D = s.head_dim, T = s.block_size, B = s.hash_bits;
   const size_t row = size_t{H} * D;
   // Per thread: the block's keys widened ([L][T][H * D]) and its dot products ([L][T][H][B]).
+  // fp32 keys are read where they are; 16-bit ones are widened first.
   thread_local std::vector<float> wide, dots;
-  wide.resize(size_t{L} * T * row);
+  thread_local std::vector<const float*> kp, dp;
+  const bool widen = key_dtype != DType::kFP32;
+  const size_t ld = widen ? row : key_stride_t;
+  if (widen) wide.resize(size_t{L} * T * row);
   dots.resize(size_t{L} * T * H * B);
-  std::vector<const float*> kp(L), dp(L);
+  kp.resize(L);
+  dp.resize(L);
   for (uint32_t l = 0; l < L; ++l) {
+    dp[l] = dots.data() + size_t{l} * T * H * B;
+    if (!widen) {
+      kp[l] = static_cast<const float*>(keys[l]);
+      continue;
+    }
     float* w = wide.data() + size_t{l} * T * row;
     for (uint32_t t = 0; t < T; ++t) {
       const size_t at = t * key_stride_t;
@@ -240,14 +250,13 @@ void encode_block_repr_payload(const ReprSpec& s, const void* const* keys, DType
           for (size_t i = 0; i < row; ++i) wr[i] = f16_to_f32(k[i]);
           break;
         }
-        case DType::kFP32: std::memcpy(wr, static_cast<const float*>(keys[l]) + at, row * 4); break;
+        case DType::kFP32: break;  // not widened (above)
       }
     }
     kp[l] = w;
-    dp[l] = dots.data() + size_t{l} * T * H * B;
   }
-  repr_dots_fp32(s, kp.data(), row, projection, dots.data());
-  encode_block_repr(s, kp.data(), row, dp.data(), size_t{H} * B, nullptr, out);
+  repr_dots_fp32(s, kp.data(), ld, projection, dots.data());
+  encode_block_repr(s, kp.data(), ld, dp.data(), size_t{H} * B, nullptr, out);
 }
 
 }  // namespace ucm::repr

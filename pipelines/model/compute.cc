@@ -108,11 +108,12 @@ ComputeChoice choose_compute(const std::string& want, torch::Device dev) {
   // on the AMX machine, 2026-11-27) the bf16 prefill ran no faster than fp32: 503 against 552
   // tokens/s (docs/benchmarks.md, "prefill: side by side").
   if (want == "fp32" || (want == "auto" && isa != "amx_bf16" && isa != "cuda")) return {torch::kFloat, "fp32", "fp32"};
+  const std::string cap = onednn_isa_cap();
   if (isa.empty())
     throw std::invalid_argument(
         "compute dtype bf16: this CPU has neither AMX-BF16 nor AVX512-BF16 (no amx_bf16 or avx512_bf16 in "
         "/proc/cpuinfo" +
-        (onednn_isa_cap().empty() ? std::string() : ", or oneDNN is capped below them: ONEDNN_MAX_CPU_ISA=" + onednn_isa_cap()) +
+        (cap.empty() ? std::string() : ", or oneDNN is capped below them: ONEDNN_MAX_CPU_ISA=" + cap) +
         "), so bf16 GEMMs would be emulated and slower than fp32; use --compute-dtype fp32 or auto");
   return {torch::kBFloat16, "bf16", isa};
 }

@@ -116,9 +116,9 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
       }
       return;
     }
-    // kv_dtype -> compute dtype (through fp32: exact, or the one rounding fp32 -> bf16).
-    kt = k.permute({0, 2, 3, 1}).to(torch::kFloat).to(compute_).contiguous();  // [B, nkv, hd, T]
-    vh = v.permute({0, 2, 1, 3}).to(torch::kFloat).to(compute_).contiguous();  // [B, nkv, T, hd]
+    // kv_dtype -> compute dtype (libtorch converts through fp32: exact, or one rounding to bf16).
+    kt = k.permute({0, 2, 3, 1}).to(compute_).contiguous();  // [B, nkv, hd, T]
+    vh = v.permute({0, 2, 1, 3}).to(compute_).contiguous();  // [B, nkv, T, hd]
   }
   torch::Tensor keep;  // bool [nkv, S] or undefined
   if (io.mask) {
