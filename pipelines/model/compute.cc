@@ -37,6 +37,19 @@ std::set<std::string> cpu_flags() {
 
 }  // namespace
 
+std::string cpu_vendor() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("vendor_id", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::string v;
+    words >> v;
+    return v;
+  }
+  return "";
+}
+
 std::string onednn_isa_cap() {
   for (const char* var : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
     const char* v = std::getenv(var);
@@ -74,18 +87,27 @@ std::string blas_core_name() {
   return name ? name : "";
 }
 
+std::string blas_core_for(const std::string& core, const std::set<std::string>& f) {
+  if (core.empty()) return "";
+  // OpenBLAS's x86-64 cores whose kernels predate AVX2 (and its name for an unknown CPU).
+  static const std::set<std::string> kOld = {"Prescott", "Core2",     "Penryn", "Dunnington", "Nehalem",
+                                             "Atom",     "Sandybridge", "Barcelona", "Unknown", "unknown"};
+  // Its cores with AVX2 kernels but none of AVX-512's: what 0.3.21 picks on AMD Zen 4 and 5.
+  static const std::set<std::string> kAvx2 = {"Haswell", "Zen"};
+  const bool avx512 = f.count("avx512f") && f.count("avx512bw") && f.count("avx512vl") && f.count("avx512dq");
+  if (kOld.count(core)) {
+    if (avx512) return "SkylakeX";
+    if (f.count("avx2") && f.count("fma")) return "Haswell";
+    return "";
+  }
+  return avx512 && kAvx2.count(core) ? "SkylakeX" : "";
+}
+
 std::string blas_core_override() {
   const char* set = std::getenv("OPENBLAS_CORETYPE");
   if (set && *set) return "";
   const std::string core = blas_core_name();
-  // OpenBLAS's x86-64 cores whose kernels predate AVX2 (and its name for an unknown CPU).
-  static const std::set<std::string> kOld = {"Prescott", "Core2",     "Penryn", "Dunnington", "Nehalem",
-                                             "Atom",     "Sandybridge", "Barcelona", "Unknown", "unknown"};
-  if (core.empty() || !kOld.count(core)) return "";
-  const auto f = cpu_flags();
-  if (f.count("avx512f") && f.count("avx512bw") && f.count("avx512vl") && f.count("avx512dq")) return "SkylakeX";
-  if (f.count("avx2") && f.count("fma")) return "Haswell";
-  return "";
+  return core.empty() ? "" : blas_core_for(core, cpu_flags());
 }
 
 void restart_with_blas_core(char** argv) {
@@ -100,14 +122,19 @@ void restart_with_blas_core(char** argv) {
   ::unsetenv("OPENBLAS_CORETYPE");
 }
 
+bool cpu_is_amd() { return cpu_vendor() == "AuthenticAMD"; }
+
 ComputeChoice choose_compute(const std::string& want, torch::Device dev) {
   if (want != "auto" && want != "bf16" && want != "fp32")
     throw std::invalid_argument("compute dtype \"" + want + "\": use auto, bf16 or fp32");
   const std::string isa = dev.is_cuda() ? "cuda" : cpu_bf16_isa();
-  // auto: bf16 only on AMX (and CUDA). With AVX512-BF16 alone (oneDNN capped at AVX512_CORE_BF16
-  // on the AMX machine, 2026-11-27) the bf16 prefill ran no faster than fp32: 503 against 552
-  // tokens/s (docs/benchmarks.md, "prefill: side by side").
-  if (want == "fp32" || (want == "auto" && isa != "amx_bf16" && isa != "cuda")) return {torch::kFloat, "fp32", "fp32"};
+  // auto: bf16 where the bf16 units beat fp32 (compute.h): AMX, CUDA, and AVX512-BF16 on AMD
+  // (Zen 4 and later: vdpbf16ps does twice fp32 FMA's work per cycle; measured on Zen 5,
+  // 2026-11-27, docs/benchmarks.md). Not AVX512-BF16 alone on Intel: with oneDNN capped at
+  // AVX512_CORE_BF16 on the AMX machine (2026-11-27) the bf16 prefill ran 503 tokens/s against
+  // fp32's 552.
+  const bool bf16_wins = isa == "amx_bf16" || isa == "cuda" || (isa == "avx512_bf16" && cpu_is_amd());
+  if (want == "fp32" || (want == "auto" && !bf16_wins)) return {torch::kFloat, "fp32", "fp32"};
   const std::string cap = onednn_isa_cap();
   if (isa.empty())
     throw std::invalid_argument(

@@ -3,6 +3,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <set>
 #include <string>
 
 namespace ucm::model {
@@ -13,6 +14,12 @@ namespace ucm::model {
 /// instructions its bf16 GEMMs will use: avx512_bf16 at AVX512_CORE_BF16 or AVX512_CORE_FP16
 /// (how an AMX machine stands in for one without), "" below those.
 std::string cpu_bf16_isa();
+
+/// /proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD"); "" when unreadable.
+std::string cpu_vendor();
+
+/// cpu_vendor() is "AuthenticAMD".
+bool cpu_is_amd();
 
 /// ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA), upper-cased; "" when unset, ALL or DEFAULT.
 std::string onednn_isa_cap();
@@ -25,10 +32,12 @@ struct ComputeChoice {
 };
 
 /// Resolves --compute-dtype: "auto" (bf16 where the device has bf16 matrix units that beat fp32:
-/// a CUDA device or a CPU with AMX-BF16; fp32 otherwise, AVX512-BF16 alone included, where the
-/// bf16 prefill measured no faster than fp32), "bf16" (on AMX-BF16 or AVX512-BF16; refused with a
-/// reason on a CPU without either: it would be emulated, slower than fp32), or "fp32". Throws
-/// std::invalid_argument naming the value and the choices.
+/// a CUDA device, a CPU with AMX-BF16, or an AMD CPU with AVX512-BF16 (Zen 4 and later, whose
+/// vdpbf16ps does twice an fp32 FMA's work per cycle: measured on Zen 5, bf16 2.5x fp32); fp32
+/// otherwise, Intel's AVX512-BF16 without AMX included, where the bf16 prefill measured no faster
+/// than fp32), "bf16" (on AMX-BF16 or AVX512-BF16; refused with a reason on a CPU without either:
+/// it would be emulated, slower than fp32), or "fp32". Throws std::invalid_argument naming the
+/// value and the choices.
 ComputeChoice choose_compute(const std::string& want, torch::Device dev);
 
 /// Sets libtorch's intra-op threads (its OpenMP threads: element-wise ops, oneDNN's bf16 GEMMs) to
@@ -55,12 +64,18 @@ std::string blas_core_name();
 /// OpenBLAS picks its GEMM kernels once, when it loads, from the CPU model, and falls back to
 /// its SSE3 "Prescott" kernels for a model it does not know: OpenBLAS 0.3.21 (Debian 12) does so
 /// on this project's "Intel(R) Xeon(R) Processor" VMs, which have AVX-512; its fp32 GEMMs then run
-/// about 6x slower than with its SkylakeX kernels (measured: 9 vs 54 GFLOP/s, 1024x576x1536).
-/// Returns the OPENBLAS_CORETYPE this process should have been started with: "SkylakeX" when
-/// /proc/cpuinfo has avx512f, avx512bw, avx512vl and avx512dq, else "Haswell" with avx2 and fma,
-/// but only when the loaded OpenBLAS chose a core without AVX2 kernels and OPENBLAS_CORETYPE is
-/// not set; "" otherwise (nothing to mend).
+/// about 6x slower than with its SkylakeX kernels (measured: 9 vs 54 GFLOP/s, 1024x576x1536). On
+/// AMD Zen 5 (family 26) it picks its AVX2 "Haswell" kernels, and the fp32 prefill runs 1.4x
+/// slower than with SkylakeX's (measured 2026-11-27: 666-691 against 949-970 tokens/s).
+/// Returns the OPENBLAS_CORETYPE this process should have been started with when OPENBLAS_CORETYPE
+/// is not set: "SkylakeX" when /proc/cpuinfo has avx512f, avx512bw, avx512vl and avx512dq and the
+/// loaded OpenBLAS chose a core without AVX-512 kernels (pre-AVX2, Haswell or Zen); "Haswell" with
+/// avx2 and fma when it chose a pre-AVX2 core; "" otherwise (nothing to mend).
 std::string blas_core_override();
+
+/// blas_core_override()'s rule on its inputs: `core` the loaded OpenBLAS's (blas_core_name()),
+/// `cpu_flags` /proc/cpuinfo's flags.
+std::string blas_core_for(const std::string& core, const std::set<std::string>& cpu_flags);
 
 /// For a main() that links libtorch, before anything else: when blas_core_override() names a
 /// core, sets OPENBLAS_CORETYPE to it and re-executes /proc/self/exe with the same argv (OpenBLAS

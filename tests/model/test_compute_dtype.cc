@@ -46,7 +46,7 @@ void bar(const LlamaModel& m32, const LlamaModel& m16, const char* what) {
   const std::string dir = model_dir();
   auto tok = ucm::tok::Tokenizer::from_file(dir + "/tokenizer.json");
   int64_t agree = 0, total = 0;
-  double worst0 = 0, worst = 0, worst_steps = 0;
+  double worst0 = 0, worst = 0, worst_steps = 0, worst_tie = 0;
   for (const char* d : kDocs) {
     const fs::path p = fs::path("/usr/share/doc/python3.11/html/_sources") / d;
     if (!fs::exists(p)) GTEST_SKIP() << p << " missing (apt install python3.11-doc)";
@@ -61,6 +61,19 @@ void bar(const LlamaModel& m32, const LlamaModel& m16, const char* what) {
     auto am = a.logits[0].narrow(0, kTokens - 1 - kSteps, kSteps).argmax(-1);
     auto bm = b.logits[0].narrow(0, kTokens - 1 - kSteps, kSteps).argmax(-1);
     agree += am.eq(bm).sum().item<int64_t>();
+    // Where the two differ, bf16's pick must be a near-tie in fp32's own logits: within two bf16
+    // steps of the top logit (what a bf16 model's logits cannot tell apart). A wrong computation
+    // shows as a disagreement at a clear margin.
+    const auto la = a.logits[0].narrow(0, kTokens - 1 - kSteps, kSteps);
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const int64_t i = am[s].item<int64_t>(), j = bm[s].item<int64_t>();
+      if (i == j) continue;
+      const double top = la[s][i].item<double>(), margin = top - la[s][j].item<double>();
+      const double step = std::ldexp(1.0, std::ilogb(std::fabs(top)) - 7);
+      worst_tie = std::max(worst_tie, margin / step);
+      EXPECT_LE(margin, 2 * step) << what << ", " << d << ", step " << s << ": bf16 picks token " << j
+                                  << " at an fp32 margin of " << margin << " below token " << i;
+    }
     total += kSteps;
     for (size_t l = 0; l < a.k.size(); ++l) {
       for (int kv = 0; kv < 2; ++kv) {
@@ -82,10 +95,15 @@ void bar(const LlamaModel& m32, const LlamaModel& m16, const char* what) {
     }
   }
   const double rate = double(agree) / double(total);
-  std::printf("[ compute ] %s: teacher-forced top-1 agreement bf16 vs fp32: %lld / %lld = %.4f; layer 0 K/V max "
-              "diff %.2f bf16 steps; all layers max diff %.2f%% of the layer's max |value| (%.1f bf16 steps)\n",
-              what, (long long)agree, (long long)total, rate, worst0, 100 * worst, worst_steps);
-  EXPECT_GE(rate, 0.99) << what;
+  std::printf("[ compute ] %s: teacher-forced top-1 agreement bf16 vs fp32: %lld / %lld = %.4f (disagreements at fp32 "
+              "margins up to %.2f bf16 steps of the top logit); layer 0 K/V max diff %.2f bf16 steps; all layers max "
+              "diff %.2f%% of the layer's max |value| (%.1f bf16 steps)\n",
+              what, (long long)agree, (long long)total, rate, worst_tie, worst0, 100 * worst, worst_steps);
+  // The bar is 0.99; a bf16 GEMM path flips near-ties by chance, and how many depends on
+  // the GEMM kernels' summation order: 159 / 160 on AMX (Intel Xeon), 157 / 160 on AVX512-BF16
+  // (AMD Zen 5), every flip a near-tie (docs/model.md, "Compute dtype"). What must hold on every
+  // CPU: all flips are near-ties (above), and few of them.
+  EXPECT_GE(rate, 0.97) << what;
 }
 
 TEST(ComputeDtype, Bf16MatchesFp32OnRealDocuments) {
@@ -309,9 +327,10 @@ TEST(ComputeDtype, ChoiceAndRefusals) {
   EXPECT_THROW(ucm::model::choose_compute("fp16", torch::kCPU), std::invalid_argument);
   const auto a = ucm::model::choose_compute("auto", torch::kCPU);
   const std::string isa = ucm::model::cpu_bf16_isa();
-  if (isa == "amx_bf16") {  // auto takes bf16 on AMX only
+  // auto takes bf16 on AMX, and on AVX512-BF16 on AMD (Zen 4 and later)
+  if (isa == "amx_bf16" || (isa == "avx512_bf16" && ucm::model::cpu_is_amd())) {
     EXPECT_EQ(a.dtype, torch::kBFloat16);
-    EXPECT_EQ(a.path, "amx_bf16");
+    EXPECT_EQ(a.path, isa);
   } else {
     EXPECT_EQ(a.dtype, torch::kFloat);
     EXPECT_EQ(a.path, "fp32");
@@ -324,14 +343,39 @@ TEST(ComputeDtype, ChoiceAndRefusals) {
   EXPECT_GE(ucm::model::set_compute_threads(1), 1);
 }
 
+TEST(ComputeDtype, OpenBlasCoreOverride) {
+  using ucm::model::blas_core_for;
+  const std::set<std::string> avx512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"};
+  const std::set<std::string> avx2 = {"avx2", "fma"};
+  // AVX2 kernels on an AVX-512 CPU (OpenBLAS 0.3.21 on AMD Zen 5): SkylakeX's.
+  EXPECT_EQ(blas_core_for("Haswell", avx512), "SkylakeX");
+  EXPECT_EQ(blas_core_for("Zen", avx512), "SkylakeX");
+  EXPECT_EQ(blas_core_for("Haswell", avx2), "");
+  EXPECT_EQ(blas_core_for("Zen", avx2), "");
+  // An unknown or pre-AVX2 core: the best the flags allow.
+  EXPECT_EQ(blas_core_for("Prescott", avx512), "SkylakeX");
+  EXPECT_EQ(blas_core_for("Unknown", avx2), "Haswell");
+  EXPECT_EQ(blas_core_for("Prescott", {"sse3"}), "");
+  // AVX-512F alone (no BW/VL/DQ, Knights Landing) is not SkylakeX.
+  EXPECT_EQ(blas_core_for("Haswell", {"avx2", "fma", "avx512f"}), "");
+  // Cores with AVX-512 kernels, and no OpenBLAS: nothing to mend.
+  EXPECT_EQ(blas_core_for("SkylakeX", avx512), "");
+  EXPECT_EQ(blas_core_for("Cooperlake", avx512), "");
+  EXPECT_EQ(blas_core_for("", avx512), "");
+  // This process was started as ucm-torch is (tests/common/model_test_main.cc): nothing left.
+  EXPECT_EQ(ucm::model::blas_core_override(), "");
+}
+
 TEST(ComputeDtype, PathFollowsOneDnnIsaCap) {
   // ONEDNN_MAX_CPU_ISA below AMX makes libtorch's oneDNN run its AVX512-BF16 kernels (how
   // scripts/bench_prefill.sh --isa stands in for a CPU without AMX); the reported path says so.
   const std::string own = ucm::model::cpu_bf16_isa();
   ::setenv("ONEDNN_MAX_CPU_ISA", "avx512_core_bf16", 1);
   EXPECT_EQ(ucm::model::cpu_bf16_isa(), own.empty() ? "" : "avx512_bf16");
-  // AVX512-BF16 without AMX: auto stays fp32 (the bf16 prefill was no faster), bf16 on request.
-  EXPECT_EQ(ucm::model::choose_compute("auto", torch::kCPU).dtype, torch::kFloat);
+  // AVX512-BF16 without AMX: auto stays fp32 on Intel (the bf16 prefill was no faster), bf16 on
+  // AMD (2.5x fp32 on Zen 5); bf16 on request either way.
+  EXPECT_EQ(ucm::model::choose_compute("auto", torch::kCPU).dtype,
+            !own.empty() && ucm::model::cpu_is_amd() ? torch::kBFloat16 : torch::kFloat);
   if (!own.empty()) {
     EXPECT_EQ(ucm::model::choose_compute("bf16", torch::kCPU).path, "avx512_bf16");
   }
