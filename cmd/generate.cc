@@ -24,7 +24,7 @@ CLI::App* setup_generate(CLI::App& app) {
   sub->add_option("--store", a->o.common.store, "Store directory (none: full recompute only)");
   sub->add_option("--compute-dtype", a->o.common.compute_dtype,
                   "GEMM dtype of the model: fp32 (default), bf16 (fp32 accumulation; needs AMX-BF16 or AVX512-BF16) "
-                  "or auto")
+                  "or auto (bf16 on AMX-BF16, or AVX512-BF16 on AMD; fp32 elsewhere)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
   auto* p = sub->add_option("--prompt", a->o.common.prompt, "Prompt text");

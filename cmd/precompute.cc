@@ -127,7 +127,7 @@ CLI::App* setup_precompute(CLI::App& app) {
       "PyTorch's; docs/precompute.md)");
   add("--compute-dtype", "compute-dtype", &a->compute_dtype,
       "GEMM dtype of the prefill: fp32 (default), bf16 (fp32 accumulation, ~3-6x faster on a CPU with "
-      "AMX-BF16 or AVX512-BF16; refused without them) or auto (bf16 where available). The stored K/V are in "
+      "AMX-BF16 or AVX512-BF16; refused without them) or auto (bf16 where it beats fp32: AMX-BF16, or AVX512-BF16 on AMD). The stored K/V are in "
       "--dtype either way; the report says which ran (docs/model.md, \"Compute dtype\")")
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
   add("--threads", "threads", &a->threads,

@@ -32,7 +32,8 @@ TEMPLATE = ROOT / "configs" / "template_chat.txt"
 QUESTION = "\nQuestion: what is 2 + 2? Answer in 3 words."
 T = 16
 # These tests check token ids, block hashes and registry entries, never K/V values: the faster
-# compute path where the CPU has one (--compute-dtype auto: bf16 on AMX, else fp32),
+# compute path where the CPU has one (--compute-dtype auto: bf16 on AMX or AMD's AVX512-BF16,
+# else fp32),
 # on one thread, as ctest runs two model tests side by side (5 documents, 4,464 tokens, one core:
 # 12.0 s with bf16 on AMX, 18.8 s with fp32).
 FAST = ["--compute-dtype", "auto", "--threads", "1"]
