@@ -89,6 +89,12 @@ for ct in bf16 fp32; do  # compute dtype (--compute-dtype); the store holds bf16
   run "ucm-$ct" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" --template "" --docs "$DOCS" \
     --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype "$ct" --rounds "$ROUNDS" --json
 done
+# ucm's fp32 GEMMs are OpenBLAS's: where the environment sets OPENBLAS_CORETYPE (some machines set
+# Haswell on AVX-512 CPUs; ucm warns), fp32 once more with OpenBLAS's own choice of kernels.
+if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+  run "ucm-fp32-openblas-own-core" env -u OPENBLAS_CORETYPE "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" \
+    --template "" --docs "$DOCS" --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype fp32 --rounds "$ROUNDS" --json
+fi
 UCM_BF16_KERNELS=0 run "ucm-bf16-libtorch-ops" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" --template "" \
   --docs "$DOCS" --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype bf16 --json
 for dt in bfloat16 float32; do
@@ -106,15 +112,19 @@ cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.start
 flags = open("/proc/cpuinfo").read()
 isa = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f" {f}" in flags]
 cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
-json.dump({"cpu": cpu, "isa": isa, "onednn_max_cpu_isa": cap, "rows": rows}, open(sys.argv[2], "w"), indent=1)
-print(f"CPU: {cpu} ({', '.join(isa)})" + (f"; oneDNN capped at {cap} (ONEDNN_MAX_CPU_ISA)" if cap else "") + "\n")
+core = os.environ.get("OPENBLAS_CORETYPE", "")
+json.dump({"cpu": cpu, "isa": isa, "onednn_max_cpu_isa": cap, "openblas_coretype": core, "rows": rows},
+          open(sys.argv[2], "w"), indent=1)
+print(f"CPU: {cpu} ({', '.join(isa)})" + (f"; oneDNN capped at {cap} (ONEDNN_MAX_CPU_ISA)" if cap else "")
+      + (f"; OPENBLAS_CORETYPE={core} in the environment" if core else "") + "\n")
 print("| engine | dtype | prefill tokens/s | note |")
 print("|---|---|---|---|")
 for r in rows:
     if "error" in r:
         print(f"| {r['name']} | | | {r['error'][:120]} |")
     elif r["name"].startswith("ucm"):
-        print(f"| ucm bench precompute, bare prefill | compute {r.get('compute_dtype', '?')} ({r.get('compute_path', '?')}, {r.get('kernels', '?')} kernels, {r.get('threads', '?')} threads), store bf16 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches |")
+        blas = f", OpenBLAS {r['blas_core']}" if r.get("blas_core") else ""
+        print(f"| ucm bench precompute, bare prefill | compute {r.get('compute_dtype', '?')} ({r.get('compute_path', '?')}, {r.get('kernels', '?')} kernels, {r.get('threads', '?')} threads{blas}), store bf16 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches |")
         per = ", ".join(f"{x:.3f}" for x in r.get("ratios", []))
         print(f"| ucm bench precompute, full precompute | compute {r.get('compute_dtype', '?')} | {r['precompute_tokens_per_second']:.1f} | ratio {r['ratio']:.3f} (medians of {r.get('rounds', 1)} rounds; per round {per}) |")
     elif r["engine"] == "matmul":

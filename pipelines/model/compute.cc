@@ -92,7 +92,8 @@ std::string blas_core_for(const std::string& core, const std::set<std::string>& 
   // OpenBLAS's x86-64 cores whose kernels predate AVX2 (and its name for an unknown CPU).
   static const std::set<std::string> kOld = {"Prescott", "Core2",     "Penryn", "Dunnington", "Nehalem",
                                              "Atom",     "Sandybridge", "Barcelona", "Unknown", "unknown"};
-  // Its cores with AVX2 kernels but none of AVX-512's: what 0.3.21 picks on AMD Zen 4 and 5.
+  // Its cores with AVX2 kernels but none of AVX-512's (0.3.21 picks Cooperlake itself on Zen 5;
+  // Haswell there is what an environment's OPENBLAS_CORETYPE gives: blas_core_warning()).
   static const std::set<std::string> kAvx2 = {"Haswell", "Zen"};
   const bool avx512 = f.count("avx512f") && f.count("avx512bw") && f.count("avx512vl") && f.count("avx512dq");
   if (kOld.count(core)) {
@@ -108,6 +109,18 @@ std::string blas_core_override() {
   if (set && *set) return "";
   const std::string core = blas_core_name();
   return core.empty() ? "" : blas_core_for(core, cpu_flags());
+}
+
+std::string blas_core_warning() {
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  if (!set || !*set) return "";
+  const std::string better = blas_core_for(set, cpu_flags());
+  if (better.empty()) return "";
+  return std::string("OPENBLAS_CORETYPE=") + set + " is set in the environment: OpenBLAS runs that core's kernels " +
+         "on this CPU, which has AVX-512, and fp32 GEMMs run slower than with " + better +
+         "'s (AMD Zen 5, 2026-11-27: Haswell's 186-218 GFLOP/s against 290-410, the fp32 prefill 628 against 960-1000 "
+         "tokens/s). Unset it (OpenBLAS then picks its kernels itself) or set OPENBLAS_CORETYPE=" + better +
+         ", unless you need that core";
 }
 
 void restart_with_blas_core(char** argv) {

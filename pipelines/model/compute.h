@@ -65,8 +65,9 @@ std::string blas_core_name();
 /// its SSE3 "Prescott" kernels for a model it does not know: OpenBLAS 0.3.21 (Debian 12) does so
 /// on this project's "Intel(R) Xeon(R) Processor" VMs, which have AVX-512; its fp32 GEMMs then run
 /// about 6x slower than with its SkylakeX kernels (measured: 9 vs 54 GFLOP/s, 1024x576x1536). On
-/// AMD Zen 5 (family 26) it picks its AVX2 "Haswell" kernels, and the fp32 prefill runs 1.4x
-/// slower than with SkylakeX's (measured 2026-11-27: 666-691 against 949-970 tokens/s).
+/// AMD Zen 5 it picks Cooperlake (AVX-512) itself; were it to pick its AVX2 cores there (Haswell,
+/// Zen: what OPENBLAS_CORETYPE=Haswell gives), the fp32 prefill would run 1.3-1.4x slower
+/// (measured 2026-11-27: 666-747 against 949-988 tokens/s).
 /// Returns the OPENBLAS_CORETYPE this process should have been started with when OPENBLAS_CORETYPE
 /// is not set: "SkylakeX" when /proc/cpuinfo has avx512f, avx512bw, avx512vl and avx512dq and the
 /// loaded OpenBLAS chose a core without AVX-512 kernels (pre-AVX2, Haswell or Zen); "Haswell" with
@@ -76,6 +77,12 @@ std::string blas_core_override();
 /// blas_core_override()'s rule on its inputs: `core` the loaded OpenBLAS's (blas_core_name()),
 /// `cpu_flags` /proc/cpuinfo's flags.
 std::string blas_core_for(const std::string& core, const std::set<std::string>& cpu_flags);
+
+/// When OPENBLAS_CORETYPE is set to a core whose kernels this CPU outgrows (blas_core_for() would
+/// replace it: e.g. Haswell on an AVX-512 CPU, as some machines' environments set it), a message
+/// saying so and what to do; "" otherwise. The fp32 compute path logs it at warn: the value is
+/// left alone, as any value set by hand.
+std::string blas_core_warning();
 
 /// For a main() that links libtorch, before anything else: when blas_core_override() names a
 /// core, sets OPENBLAS_CORETYPE to it and re-executes /proc/self/exe with the same argv (OpenBLAS

@@ -1,6 +1,7 @@
 // pipelines/model/model_load.cc: see model_load.h.
 #include "model_load.h"
 
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include "compute.h"
@@ -45,7 +46,13 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
     at::set_num_threads(1);
     (*out)->set_prefill_workers(threads);
   }
-  if (info) *info = {cc.name, cc.path, threads, (*out)->fused_bf16() ? "avx512_bf16" : "libtorch"};
+  std::string blas_core;
+  if (dev.is_cpu() && cc.dtype == torch::kFloat) {
+    blas_core = blas_core_name();
+    const std::string warn = blas_core_warning();
+    if (!warn.empty()) spdlog::warn("{}", warn);
+  }
+  if (info) *info = {cc.name, cc.path, threads, (*out)->fused_bf16() ? "avx512_bf16" : "libtorch", blas_core};
   return Status::OK();
 }
 

@@ -31,6 +31,7 @@ struct ComputeInfo {
   std::string path;   ///< "amx_bf16" | "avx512_bf16" | "cuda" | "fp32"
   int threads = 0;    ///< libtorch intra-op threads in effect (the fused bf16 path: prefill workers)
   std::string kernels = "libtorch";  ///< "avx512_bf16": LlamaModel::fused_bf16(); else "libtorch"
+  std::string blas_core;  ///< fp32 on the CPU: the OpenBLAS core running the GEMMs (blas_core_name()); else ""
 };
 
 /// Loads o.model_dir on o.device with the resolved compute dtype. Errors: InvalidArgument (no

@@ -44,6 +44,7 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
   out->compute_path = compute.path;
   out->threads = compute.threads;
   out->kernels = compute.kernels;
+  out->blas_core = compute.blas_core;
   std::unique_ptr<tok::Tokenizer> tok_owned;
   const tok::Tokenizer* tk = nullptr;
   st = load_tokenizer(o, Resources{}, &tok_owned, &tk);

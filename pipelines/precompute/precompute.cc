@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "compute.h"
 #include "internal.h"
 #include "llama_model.h"
 #include "model_load.h"
@@ -24,7 +25,9 @@ Status load_model(const PrecomputeOptions& o, const Resources& res,
   if (res.model) {
     *m = res.model;
     const bool bf16 = res.model->compute_dtype() == torch::kBFloat16;
-    *compute = {bf16 ? "bf16" : "fp32", bf16 ? "given" : "fp32", at::get_num_threads()};
+    *compute = {bf16 ? "bf16" : "fp32", bf16 ? "given" : "fp32", at::get_num_threads(),
+                res.model->fused_bf16() ? "avx512_bf16" : "libtorch",
+                !bf16 && res.model->device().is_cpu() ? model::blas_core_name() : ""};
     return Status::OK();
   }
   if (o.model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR (or `model:` in --config)");
@@ -82,6 +85,7 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
   sum->compute_path = compute.path;
   sum->threads = compute.threads;
   sum->kernels = compute.kernels;
+  sum->blas_core = compute.blas_core;
   if (m->config().head_dim <= 0 || m->config().num_key_value_heads <= 0)
     return Status::InvalidArgument("model " + o.model_dir + " has no KV heads / head_dim");
   std::unique_ptr<tok::Tokenizer> tok_owned;

@@ -9,16 +9,19 @@
 namespace ucm::precompute {
 namespace {
 
-// "2 prefill workers (avx512_bf16 kernels, one libtorch thread each)" | "1 libtorch thread".
 std::string fmt_fixed(double v, int digits) {
   char b[32];
   std::snprintf(b, sizeof b, "%.*f", digits, v);
   return b;
 }
 
-std::string threads_text(int threads, const std::string& kernels) {
+// "2 prefill workers (avx512_bf16 kernels, one libtorch thread each)" | "1 libtorch thread, OpenBLAS
+// Cooperlake GEMMs".
+std::string threads_text(int threads, const std::string& kernels, const std::string& blas_core) {
   const char* s = threads == 1 ? "" : "s";
-  if (kernels == "libtorch") return std::to_string(threads) + " libtorch thread" + s;
+  if (kernels == "libtorch")
+    return std::to_string(threads) + " libtorch thread" + s +
+           (blas_core.empty() ? std::string() : ", OpenBLAS " + blas_core + " GEMMs");
   return std::to_string(threads) + " prefill worker" + s + " (" + kernels + " kernels, one libtorch thread each)";
 }
 
@@ -55,6 +58,7 @@ std::string PrecomputeSummary::to_json() const {
   j["compute_path"] = compute_path;
   j["threads"] = threads;
   j["kernels"] = kernels;
+  j["blas_core"] = blas_core;
   j["interrupted"] = interrupted;
   j["signal"] = signal;
   j["namespace"] = namespace_name;
@@ -83,7 +87,7 @@ std::string PrecomputeSummary::to_text() const {
   char buf[256];
   std::snprintf(buf, sizeof buf, "tokens %llu in %.1f s (%.0f tokens/s; prefill %.1f s, %s compute on %s, %s)\n",
                 (unsigned long long)tokens, seconds, tokens_per_second, prefill_seconds, compute_dtype.c_str(),
-                compute_path.c_str(), threads_text(threads, kernels).c_str());
+                compute_path.c_str(), threads_text(threads, kernels, blas_core).c_str());
   s << buf;
   if (interrupted)
     s << "interrupted" << (signal ? " by signal " + std::to_string(signal) : std::string())
@@ -109,7 +113,8 @@ std::string BenchResult::to_json() const {
                       {"compute_dtype", compute_dtype},
                       {"compute_path", compute_path},
                       {"threads", threads},
-                      {"kernels", kernels}};
+                      {"kernels", kernels},
+                      {"blas_core", blas_core}};
   return j.dump();
 }
 
@@ -126,7 +131,7 @@ std::string BenchResult::to_text() const {
                 (unsigned long long)documents, (unsigned long long)tokens, (unsigned long long)batches, rounds,
                 prefill_tokens_per_second, rounds + 1, prefill_seconds_before, prefill_seconds_after,
                 precompute_tokens_per_second, precompute_seconds, precompute_prefill_seconds, ratio, per_round.c_str(),
-                compute_dtype.c_str(), compute_path.c_str(), threads_text(threads, kernels).c_str(), device.c_str());
+                compute_dtype.c_str(), compute_path.c_str(), threads_text(threads, kernels, blas_core).c_str(), device.c_str());
   return buf;
 }
 

@@ -116,6 +116,9 @@ struct PrecomputeSummary {
   /// What ran between the GEMMs: "avx512_bf16" (the bf16 prefill's fused CPU kernels, one
   /// libtorch thread per prefill worker) | "libtorch" (its element-wise ops and matmuls).
   std::string kernels = "libtorch";
+  /// fp32 on the CPU: the OpenBLAS core whose kernels ran the GEMMs ("Cooperlake", "SkylakeX",
+  /// "Haswell", ...; OPENBLAS_CORETYPE or OpenBLAS's own choice); "" otherwise.
+  std::string blas_core;
   bool interrupted = false;      ///< stopped by SIGINT/SIGTERM
   int signal = 0;                ///< the signal that stopped the run (2 SIGINT, 15 SIGTERM), 0 = none
   std::string namespace_name, namespace_id;
@@ -157,6 +160,7 @@ struct BenchResult {
   std::string compute_dtype, compute_path;  ///< as in PrecomputeSummary
   int threads = 0;
   std::string kernels = "libtorch";  ///< as in PrecomputeSummary
+  std::string blas_core;              ///< as in PrecomputeSummary
   std::string to_json() const;
   std::string to_text() const;
 };
