@@ -21,33 +21,31 @@ namespace ucm::model {
 
 namespace {
 
-// The first "flags" line of /proc/cpuinfo, as a set of words (empty if unreadable).
-std::set<std::string> cpu_flags() {
+// The words after the colon of /proc/cpuinfo's first line that starts with `key` (empty if
+// unreadable or absent).
+std::istringstream cpuinfo_words(const char* key) {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    std::set<std::string> out;
-    for (std::string w; words >> w;) out.insert(w);
-    return out;
-  }
-  return {};
+  while (std::getline(in, line))
+    if (line.rfind(key, 0) == 0) return std::istringstream(line.substr(line.find(':') + 1));
+  return std::istringstream();
+}
+
+// The first "flags" line of /proc/cpuinfo, as a set of words.
+std::set<std::string> cpu_flags() {
+  auto words = cpuinfo_words("flags");
+  std::set<std::string> out;
+  for (std::string w; words >> w;) out.insert(w);
+  return out;
 }
 
 }  // namespace
 
 std::string cpu_vendor() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("vendor_id", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    std::string v;
-    words >> v;
-    return v;
-  }
-  return "";
+  auto words = cpuinfo_words("vendor_id");
+  std::string v;
+  words >> v;
+  return v;
 }
 
 std::string onednn_isa_cap() {
@@ -107,8 +105,7 @@ std::string blas_core_for(const std::string& core, const std::set<std::string>& 
 std::string blas_core_override() {
   const char* set = std::getenv("OPENBLAS_CORETYPE");
   if (set && *set) return "";
-  const std::string core = blas_core_name();
-  return core.empty() ? "" : blas_core_for(core, cpu_flags());
+  return blas_core_for(blas_core_name(), cpu_flags());
 }
 
 std::string blas_core_warning() {
@@ -117,10 +114,15 @@ std::string blas_core_warning() {
   const std::string better = blas_core_for(set, cpu_flags());
   if (better.empty()) return "";
   return std::string("OPENBLAS_CORETYPE=") + set + " is set in the environment: OpenBLAS runs that core's kernels " +
-         "on this CPU, which has AVX-512, and fp32 GEMMs run slower than with " + better +
+         "on this CPU, which has " + (better == "SkylakeX" ? "AVX-512" : "AVX2") +
+         ", and fp32 GEMMs run slower than with " + better +
          "'s (AMD Zen 5, 2026-11-27: Haswell's 186-218 GFLOP/s against 290-410, the fp32 prefill 628 against 960-1000 "
          "tokens/s). Unset it (OpenBLAS then picks its kernels itself) or set OPENBLAS_CORETYPE=" + better +
          ", unless you need that core";
+}
+
+std::string blas_core_of(torch::Device dev, torch::ScalarType compute) {
+  return dev.is_cpu() && compute == torch::kFloat ? blas_core_name() : "";
 }
 
 void restart_with_blas_core(char** argv) {

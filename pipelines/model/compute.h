@@ -78,6 +78,9 @@ std::string blas_core_override();
 /// `cpu_flags` /proc/cpuinfo's flags.
 std::string blas_core_for(const std::string& core, const std::set<std::string>& cpu_flags);
 
+/// The OpenBLAS core that runs a model's GEMMs: blas_core_name() for fp32 on the CPU, else "".
+std::string blas_core_of(torch::Device dev, torch::ScalarType compute);
+
 /// When OPENBLAS_CORETYPE is set to a core whose kernels this CPU outgrows (blas_core_for() would
 /// replace it: e.g. Haswell on an AVX-512 CPU, as some machines' environments set it), a message
 /// saying so and what to do; "" otherwise. The fp32 compute path logs it at warn: the value is

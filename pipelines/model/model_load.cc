@@ -46,9 +46,8 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
     at::set_num_threads(1);
     (*out)->set_prefill_workers(threads);
   }
-  std::string blas_core;
-  if (dev.is_cpu() && cc.dtype == torch::kFloat) {
-    blas_core = blas_core_name();
+  const std::string blas_core = blas_core_of(dev, cc.dtype);
+  if (!blas_core.empty()) {
     const std::string warn = blas_core_warning();
     if (!warn.empty()) spdlog::warn("{}", warn);
   }

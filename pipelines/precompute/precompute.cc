@@ -27,7 +27,7 @@ Status load_model(const PrecomputeOptions& o, const Resources& res,
     const bool bf16 = res.model->compute_dtype() == torch::kBFloat16;
     *compute = {bf16 ? "bf16" : "fp32", bf16 ? "given" : "fp32", at::get_num_threads(),
                 res.model->fused_bf16() ? "avx512_bf16" : "libtorch",
-                !bf16 && res.model->device().is_cpu() ? model::blas_core_name() : ""};
+                model::blas_core_of(res.model->device(), res.model->compute_dtype())};
     return Status::OK();
   }
   if (o.model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR (or `model:` in --config)");

@@ -350,7 +350,7 @@ TEST(ComputeDtype, OpenBlasCoreOverride) {
   using ucm::model::blas_core_for;
   const std::set<std::string> avx512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"};
   const std::set<std::string> avx2 = {"avx2", "fma"};
-  // AVX2 kernels on an AVX-512 CPU (OpenBLAS 0.3.21 on AMD Zen 5): SkylakeX's.
+  // AVX2 kernels on an AVX-512 CPU (what OPENBLAS_CORETYPE=Haswell gives on AMD Zen 5): SkylakeX's.
   EXPECT_EQ(blas_core_for("Haswell", avx512), "SkylakeX");
   EXPECT_EQ(blas_core_for("Zen", avx512), "SkylakeX");
   EXPECT_EQ(blas_core_for("Haswell", avx2), "");
