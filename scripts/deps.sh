@@ -30,10 +30,11 @@ if [ ! -x .venv/bin/python ]; then
   $PY -m venv .venv
 fi
 # gguf/safetensors: the model fetch; pytest: tests/python; transformers (no torch: tokenizers
-# only): `python -m ucm.tokenize` and the tokenizer tests, the server's tokenizer.
-if ! .venv/bin/python -c "import gguf, numpy, safetensors, pytest, transformers" 2>/dev/null; then
-  echo "deps: pip install gguf numpy safetensors pytest transformers" >&2
-  .venv/bin/python -m pip install -q --disable-pip-version-check gguf numpy safetensors pytest "transformers>=5"
+# only): `python -m ucm.tokenize` and the tokenizer tests, the server's tokenizer; wheel: the
+# packaging test builds lib/python's wheel without network (tests/python/test_packaging.py).
+if ! .venv/bin/python -c "import gguf, numpy, safetensors, pytest, transformers, wheel" 2>/dev/null; then
+  echo "deps: pip install gguf numpy safetensors pytest transformers wheel" >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check gguf numpy safetensors pytest "transformers>=5" wheel
 fi
 # The ucm Python package (lib/python), editable: it loads build/lib/libucm.so of this checkout.
 if ! .venv/bin/python -c "import ucm, sys; sys.exit(0 if ucm.__file__.startswith('$PWD/lib/python') else 1)" 2>/dev/null; then

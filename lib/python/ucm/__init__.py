@@ -18,6 +18,7 @@ ucm.Internal), carrying ucm_last_error()'s text.
 from __future__ import annotations
 
 import logging as _logging
+from pathlib import Path as _Path
 from typing import Callable, Optional
 
 from . import _lib
@@ -31,7 +32,7 @@ from .retrieval import ReprBuffers, ReprInfo, Retriever, RetrieverParams, repr_e
 from .store import (Document, LookupResult, Namespace, Store, Task, code_name, format_version, hash_blocks,
                     hash_root, namespace_id, parents_of, strerror, version)
 
-__version__ = "0.6.0"
+__version__ = (_Path(__file__).with_name("VERSION")).read_text().strip()  # CMake reads it too
 
 LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR = _lib.LOG_DEBUG, _lib.LOG_INFO, _lib.LOG_WARN, _lib.LOG_ERROR
 _log_cb = None  # the ctypes callback must outlive its registration
