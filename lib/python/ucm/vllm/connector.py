@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -50,6 +49,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStat
 import ucm
 from ucm.model import fingerprint
 
+from .planner import LoadSpec, Planner, SaveSpec, head_range
+from .save_queue import SaveQueue
+
 log = logging.getLogger("ucm.vllm")
 if not log.handlers:  # vLLM configures only its own loggers: the connector's lines go to stderr
     _h = logging.StreamHandler()
@@ -63,32 +65,13 @@ _TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 @dataclass
-class LoadSpec:
-    """Load tokens [first_token, n_tokens) of a prompt (whole engine blocks) into its blocks; the
-    tokens before first_token are vLLM's own prefix-cache hit (shared blocks: never written)."""
-    req_id: str
-    hashes: np.ndarray          # uint8 [n_tokens / T][16], the prompt's ucm blocks up to n_tokens
-    block_ids: List[int]        # engine blocks of the request, in order
-    first_token: int
-    n_tokens: int
-
-
-@dataclass
-class SaveSpec:
-    """Copy out ucm blocks [first, last) of a prompt whose KV is complete after this step."""
-    req_id: str
-    hashes: np.ndarray          # uint8 [last][16], the prompt's full ucm blocks
-    first: int
-    block_ids: List[int]
-
-
-@dataclass
 class UcmMetadata(KVConnectorMetadata):
     loads: List[LoadSpec] = field(default_factory=list)
     saves: List[SaveSpec] = field(default_factory=list)
 
 
-_COUNTERS = ("loaded_blocks", "loaded_bytes", "load_seconds", "load_errors", "saved_blocks", "saved_bytes")
+_COUNTERS = ("loaded_blocks", "loaded_bytes", "load_seconds", "load_errors", "saved_blocks", "saved_bytes",
+             "saves_dropped", "saves_skipped_after_load_error", "store_errors")
 
 
 class UcmConnectorStats(KVConnectorStats):
@@ -138,29 +121,86 @@ class UcmConnector(KVConnectorBase_V1):
         self.total_kv_heads = mc.get_total_num_kv_heads()
         self.head_dim = mc.get_head_size()
         self.tp_size = pc.tensor_parallel_size
+        self.dp_rank = int(getattr(pc, "data_parallel_rank", 0) or 0)
         self.model_dir = mc.model
-        # The worker writes (one writer per store); the scheduler only looks up, read-only.
-        mode = "c" if self.do_save and role == KVConnectorRole.WORKER else "r"
-        exists = os.path.exists(os.path.join(self.store_path, "UCMSTORE"))
-        self.store = ucm.Store(self.store_path, mode=mode, io_threads=int(get("io_threads", 8)),
-                               refresh_interval_ms=200 if mode == "r" else None) if (exists or mode == "c") else None
+        self._refuse_unsupported(vllm_config, kv_cache_config)
+        self.shard = None
+        self.store = self._open_store(role, int(get("io_threads", 8)), get("shard", None))
         self.ns = self._resolve_namespace(get("namespace", None), get("ucm_bin", None))
         self.T = self.ns.block_size
         if role == KVConnectorRole.SCHEDULER:
-            self._pending_loads: Dict[str, Tuple[Any, int]] = {}
-            self._prefill: Dict[str, dict] = {}   # requests whose prompt is being prefilled and saved
+            self.planner = Planner(self.engine_block, self.T, self._hashes, self._lookup, load=self.do_load,
+                                   save=self.do_save, log=lambda m: log.warning("UcmConnector: %s", m))
+            self.sched_stats = {"store_errors": 0}
         else:
             self._kv: Dict[int, torch.Tensor] = {}
             self._isa: Dict[int, str] = {}
             self._errors: set = set()
-            self._dumps: "queue.Queue" = queue.Queue()
-            self._dump_thread: Optional[threading.Thread] = None
+            self._failed_reqs: set = set()           # requests with a load error in this step
+            q_bytes = int(get("save_queue_bytes", 512 << 20))
+            self._saves = SaveQueue(self._dump, q_bytes, on_error=self._dump_failed) if self.do_save else None
             self._proj: Optional[np.ndarray] = None
             self._info = None
-            self.stats = {"loaded_blocks": 0, "load_errors": 0, "loaded_bytes": 0,
-                          "load_seconds": 0.0, "saved_blocks": 0, "saved_bytes": 0}
-        log.info("UcmConnector (%s): store %s, namespace %s, ucm block %d, engine block %d, save %s, load %s",
-                 role.name, self.store_path, self.ns.name, self.T, self.engine_block, self.do_save, self.do_load)
+            self._closed = False
+            self.stats = {k: 0 for k in _COUNTERS}
+            self.stats["load_seconds"] = 0.0
+        log.info("UcmConnector (%s): store %s, namespace %s, ucm block %d, engine block %d, save %s%s, load %s",
+                 role.name, self.store_path, self.ns.name, self.T, self.engine_block, self.do_save,
+                 f" (shard {self.shard})" if self.shard else "", self.do_load)
+
+    def _refuse_unsupported(self, vllm_config, kv_cache_config) -> None:
+        """Engines whose KV the connector would get wrong are refused at startup, with the reason."""
+        mc = vllm_config.model_config
+        sw = mc.get_sliding_window() if hasattr(mc, "get_sliding_window") else None
+        if sw:
+            raise ValueError(f"UcmConnector: model {mc.model} uses sliding-window attention (window {sw} tokens): "
+                             "vLLM frees blocks that leave the window during a chunked prefill, so a prompt's "
+                             "blocks cannot be saved whole, and a store block outside the window is never read. "
+                             "ucm does not serve sliding-window models; remove the kv_transfer_config")
+        groups = getattr(kv_cache_config, "kv_cache_groups", None) if kv_cache_config is not None else None
+        if groups is not None and len(groups) > 1:
+            raise ValueError(f"UcmConnector: the engine has {len(groups)} KV cache groups (a hybrid or "
+                             "sliding-window model); ucm serves models with one full-attention group only")
+
+    def _open_store(self, role, io_threads: int, shard: Optional[str]):
+        """The scheduler (and a worker that does not save) reads; a saving worker writes its own
+        writer shard (store_v1.md §11): `shard` from the extra config, else $UCM_SHARD, else
+        vllm-<host>[-dp<rank>], with -2, -3, ... when another live process holds that name. A
+        single-writer store that another process writes is served read-only, saving off."""
+        exists = os.path.exists(os.path.join(self.store_path, "UCMSTORE"))
+        writer = self.do_save and role == KVConnectorRole.WORKER and not self._replica_without_heads()
+        if not writer:
+            return ucm.Store(self.store_path, mode="r", io_threads=io_threads, refresh_interval_ms=200) if exists else None
+        base = shard or os.environ.get("UCM_SHARD") or self._default_shard()
+        last = None
+        for i in range(1, 9):
+            name = base if i == 1 else f"{base}-{i}"
+            try:
+                st = ucm.Store(self.store_path, mode="c", io_threads=io_threads, shard=name)
+                self.shard = name
+                return st
+            except ucm.Busy as e:
+                last = e
+        log.warning("UcmConnector: store %s: no writer shard free (%s); this worker serves from the store but does "
+                    "not save. A single-writer store has one writer: `ucm migrate %s --to-sharded` lets several "
+                    "servers save to it", self.store_path, last, self.store_path)
+        self.do_save = False
+        return ucm.Store(self.store_path, mode="r", io_threads=io_threads, refresh_interval_ms=200)
+
+    def _default_shard(self) -> str:
+        host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip(".") or "host"
+        name = f"vllm-{host}" + (f"-dp{self.dp_rank}" if self.dp_rank else "")
+        return name[:60]
+
+    def _replica_without_heads(self) -> bool:
+        """TP ranks other than 0 of a TP group do not write: rank 0 gathers the heads and writes."""
+        if self.tp_size <= 1:
+            return False
+        try:
+            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+            return get_tensor_model_parallel_rank() != 0
+        except Exception:
+            return False
 
     # ------------------------------------------------------------------ startup checks
     def _engine_fingerprint(self) -> dict:
@@ -195,13 +235,14 @@ class UcmConnector(KVConnectorBase_V1):
                 raise ValueError(f"UcmConnector: namespace {ns.name} of {self.store_path} does not match this engine: "
                                  + "; ".join(bad) + f". Engine fingerprint: {eng}")
             return ns
-        waits = 1200 if self.do_save and self._role == KVConnectorRole.SCHEDULER else 1
+        # Who saves without being the writer (the scheduler, TP ranks > 0) waits for the writer.
+        waits = 1200 if self.do_save and self.shard is None else 1
         for attempt in range(waits):
             listed = self.store.namespaces()
             for d in listed:
                 if not self._mismatch(d, eng):
                     return self.store.namespace(d["id"])
-            if attempt == 0 and self.do_save and self._role == KVConnectorRole.WORKER:
+            if attempt == 0 and self.shard is not None:
                 return self._create_namespace(ucm_bin, eng)
             if waits > 1:  # the worker is creating it
                 time.sleep(0.25)
@@ -227,108 +268,84 @@ class UcmConnector(KVConnectorBase_V1):
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as empty:
             p = subprocess.run([ucm_bin, "precompute", "--model", self.model_dir, "--corpus", empty.name,
                                 "--store", self.store_path, "--dtype", self.dtype, "--json"],
-                               capture_output=True, text=True)
+                               capture_output=True, text=True, env={**os.environ, "UCM_SHARD": self.shard})
         if p.returncode != 0:
             raise ValueError(f"UcmConnector: creating the namespace with {ucm_bin} precompute failed: {p.stderr[-2000:]}")
         import json
         name = json.loads(p.stdout)["namespace"]
-        self.store = ucm.Store(self.store_path, mode="c")
+        self.store = ucm.Store(self.store_path, mode="c", shard=self.shard)
         return self.store.namespace(name)
 
     # ------------------------------------------------------------------ scheduler side
     def _hashes(self, token_ids) -> np.ndarray:
         return ucm.hash_blocks(self.ns.hash_seed, token_ids, self.T)
 
+    def _lookup(self, hashes):
+        r = self.store.lookup(self.ns, hashes)
+        return r.prefix_blocks, r.present
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
-        if not self.do_load:
-            return 0, False
-        ids = request.prompt_token_ids
-        hashes = self._hashes(ids)
-        hit = self.store.lookup(self.ns, hashes).prefix_blocks if len(hashes) else 0
-        eb = self.engine_block
-        # Whole engine blocks, and at least one prompt token left to compute.
-        matched = min(hit * self.T, (len(ids) - 1)) // eb * eb
-        if matched <= num_computed_tokens:
-            return 0, False
-        return matched - num_computed_tokens, False
+        """Called for a new request and again for one resuming after preemption. A store error is a
+        miss (logged), never an exception into vLLM's scheduler."""
+        try:
+            n = self.planner.matched(request.request_id, request.prompt_token_ids, num_computed_tokens,
+                                     lora=getattr(request, "lora_request", None) is not None)
+        except Exception as e:
+            self.sched_stats["store_errors"] += 1
+            log.warning("UcmConnector: request %s: lookup failed (%s: %s); served as a miss", request.request_id,
+                        type(e).__name__, e)
+            n = 0
+        return n, False
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int):
-        if num_external_tokens > 0:
-            self._pending_loads[request.request_id] = (request, num_external_tokens)
+        self.planner.allocated(request.request_id, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
-        meta = UcmMetadata()
-        for new in scheduler_output.scheduled_new_reqs:
-            block_ids = list(new.block_ids[0])
-            ids = new.prompt_token_ids
-            if new.req_id in self._pending_loads:
-                req, n_ext = self._pending_loads.pop(new.req_id)
-                n_tokens = new.num_computed_tokens  # local + external hit, whole engine blocks
-                meta.loads.append(LoadSpec(new.req_id, self._hashes(ids[:n_tokens]), block_ids,
-                                           n_tokens - n_ext, n_tokens))
-            if self.do_save:
-                self._prefill[new.req_id] = {"ids": list(ids), "blocks": block_ids,
-                                             "done": new.num_computed_tokens}
-        cached = scheduler_output.scheduled_cached_reqs
-        for i, rid in enumerate(cached.req_ids):
-            st = self._prefill.get(rid)
-            if st is None:
-                continue
-            nb = cached.new_block_ids[i]
-            if nb is not None:
-                if rid in cached.resumed_req_ids:
-                    st["blocks"] = list(nb[0])
-                else:
-                    st["blocks"].extend(nb[0])
-        for rid, st in list(self._prefill.items()):
-            n_sched = scheduler_output.num_scheduled_tokens.get(rid)
-            if n_sched is None:
-                continue
-            st["done"] += n_sched
-            if st["done"] >= len(st["ids"]):  # the prompt's KV is complete after this step
-                del self._prefill[rid]
-                hashes = self._hashes(st["ids"])
-                if len(hashes) == 0:
-                    continue
-                present = self.store.lookup(self.ns, hashes).present
-                missing = np.flatnonzero(~present)
-                if len(missing):
-                    meta.saves.append(SaveSpec(rid, hashes, int(missing[0]), st["blocks"]))
-        for rid in scheduler_output.finished_req_ids:
-            self._prefill.pop(rid, None)
-        return meta
+        """This step's loads (new and resumed requests) and saves (prompts complete after it)."""
+        try:
+            loads, saves = self.planner.plan(scheduler_output)
+        except Exception as e:  # a store error while planning saves: this step saves nothing
+            self.sched_stats["store_errors"] += 1
+            log.warning("UcmConnector: planning the step failed (%s: %s); no loads or saves this step",
+                        type(e).__name__, e)
+            loads, saves = [], []
+        return UcmMetadata(loads=loads, saves=saves)
 
     def request_finished(self, request, block_ids):
-        self._prefill.pop(request.request_id, None)
-        self._pending_loads.pop(request.request_id, None)
+        self.planner.finished(request.request_id)
         return False, None
 
     # ------------------------------------------------------------------ worker side
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]):
+        """Checks every layer's KV cache (device, dtype, shape, strides) against the layouts this
+        connector implements and refuses anything else here, at startup, naming what it found:
+        writing a layout it does not know would corrupt other requests' blocks."""
         from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
         for name, kv in kv_caches.items():
             l = _layer_index(name)
             self._kv[l] = kv
-            if kv.device.type == "cpu":
-                if kv.dim() != 4 or kv.shape[2] != self.engine_block:
-                    raise ValueError(f"UcmConnector: KV cache {name} has shape {tuple(kv.shape)}, expected "
-                                     f"[blocks, heads, {self.engine_block}, 2 * head_dim] (vLLM's CPU layout)")
-                self._isa[l] = _get_attn_isa(kv.dtype, self.engine_block, self.head_dim)
+            if kv.device.type != "cpu":
+                raise ValueError(f"UcmConnector: KV cache {name} is on {kv.device} with shape {tuple(kv.shape)}, "
+                                 f"strides {kv.stride()}, dtype {kv.dtype}: this connector implements vLLM's CPU "
+                                 "layout only ([blocks, heads, block_size, 2 * head_dim]); it refuses other layouts "
+                                 "rather than write blocks it cannot place (docs/vllm.md)")
+            if kv.dim() != 4 or kv.shape[2] != self.engine_block or kv.shape[3] != 2 * self.head_dim \
+                    or not kv.is_contiguous():
+                raise ValueError(f"UcmConnector: KV cache {name} has shape {tuple(kv.shape)}, strides {kv.stride()}; "
+                                 f"expected a contiguous [blocks, heads, {self.engine_block}, {2 * self.head_dim}] "
+                                 "(vLLM's CPU layout)")
+            self._isa[l] = _get_attn_isa(kv.dtype, self.engine_block, self.head_dim)
         if sorted(self._kv) != list(range(self.num_layers)):
             raise ValueError(f"UcmConnector: KV caches for layers {sorted(self._kv)}, expected 0..{self.num_layers - 1}")
         first = self._kv[0]
         if first.dtype != _TORCH[self.ns.dtype]:
             raise ValueError(f"UcmConnector: the engine's KV cache is {first.dtype}, namespace {self.ns.name} holds "
                              f"{self.ns.dtype}")
-        self.heads = self._head_range(first)
-
-    def _head_range(self, kv: torch.Tensor) -> Tuple[int, int]:
-        local = kv.shape[1] if kv.device.type == "cpu" else kv.shape[-2]
-        if local == self.total_kv_heads:
-            return (0, local)
-        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-        r = get_tensor_model_parallel_rank()
-        return (r * local, (r + 1) * local)
+        tp_rank = 0
+        if self.tp_size > 1:
+            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+            tp_rank = get_tensor_model_parallel_rank()
+        self.heads = head_range(self.total_kv_heads, self.tp_size, tp_rank, first.shape[1])
 
     def _slots(self, block_ids: List[int], n_tokens: int) -> torch.Tensor:
         eb = self.engine_block
@@ -336,9 +353,30 @@ class UcmConnector(KVConnectorBase_V1):
         return (b[:, None] * eb + torch.arange(eb)[None]).flatten()[:n_tokens]
 
     def start_load_kv(self, forward_context, **kwargs):
+        """Loads this step's hits before the forward. Nothing raises into vLLM: a block that cannot
+        be loaded (missing, removed by gc since the lookup, corrupt, the store failing) is reported
+        as a load error, and vLLM recomputes from it."""
+        self._failed_reqs = set()
         meta = self._get_connector_metadata()
         for ld in meta.loads:
-            self._load(ld)
+            try:
+                self._load(ld)
+            except Exception as e:
+                self.stats["store_errors"] += 1
+                self._fail_load(ld, ld.first_token // self.T, f"{type(e).__name__}: {e}")
+
+    def _fail_load(self, ld: LoadSpec, ucm_index: int, why: str) -> None:
+        """Reports the engine block holding ucm block ucm_index (and the rest of the load) as load
+        errors; vLLM truncates the request's computed tokens at the first of them and recomputes."""
+        eb_first = (ucm_index * self.T) // self.engine_block
+        eb_end = (ld.n_tokens + self.engine_block - 1) // self.engine_block
+        self._errors.update(int(b) for b in ld.block_ids[eb_first:eb_end])
+        self._failed_reqs.add(ld.req_id)
+        self.stats["load_errors"] += 1
+        log.warning("UcmConnector: request %s: ucm block %d (hash %s) of its prompt failed to load (%s); engine "
+                    "blocks %s reported as load errors, vLLM recomputes from there", ld.req_id, ucm_index,
+                    ld.hashes[ucm_index].tobytes().hex() if ucm_index < len(ld.hashes) else "-", why,
+                    ld.block_ids[eb_first:eb_end])
 
     def _load(self, ld: LoadSpec):
         t0 = time.perf_counter()
@@ -351,30 +389,17 @@ class UcmConnector(KVConnectorBase_V1):
                                  heads=(h0, h1) if (h0, h1) != (0, self.total_kv_heads) else None)
         bad = np.flatnonzero(status != 0)
         good = int(bad[0]) if len(bad) else n                    # blocks before the first failure
-        if len(bad):
-            # vLLM recomputes from the engine block holding the first failed ucm block.
-            eb_index = ((first + good) * self.T) // self.engine_block
-            self._errors.add(int(ld.block_ids[eb_index]))
-            self.stats["load_errors"] += 1
-            log.warning("UcmConnector: request %s: ucm block %d of %d failed to load (%s); reported as a load "
-                        "error of engine block %d, vLLM recomputes from there", ld.req_id, first + good, first + n,
-                        ucm.code_name(int(status[good])), ld.block_ids[eb_index])
         n_tok = good * self.T
         if n_tok:
+            from .cpu_cache import write
             slots = self._slots(ld.block_ids, ld.first_token + n_tok)[ld.first_token:]
             hs, d = h1 - h0, self.head_dim
             for l in range(self.num_layers):
                 k = staging[:good, l, 0].reshape(n_tok, hs, d)
                 v = staging[:good, l, 1].reshape(n_tok, hs, d)
-                kv = self._kv[l]
-                if kv.device.type == "cpu":
-                    from .cpu_cache import write
-                    write(kv, k, v, slots, self._isa[l])
-                else:  # GPU flash-attention layout [2, blocks, block_size, H, D] (not verified without a GPU)
-                    flat = kv.view(2, -1, hs, d)
-                    dev_slots = slots.to(kv.device)
-                    flat[0].index_copy_(0, dev_slots, k.to(kv.device, non_blocking=True))
-                    flat[1].index_copy_(0, dev_slots, v.to(kv.device, non_blocking=True))
+                write(self._kv[l], k, v, slots, self._isa[l])
+        if len(bad):
+            self._fail_load(ld, first + good, ucm.code_name(int(status[good])))
         dt = time.perf_counter() - t0
         self.stats["loaded_blocks"] += good
         self.stats["loaded_bytes"] += good * self.ns.block_bytes((h0, h1))
@@ -389,67 +414,88 @@ class UcmConnector(KVConnectorBase_V1):
         return  # saved in wait_for_save, once every layer of the step is written
 
     def wait_for_save(self):
-        if not self.has_connector_metadata():
+        """Copies out the blocks of prompts complete after this step and queues their dumps. A
+        request that had a load error in this step saves nothing: its suffix was computed over
+        blocks that were not loaded (vLLM recomputes it, and the planner saves it again then)."""
+        if not self.has_connector_metadata() or not self.do_save:
             return
         meta = self._get_connector_metadata()
         for sv in meta.saves:
-            self._copy_out(sv)
+            if sv.req_id in self._failed_reqs:
+                self.stats["saves_skipped_after_load_error"] += 1
+                log.warning("UcmConnector: request %s: not saved in the step of its load error", sv.req_id)
+                continue
+            try:
+                self._copy_out(sv)
+            except Exception as e:
+                self.stats["store_errors"] += 1
+                log.warning("UcmConnector: request %s: copying its blocks out failed (%s: %s); not saved", sv.req_id,
+                            type(e).__name__, e)
 
     def _copy_out(self, sv: SaveSpec):
-        """Copies the blocks out of the cache (the only part a step waits for) and queues the dump."""
-        if self.heads != (0, self.total_kv_heads):
-            log.warning("UcmConnector: saving needs all KV heads (tensor parallel size 1); request %s not saved",
-                        sv.req_id)
+        """Copies the blocks out of the cache (the only part a step waits for) and queues the dump.
+        Tensor parallel: every rank copies its heads out and TP rank 0 gathers all the heads (a
+        store block holds every KV head) and writes; the other ranks only take part."""
+        n_full, first = len(sv.hashes), sv.first
+        n = n_full - first
+        L, H, D, T, eb = self.num_layers, self.total_kv_heads, self.head_dim, self.T, self.engine_block
+        nbytes = n * self.ns.block_bytes()
+        writer = self.shard is not None or self.tp_size == 1
+        if self.tp_size == 1 and not self._saves.has_room(nbytes):  # (TP ranks must all take part)
+            self._drop(sv, n)
             return
-        n_full = len(sv.hashes)
-        first = sv.first
-        eb, T = self.engine_block, self.T
+        h0, h1 = self.heads
         tok0, tok1 = first * T, n_full * T
         e0, e1 = tok0 // eb, (tok1 + eb - 1) // eb
         blocks = torch.tensor(sv.block_ids[e0:e1], dtype=torch.int64)
-        L, H, D = self.num_layers, self.total_kv_heads, self.head_dim
-        payload = torch.empty((n_full - first, L, 2, T, H, D), dtype=_TORCH[self.ns.dtype])
+        local = torch.empty((n, L, 2, T, h1 - h0, D), dtype=_TORCH[self.ns.dtype])
         off = tok0 - e0 * eb
+        from .cpu_cache import read_blocks
         for l in range(L):
-            kv = self._kv[l]
-            if kv.device.type == "cpu":
-                from .cpu_cache import read_blocks
-                k, v = read_blocks(kv, blocks, self._isa[l])          # [nb, eb, H, D]
-            else:
-                k = kv[0][blocks].cpu()
-                v = kv[1][blocks].cpu()
-            k = k.reshape(-1, H, D)[off: off + tok1 - tok0]
-            v = v.reshape(-1, H, D)[off: off + tok1 - tok0]
-            payload[:, l, 0] = k.reshape(n_full - first, T, H, D)
-            payload[:, l, 1] = v.reshape(n_full - first, T, H, D)
+            k, v = read_blocks(self._kv[l], blocks, self._isa[l])          # [nb, eb, Hs, D]
+            local[:, l, 0] = k.reshape(-1, h1 - h0, D)[off: off + tok1 - tok0].reshape(n, T, h1 - h0, D)
+            local[:, l, 1] = v.reshape(-1, h1 - h0, D)[off: off + tok1 - tok0].reshape(n, T, h1 - h0, D)
+        payload = local if self.tp_size == 1 else self._gather_heads(local)
+        if payload is None or not writer:
+            return
         parents = ucm.parents_of(self.ns.hash_seed, sv.hashes)[first:]
-        self._dumps.put((sv.req_id, sv.hashes[first:], parents, payload))
-        if self._dump_thread is None:
-            self._dump_thread = threading.Thread(target=self._dump_loop, name="ucm-dump", daemon=True)
-            self._dump_thread.start()
-            import atexit
-            atexit.register(self.flush)  # a worker that exits finishes its queued dumps first
+        if not self._saves.offer((sv.req_id, sv.hashes[first:], parents, payload), nbytes):
+            self._drop(sv, n)
 
-    def _dump_loop(self):
-        while True:
-            item = self._dumps.get()
-            if item is None:
-                return
-            req_id, hashes, parents, payload = item
-            try:
-                reprs = self._reprs(payload)
-                st = self.store.dump(self.ns, hashes, parents, payload, reprs=reprs)
-                ok = int((st == 0).sum())
-                self.stats["saved_blocks"] += ok
-                self.stats["saved_bytes"] += ok * self.ns.block_bytes()
-                self._record({"event": "save", "req": req_id, "blocks": ok, "failed": int(len(st) - ok)})
-                if ok != len(st):
-                    log.warning("UcmConnector: request %s: %d of %d blocks not saved (%s)", req_id, len(st) - ok,
-                                len(st), sorted({ucm.code_name(int(c)) for c in st if c}))
-            except Exception as e:  # a save is best effort: the request itself is unaffected
-                log.warning("UcmConnector: saving request %s failed: %s", req_id, e)
-            finally:
-                self._dumps.task_done()
+    def _gather_heads(self, local: torch.Tensor) -> Optional[torch.Tensor]:
+        """All ranks' head slices [n][L][2][T][Hs][D] -> TP rank 0 gets [n][L][2][T][H][D] (a head
+        replicated on several ranks is taken from the first); other ranks get None."""
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank, get_tp_group
+        parts = get_tp_group().all_gather(local.unsqueeze(0).contiguous(), dim=0)   # [tp][n][L][2][T][Hs][D]
+        if get_tensor_model_parallel_rank() != 0:
+            return None
+        full = torch.empty(local.shape[:4] + (self.total_kv_heads, self.head_dim), dtype=local.dtype)
+        for r in range(self.tp_size - 1, -1, -1):
+            a, b = head_range(self.total_kv_heads, self.tp_size, r, local.shape[4])
+            full[:, :, :, :, a:b] = parts[r]
+        return full
+
+    def _drop(self, sv: SaveSpec, n: int) -> None:
+        self.stats["saves_dropped"] += 1
+        log.warning("UcmConnector: request %s: save of %d blocks dropped, the save queue is full (%d of %d bytes "
+                    "queued; the disk is slower than the saves)", sv.req_id, n, self._saves.queued_bytes,
+                    self._saves.max_bytes)
+
+    def _dump(self, item) -> None:
+        req_id, hashes, parents, payload = item
+        reprs = self._reprs(payload)
+        st = self.store.dump(self.ns, hashes, parents, payload, reprs=reprs)
+        ok = int((st == 0).sum())
+        self.stats["saved_blocks"] += ok
+        self.stats["saved_bytes"] += ok * self.ns.block_bytes()
+        self._record({"event": "save", "req": req_id, "blocks": ok, "failed": int(len(st) - ok)})
+        if ok != len(st):
+            log.warning("UcmConnector: request %s: %d of %d blocks not saved (%s)", req_id, len(st) - ok,
+                        len(st), sorted({ucm.code_name(int(c)) for c in st if c}))
+
+    def _dump_failed(self, item, e: BaseException) -> None:
+        self.stats["store_errors"] += 1
+        log.warning("UcmConnector: saving request %s failed (%s: %s); not saved", item[0], type(e).__name__, e)
 
     def _reprs(self, payload: torch.Tensor):
         """R0/R1/R4 of each block (ucm.repr_encode, precompute's code) when the namespace has them."""
@@ -464,12 +510,10 @@ class UcmConnector(KVConnectorBase_V1):
         keys = payload[:, :, 0].float().numpy()                       # [n][L][T][H][D]
         return [ucm.repr_encode(self._info, keys[i], self._proj) for i in range(len(keys))]
 
-    def flush(self, timeout: float = 120.0) -> None:
-        """Waits until every queued dump is durable (tests, shutdown)."""
-        if getattr(self, "_dumps", None) is not None:
-            deadline = time.time() + timeout
-            while self._dumps.unfinished_tasks and time.time() < deadline:
-                time.sleep(0.05)
+    def flush(self, timeout: float = 120.0) -> bool:
+        """Waits until every queued save is durable, at most timeout seconds (tests, shutdown)."""
+        q = getattr(self, "_saves", None)
+        return q.flush(timeout) if q is not None else True
 
     def _record(self, event: dict) -> None:
         """Appends one JSON line per load / save to $UCM_VLLM_STATS (tests, scripts/bench_vllm.py)."""
@@ -499,9 +543,22 @@ class UcmConnector(KVConnectorBase_V1):
         return errs
 
     def shutdown(self):
-        if getattr(self, "_dumps", None) is not None:
-            self.flush()
-            self._dumps.put(None)
-        log.info("UcmConnector stats: %s", getattr(self, "stats", {}))
-        if self.store is not None:
+        """Finishes queued saves (at most `shutdown_drain_s`, default 60 s), drops the rest, joins
+        the save thread, then closes the store. Idempotent."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        joined = True
+        q = getattr(self, "_saves", None)
+        if q is not None:
+            joined = q.close(float(self._kv_transfer_config.get_from_extra_config("shutdown_drain_s", 60)))
+            self.stats["saves_dropped"] += q.counters["dropped_at_close"]
+        if hasattr(self, "stats"):
+            log.info("UcmConnector stats: %s", self.stats)
+        if hasattr(self, "planner"):
+            log.info("UcmConnector scheduler: %s, store errors %d", self.planner.counters, self.sched_stats["store_errors"])
+        if self.store is not None and joined:
             self.store.close()
+        elif not joined:
+            log.warning("UcmConnector: a save still runs after the drain; the store is left open")
+

@@ -1,0 +1,212 @@
+"""The UcmConnector's scheduler side as plain Python: which blocks each step loads and saves.
+
+No vLLM or torch import: tests/python/test_vllm_planner.py drives it with scheduler outputs built
+the way vLLM 0.32's scheduler builds them (vllm/v1/core/sched/scheduler.py, output.py), preemption
+and load-failure rollbacks included, and the connector (connector.py) is a thin layer over it.
+
+What vLLM does, read in vLLM 0.32.0, and what the planner does about it:
+
+* A request's prefix hit is asked for by get_num_new_matched_tokens whenever the request is
+  scheduled from the waiting queue with nothing computed: when it is new, and again when it
+  resumes after a preemption (vLLM freed its blocks and set num_computed_tokens to 0).
+  update_state_after_alloc follows with the external token count vLLM accepted.
+* The step's SchedulerOutput then carries the request either among scheduled_new_reqs (new; the
+  V2 model runner also sends resumed requests there) or among scheduled_cached_reqs with its id in
+  resumed_req_ids (V1 runner, the one on CPU) and new_block_ids = *all* its blocks. Both carry
+  num_computed_tokens *before* the step (local prefix hit + external hit on the first step). A
+  load is planned for either, into the block ids of this step.
+* Save: a prompt's full ucm blocks are saved at the end of the step after which
+  num_computed_tokens + num_scheduled_tokens >= len(prompt). The count is taken from vLLM each
+  step, never accumulated here, so a preemption (counter back to 0) or a load-failure rollback
+  (vLLM truncates num_computed_tokens at the first failed block) re-arms the save, which then
+  fires only once the KV is recomputed.
+* A load that fails in the step that also completes the prompt: the worker drops that step's
+  saves of the request (connector.py); the rollback above re-arms it.
+* LoRA requests bypass the store (neither load nor save): a ucm namespace holds the base model's
+  KV, and a block hash does not include the adapter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+
+@dataclass
+class LoadSpec:
+    """Load tokens [first_token, n_tokens) of a prompt (whole engine blocks) into its engine blocks;
+    the tokens before first_token are vLLM's own prefix-cache hit (shared blocks: never written)."""
+    req_id: str
+    hashes: np.ndarray          # uint8 [n_tokens / T][16], the prompt's ucm blocks up to n_tokens
+    block_ids: List[int]        # engine blocks of the request, in order
+    first_token: int
+    n_tokens: int
+
+
+@dataclass
+class SaveSpec:
+    """Copy out ucm blocks [first, len(hashes)) of a prompt whose KV is complete after this step."""
+    req_id: str
+    hashes: np.ndarray          # uint8 [n_full][16], the prompt's full ucm blocks
+    first: int
+    block_ids: List[int]
+
+
+@dataclass
+class _Req:
+    ids: Sequence[int]          # prompt token ids (vLLM's list, not copied)
+    blocks: List[int] = field(default_factory=list)
+    saved: bool = False         # a save is planned for the current computation of the prompt
+
+
+class Planner:
+    """Scheduler-side state of the connector.
+
+    engine_block: vLLM's block size (tokens); ucm_block: the namespace's block size, dividing it.
+    hash_blocks(ids) -> uint8 [len(ids) // ucm_block][16]: the namespace's chained block hashes.
+    lookup(hashes) -> (prefix_blocks, present bool [n]): the store's index. May raise: the caller
+    (the connector) turns that into a miss.
+    Single-threaded (vLLM's scheduler calls it from one thread)."""
+
+    def __init__(self, engine_block: int, ucm_block: int, hash_blocks: Callable, lookup: Callable, *,
+                 load: bool = True, save: bool = False, log: Optional[Callable[[str], None]] = None):
+        if engine_block % ucm_block:
+            raise ValueError(f"ucm block size {ucm_block} does not divide the engine's block size {engine_block}")
+        self.eb, self.T = engine_block, ucm_block
+        self.hash_blocks, self.lookup = hash_blocks, lookup
+        self.do_load, self.do_save = load, save
+        self.log = log or (lambda msg: None)
+        self._reqs: Dict[str, _Req] = {}
+        self._pending: Dict[str, int] = {}       # req id -> external tokens accepted this step
+        self.counters = {"lookups": 0, "hit_tokens": 0, "loads_planned": 0, "resumed_loads": 0,
+                         "saves_planned": 0, "saves_rearmed": 0, "lora_bypassed": 0, "stale_loads_dropped": 0}
+
+    # -- get_num_new_matched_tokens / update_state_after_alloc
+    def matched(self, req_id: str, prompt_ids: Sequence[int], num_computed_tokens: int,
+                lora: bool = False) -> int:
+        """Tokens beyond num_computed_tokens that the store holds, in whole engine blocks, leaving at
+        least one prompt token to compute (vLLM needs one to sample from)."""
+        if not self.do_load:
+            return 0
+        if lora:
+            self.counters["lora_bypassed"] += 1
+            return 0
+        self.counters["lookups"] += 1
+        hashes = self.hash_blocks(prompt_ids)
+        hit = int(self.lookup(hashes)[0]) if len(hashes) else 0
+        matched = min(hit * self.T, len(prompt_ids) - 1) // self.eb * self.eb
+        if matched <= num_computed_tokens:
+            return 0
+        self.counters["hit_tokens"] += matched - num_computed_tokens
+        return matched - num_computed_tokens
+
+    def allocated(self, req_id: str, num_external_tokens: int) -> None:
+        if num_external_tokens > 0:
+            self._pending[req_id] = num_external_tokens
+        else:
+            self._pending.pop(req_id, None)
+
+    # -- build_connector_meta
+    def plan(self, out) -> Tuple[List[LoadSpec], List[SaveSpec]]:
+        """Loads and saves of one step. out: a vLLM SchedulerOutput (or the same fields)."""
+        loads: List[LoadSpec] = []
+        saves: List[SaveSpec] = []
+        scheduled: List[Tuple[str, _Req, int]] = []       # (id, state, computed before the step)
+        for new in out.scheduled_new_reqs:
+            if getattr(new, "lora_request", None) is not None:
+                self._reqs.pop(new.req_id, None)
+                self._pending.pop(new.req_id, None)
+                continue
+            st = _Req(ids=new.prompt_token_ids, blocks=list(new.block_ids[0]))
+            self._reqs[new.req_id] = st                   # new, or resumed (V2 runner): state restarts
+            self._plan_load(new.req_id, st, new.num_computed_tokens, loads)
+            scheduled.append((new.req_id, st, new.num_computed_tokens))
+        cached = out.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            st = self._reqs.get(rid)
+            if st is None:
+                continue
+            nb = cached.new_block_ids[i]
+            resumed = rid in cached.resumed_req_ids
+            if resumed:                                   # V1 runner: all of the request's blocks
+                st.blocks = list(nb[0]) if nb is not None else []
+            elif nb is not None:
+                st.blocks.extend(nb[0])
+            before = cached.num_computed_tokens[i]
+            if rid in self._pending:
+                if not resumed:
+                    self.log(f"request {rid}: a load was accepted for a request that is neither new nor resumed; "
+                             "not loaded")
+                    self._pending.pop(rid)
+                else:
+                    self.counters["resumed_loads"] += 1
+                    self._plan_load(rid, st, before, loads)
+            scheduled.append((rid, st, before))
+        for rid in list(self._pending):                   # accepted but not scheduled: never valid later
+            self._pending.pop(rid)
+            self.counters["stale_loads_dropped"] += 1
+            self.log(f"request {rid}: an accepted load was not scheduled in the step; dropped")
+        if self.do_save:
+            for rid, st, before in scheduled:
+                n = len(st.ids)
+                if before < n and st.saved:               # preempted or rolled back since its save
+                    st.saved = False
+                    self.counters["saves_rearmed"] += 1
+                after = before + out.num_scheduled_tokens.get(rid, 0)
+                if st.saved or after < n:
+                    continue
+                st.saved = True
+                sv = self._plan_save(rid, st)
+                if sv is not None:
+                    saves.append(sv)
+        for rid in out.finished_req_ids:
+            self.finished(rid)
+        return loads, saves
+
+    def _plan_load(self, rid: str, st: _Req, before: int, loads: List[LoadSpec]) -> None:
+        n_ext = self._pending.pop(rid, 0)
+        if n_ext <= 0:
+            return
+        # before = vLLM's local prefix hit + the external hit, in whole engine blocks
+        hashes = self.hash_blocks(st.ids[:before])
+        loads.append(LoadSpec(rid, hashes, list(st.blocks), before - n_ext, before))
+        self.counters["loads_planned"] += 1
+
+    def _plan_save(self, rid: str, st: _Req) -> Optional[SaveSpec]:
+        hashes = self.hash_blocks(st.ids)
+        if len(hashes) == 0:
+            return None
+        present = np.asarray(self.lookup(hashes)[1], dtype=bool)
+        missing = np.flatnonzero(~present)
+        if not len(missing):
+            return None
+        self.counters["saves_planned"] += 1
+        return SaveSpec(rid, hashes, int(missing[0]), list(st.blocks))
+
+    # -- request_finished
+    def finished(self, req_id: str) -> None:
+        self._reqs.pop(req_id, None)
+        self._pending.pop(req_id, None)
+
+    def live_requests(self) -> int:
+        return len(self._reqs) + len(self._pending)
+
+
+def head_range(total_kv_heads: int, tp_size: int, tp_rank: int, local_heads: int) -> Tuple[int, int]:
+    """The KV heads [h0, h1) that TP rank tp_rank holds, as vLLM 0.32 shards them
+    (QKVParallelLinear, model_executor/layers/linear.py): total / tp heads each when tp divides the
+    head count; when tp exceeds it, every rank holds one head, replicated tp / total times: rank r
+    holds head r // (tp / total)."""
+    if tp_size <= 1 or local_heads == total_kv_heads:
+        return (0, local_heads)
+    if tp_size >= total_kv_heads:
+        if tp_size % total_kv_heads or local_heads != 1:
+            raise ValueError(f"TP {tp_size} over {total_kv_heads} KV heads with {local_heads} heads on rank "
+                             f"{tp_rank}: not vLLM's replication")
+        h = tp_rank // (tp_size // total_kv_heads)
+        return (h, h + 1)
+    if total_kv_heads % tp_size or local_heads != total_kv_heads // tp_size:
+        raise ValueError(f"{local_heads} KV heads on TP rank {tp_rank} of {tp_size} do not split {total_kv_heads} "
+                         "heads evenly")
+    return (tp_rank * local_heads, (tp_rank + 1) * local_heads)

@@ -1,0 +1,218 @@
+"""The vLLM connector's scheduler-side planner and its bounded save queue, without vLLM.
+
+Scheduler outputs are built with the fields vLLM 0.32's scheduler fills
+(vllm/v1/core/sched/output.py: NewRequestData, CachedRequestData with resumed_req_ids and
+new_block_ids = all blocks of a resumed request, num_computed_tokens before the step), in the
+sequences its scheduler produces: chunked prefill, preemption (num_computed_tokens back to 0, the
+connector asked again), a load-failure rollback (num_computed_tokens truncated at the failed
+block). The real engine runs the same paths in tests/vllm (scripts/test_vllm.sh).
+"""
+import threading
+import time
+from types import SimpleNamespace as NS
+
+import numpy as np
+import pytest
+
+from ucm.vllm.planner import Planner, head_range
+from ucm.vllm.save_queue import SaveQueue
+
+EB, T = 32, 16          # engine block, ucm block
+
+
+def fake_hash(ids):
+    """Chained-looking block ids: block i's 'hash' encodes (i, its tokens' sum so far)."""
+    n = len(ids) // T
+    out = np.zeros((n, 16), np.uint8)
+    acc = 0
+    for i in range(n):
+        acc = (acc * 31 + sum(ids[i * T:(i + 1) * T]) + 1) % (1 << 60)
+        out[i, :8] = np.frombuffer(np.uint64(acc).tobytes(), np.uint8)
+    return out
+
+
+class FakeStore:
+    def __init__(self):
+        self.blocks = set()
+
+    def add(self, hashes):
+        self.blocks.update(h.tobytes() for h in hashes)
+
+    def lookup(self, hashes):
+        present = np.array([h.tobytes() in self.blocks for h in hashes], bool)
+        prefix = int(np.argmin(present)) if not present.all() else len(present)
+        return prefix, present
+
+
+def new_req(rid, ids, blocks, computed, lora=None):
+    return NS(req_id=rid, prompt_token_ids=ids, block_ids=(list(blocks),), num_computed_tokens=computed,
+              lora_request=lora)
+
+
+def out(new=(), cached=(), sched=None, finished=()):
+    """cached: (req_id, new_block_ids or None, num_computed_tokens, resumed)."""
+    c = NS(req_ids=[x[0] for x in cached], new_block_ids=[None if x[1] is None else (list(x[1]),) for x in cached],
+           num_computed_tokens=[x[2] for x in cached], resumed_req_ids={x[0] for x in cached if x[3]})
+    return NS(scheduled_new_reqs=list(new), scheduled_cached_reqs=c, num_scheduled_tokens=dict(sched or {}),
+              finished_req_ids=set(finished))
+
+
+def planner(store, save=True):
+    return Planner(EB, T, fake_hash, store.lookup, save=save)
+
+
+PROMPT = list(range(1000, 1000 + 200))     # 200 tokens: 12 full ucm blocks, 6 full engine blocks + 8
+
+
+def test_new_request_hit_load_then_save_of_the_rest():
+    st = FakeStore()
+    st.add(fake_hash(PROMPT)[:8])                        # 128 tokens stored
+    p = planner(st)
+    n = p.matched("a", PROMPT, 0)
+    assert n == 128                                      # whole engine blocks, < len(prompt)
+    p.allocated("a", n)
+    loads, saves = p.plan(out(new=[new_req("a", PROMPT, range(10, 17), 128)], sched={"a": 72}))
+    (ld,) = loads
+    assert (ld.first_token, ld.n_tokens, ld.block_ids) == (0, 128, list(range(10, 17)))
+    assert len(ld.hashes) == 8 and (ld.hashes == fake_hash(PROMPT)[:8]).all()
+    (sv,) = saves                                        # 128 + 72 = 200: the prompt is complete
+    assert sv.first == 8 and len(sv.hashes) == 12 and sv.block_ids == list(range(10, 17))
+    loads, saves = p.plan(out(cached=[("a", None, 200, False)], sched={"a": 1}))   # decode
+    assert loads == [] and saves == []
+    p.plan(out(finished=["a"]))
+    assert p.live_requests() == 0
+
+
+def test_chunked_prefill_saves_once_after_the_last_chunk():
+    p = planner(FakeStore())
+    assert p.matched("a", PROMPT, 0) == 0
+    p.allocated("a", 0)
+    assert p.plan(out(new=[new_req("a", PROMPT, [1, 2, 3], 0)], sched={"a": 96})) == ([], [])
+    assert p.plan(out(cached=[("a", [4, 5], 96, False)], sched={"a": 64})) == ([], [])
+    loads, saves = p.plan(out(cached=[("a", [6, 7], 160, False)], sched={"a": 40}))
+    (sv,) = saves
+    assert sv.first == 0 and sv.block_ids == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_preempted_mid_prefill_v1_runner_reloads_and_saves_only_after_recompute():
+    """The defect of issue 37: a resumed request (V1 runner: scheduled_cached_reqs with its id in
+    resumed_req_ids) was never loaded again, and its save tracker kept its old count."""
+    st = FakeStore()
+    st.add(fake_hash(PROMPT)[:8])
+    p = planner(st)
+    p.allocated("a", p.matched("a", PROMPT, 0))
+    loads, saves = p.plan(out(new=[new_req("a", PROMPT, [1, 2, 3, 4], 128)], sched={"a": 8}))
+    assert len(loads) == 1 and saves == []
+    # Preempted (vLLM frees its blocks, num_computed_tokens = 0); asked again when it resumes.
+    n = p.matched("a", PROMPT, 0)
+    assert n == 128
+    p.allocated("a", n)
+    loads, saves = p.plan(out(cached=[("a", [20, 21, 22, 23], 128, True)], sched={"a": 40}))
+    (ld,) = loads                                       # loaded again, into the new blocks
+    assert ld.block_ids == [20, 21, 22, 23] and (ld.first_token, ld.n_tokens) == (0, 128)
+    assert saves == []                                  # 128 + 40 = 168 < 200: not complete
+    loads, saves = p.plan(out(cached=[("a", [24, 25, 26], 168, False)], sched={"a": 32}))
+    (sv,) = saves
+    assert sv.block_ids == [20, 21, 22, 23, 24, 25, 26]  # the blocks it holds now
+    assert p.counters["resumed_loads"] == 1
+
+
+def test_preempted_after_its_save_rearms_and_resume_among_new_requests_v2_runner():
+    st = FakeStore()
+    p = planner(st)
+    p.allocated("a", p.matched("a", PROMPT, 0))
+    (sv,) = p.plan(out(new=[new_req("a", PROMPT, range(7), 0)], sched={"a": 200}))[1]
+    st.add(sv.hashes[:5])                               # only part of the save landed
+    p.plan(out(cached=[("a", [8], 200, False)], sched={"a": 1}))
+    # V2 runner: the resumed request comes back among the new ones, nothing computed (no hit yet
+    # for the blocks of the second half; the first 64 tokens are a hit).
+    p.allocated("a", p.matched("a", PROMPT, 0))
+    loads, saves = p.plan(out(new=[new_req("a", PROMPT, range(30, 37), 64)], sched={"a": 100}))
+    (ld,) = loads
+    assert (ld.first_token, ld.n_tokens, ld.block_ids) == (0, 64, list(range(30, 37)))
+    assert saves == []                                   # 164 < 200
+    (sv,) = p.plan(out(cached=[("a", None, 164, False)], sched={"a": 36}))[1]
+    assert sv.first == 5 and sv.block_ids == list(range(30, 37))
+
+
+def test_load_failure_rollback_rearms_the_save():
+    """The step that loads and completes the prompt plans its save (the worker drops it: load
+    error); vLLM truncates num_computed_tokens at the failed block; the save comes again after
+    the recompute, never before."""
+    st = FakeStore()
+    st.add(fake_hash(PROMPT)[:12])
+    p = planner(st)
+    p.allocated("a", p.matched("a", PROMPT, 0))       # 192 tokens
+    loads, saves = p.plan(out(new=[new_req("a", PROMPT, range(7), 192)], sched={"a": 8}))
+    assert len(loads) == 1 and saves == []              # nothing missing: every block is stored
+    st.blocks.clear()                                    # gc removed them all since the lookup
+    st.add(fake_hash(PROMPT)[:4])
+    # Rolled back to engine block 2 (64 tokens): recomputing, then complete again.
+    assert p.plan(out(cached=[("a", None, 64, False)], sched={"a": 100})) == ([], [])
+    (sv,) = p.plan(out(cached=[("a", None, 164, False)], sched={"a": 36}))[1]
+    assert sv.first == 4
+    assert p.counters["saves_rearmed"] == 1
+
+
+def test_lora_requests_bypass_the_store():
+    st = FakeStore()
+    st.add(fake_hash(PROMPT))
+    p = planner(st)
+    assert p.matched("a", PROMPT, 0, lora=True) == 0
+    p.allocated("a", 0)
+    assert p.plan(out(new=[new_req("a", PROMPT, range(7), 0, lora=NS(lora_int_id=1))], sched={"a": 200})) == ([], [])
+    assert p.live_requests() == 0 and p.counters["lora_bypassed"] == 1
+
+
+def test_accepted_load_not_scheduled_is_dropped_and_finished_requests_leave_no_state():
+    st = FakeStore()
+    st.add(fake_hash(PROMPT))
+    p = planner(st)
+    p.allocated("a", p.matched("a", PROMPT, 0))
+    assert p.plan(out()) == ([], [])
+    assert p.counters["stale_loads_dropped"] == 1
+    for i in range(50):
+        rid = f"r{i}"
+        p.allocated(rid, p.matched(rid, PROMPT, 0))
+        p.plan(out(new=[new_req(rid, PROMPT, range(7), 192)], sched={rid: 8}))
+        if i % 2:
+            p.finished(rid)                              # request_finished
+        else:
+            p.plan(out(finished=[rid]))                  # finished_req_ids
+    assert p.live_requests() == 0
+
+
+def test_head_range_follows_vllm_sharding_and_replication():
+    assert head_range(8, 1, 0, 8) == (0, 8)
+    assert [head_range(8, 4, r, 2) for r in range(4)] == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    # SmolLM2: 3 KV heads at TP 6: each head on two ranks
+    assert [head_range(3, 6, r, 1) for r in range(6)] == [(0, 1), (0, 1), (1, 2), (1, 2), (2, 3), (2, 3)]
+    with pytest.raises(ValueError):
+        head_range(3, 2, 0, 1)
+
+
+def test_save_queue_is_bounded_never_blocks_and_drains_on_close():
+    gate = threading.Event()
+    ran = []
+
+    def run(item):
+        gate.wait(10)
+        if item == "bad":
+            raise OSError("disk gone")
+        ran.append(item)
+
+    q = SaveQueue(run, max_bytes=100)
+    t0 = time.monotonic()
+    assert q.offer("a", 60) and q.offer("bad", 30)
+    assert not q.has_room(20) and not q.offer("c", 20)  # would exceed 100 bytes: dropped
+    assert time.monotonic() - t0 < 1.0                    # a disk that hangs never blocks a step
+    assert q.counters["dropped_full"] == 1 and q.counters["dropped_bytes"] == 20
+    gate.set()
+    assert q.flush(10)
+    assert ran == ["a"] and q.counters["failed"] == 1 and q.queued_bytes == 0
+    gate.clear()
+    assert q.offer("d", 50) and q.offer("e", 50)
+    threading.Timer(0.2, gate.set).start()
+    assert q.close(drain_timeout=0.05)                    # "d" was running: finished; "e" dropped
+    assert ran == ["a", "d"] and q.counters["dropped_at_close"] == 1
+    assert not q.offer("f", 1)
