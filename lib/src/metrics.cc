@@ -48,6 +48,12 @@ std::string Metrics::render(uint64_t index_blocks) const {
   counter(&o, "ucm_blocks_dumped_total", "Blocks written and committed by dumps.", blocks_dumped.load());
   counter(&o, "ucm_bytes_dumped_total", "Payload and representation bytes written by dumps.", bytes_dumped.load());
   counter(&o, "ucm_dump_skipped_total", "Dumped blocks that were already present (no-ops).", dump_skipped.load());
+  counter(&o, "ucm_gc_requests_applied_total", "gc requests this writer applied (store_v1.md 11.5).",
+          gc_requests_applied.load());
+  counter(&o, "ucm_gc_requests_refused_total", "Malformed gc requests this writer refused (renamed .bad).",
+          gc_requests_refused.load());
+  counter(&o, "ucm_gc_blocks_removed_total", "Blocks removed by gc requests this writer applied.",
+          gc_blocks_removed.load());
   counter(&o, "ucm_refreshes_total", "Catch-ups with the writer (read-only handles).", refreshes.load());
   o += "# HELP ucm_errors_total Per-block and per-call errors by code.\n# TYPE ucm_errors_total counter\n";
   for (int c = 1; c < int(errors.size()); ++c) {

@@ -307,6 +307,9 @@ void StoreImpl::background() {
     if (read_only() && s_.opts.refresh_interval_ms) (void)reader_.refresh();
     if (!read_only()) save_table(false);
     if (lock_) lock_->touch();  // the heartbeat gc checks on shared file systems (store_v1.md §11.3)
+    // A safe point for gc's requests (store_v1.md §11.5): removals commit under the writer's
+    // commit mutex, between dump commits.
+    if (writer_) writer_->poll_gc_requests();
     s_.access.flush();
     l.lock();
   }

@@ -49,7 +49,12 @@ Status StoreWriter::check_space(uint64_t bytes, const std::string& what) {
 
 Status StoreWriter::active_file_locked(std::shared_ptr<ActiveFile>* af) {
   if (!roller_) roller_ = std::make_unique<FileRoller>(s_.path, s_.index, &commit_mu_);
-  return roller_->get(0, af);
+  Status s = roller_->get(0, af);
+  if (s.ok()) {
+    std::lock_guard<std::mutex> g(files_mu_);
+    session_files_.emplace((*af)->w->file_id(), *af);
+  }
+  return s;
 }
 
 Status StoreWriter::append_record(fmt::RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces,

@@ -17,8 +17,10 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -101,7 +103,33 @@ class StoreWriter {
   /// index; sets the task's statuses, written flags and metrics, and finishes it.
   void dump_commit(const std::shared_ptr<TaskImpl>& t, DumpState* st);
 
+  /// gc beside this live writer (store_v1.md §11.5; lib/src/store_gc_requests.cc): applies the
+  /// requests `ucm gc` left in STORE/gc-requests (each answered with <nonce>.done; a malformed
+  /// one is renamed <nonce>.bad and never applied; an expired one is discarded), and unlinks the
+  /// data files it retired once their grace period has passed. Removals commit in synced batches
+  /// under the commit mutex, so dumps keep committing between them. The facade's background
+  /// thread calls it once a second (with the heartbeat); one call at a time.
+  void poll_gc_requests();
+
  private:
+  struct GcApplied;
+  /// One request (claimed: its .work file exists already): read, check, apply, answer.
+  void handle_gc_request(const std::string& nonce, bool claimed);
+  Status apply_gc_request(fmt::GcRequest& rq, GcApplied* a);
+  /// The blocks' index entries, namespace counters, file live bytes and fingerprints.
+  Status gc_remove_blocks(std::vector<fmt::GcRequestEntry>& entries, GcApplied* a, std::set<NamespaceId>* touched);
+  /// Registry entries of `touched` namespaces that lost a block (store_v1.md §5.6).
+  Status gc_drop_documents(const std::set<NamespaceId>& touched, GcApplied* a);
+  /// Files with no live bytes that no ActiveFile of this session references -> retired.
+  Status gc_retire_files(GcApplied* a);
+  /// Retired files past grace_ms -> unlinked (later ones remembered in unlink_due_).
+  Status gc_unlink_retired(uint64_t grace_ms, GcApplied* a);
+  /// Unlinks (id, size) files and deletes their records; a may be null.
+  Status unlink_files(const std::vector<std::pair<uint32_t, uint64_t>>& due, GcApplied* a);
+  /// This session's data files whose ActiveFile is still alive (the active one, and older ones
+  /// a dump in flight holds): their in-memory records are written back by every commit.
+  std::map<uint32_t, std::shared_ptr<ActiveFile>> session_files();
+
   /// Appends one record to the active file (creating / rolling it): its file and offset, and
   /// the file itself so the caller can fdatasync it.
   Status append_record(fmt::RecordHeader* h, const std::vector<std::pair<const void*, size_t>>& pieces,
@@ -130,6 +158,11 @@ class StoreWriter {
   std::condition_variable commit_q_cv_;
   std::deque<std::function<void()>> commit_q_;
   bool commit_stop_ = false;
+  // gc requests (poll_gc_requests): the files this session created (files_mu_, taken after
+  // append_mu_ or commit_mu_, never before), and retired files to unlink at a time (ms).
+  std::mutex files_mu_;
+  std::map<uint32_t, std::weak_ptr<ActiveFile>> session_files_;
+  std::map<uint32_t, uint64_t> unlink_due_;  // the background thread only
 };
 
 }  // namespace ucm::detail
