@@ -9,7 +9,8 @@ CLI::App* setup_gc(CLI::App& app) {
   auto opt = std::make_shared<GcCmdOptions>();
   CLI::App* sub = app.add_subcommand(
       "gc", "Merge access logs, drop corrupt and orphan blocks, evict LRU / old / unreferenced "
-            "blocks, compact data files (takes the writer lock; safe while readers load)");
+            "blocks, compact data files (takes the writer lock, or hands the removals to a live writer; safe while "
+            "readers load)");
   sub->add_option("STORE", opt->store, "Store directory")->required();
   sub->add_option("--max-bytes", opt->max_bytes,
                   "Evict least-recently-used blocks until payload+repr bytes <= N (10G, 512MiB)");
@@ -33,6 +34,10 @@ CLI::App* setup_gc(CLI::App& app) {
                   "killed on one node is taken over by another after it");
   sub->add_option("--lease-wait", opt->lease_wait,
                   "Sharded stores: wait this long for another gc's lease (default 0: exit 4 at once)");
+  sub->add_option("--writer-wait", opt->writer_wait,
+                  "When a live process holds the writer lock (a server saving to the store, or a shard's "
+                  "writer): plan read-only, hand the removals to that writer (it applies them at its next "
+                  "heartbeat) and wait this long for its answer (default 30s; 0: no hand-off, exit 4 as busy)");
   sub->add_option("--config", opt->config, "YAML store settings; its gc: section gives defaults")
       ->check(CLI::ExistingFile);
   add_common_flags(sub, &opt->common);
@@ -90,13 +95,20 @@ void run_gc(const GcCmdOptions& opt) {
     if (!st.ok()) fail(Status::InvalidArgument("--lease-wait: " + st.message()));
     o.lease_wait_ms = v;
   }
+  if (!opt.writer_wait.empty()) {
+    uint64_t v;
+    Status st = admin::parse_duration(opt.writer_wait, &v);
+    if (!st.ok()) fail(Status::InvalidArgument("--writer-wait: " + st.message()));
+    o.writer_wait_ms = v;
+  }
   o.ns = opt.ns;
   o.dry_run = opt.dry_run;
   o.unreferenced = opt.unreferenced;
   o.verify = opt.verify;
   o.progress = make_progress("gc", opt.common);
   Status st = admin::gc(opt.store, o, &rep);
-  finish("gc", opt.common, st, rep, st.ok());
+  // A live writer that did not answer: the report says what was planned and asked, beside the error.
+  finish("gc", opt.common, st, rep, st.ok() || rep.live_writer);
 }
 
 }  // namespace ucm::cli

@@ -15,6 +15,7 @@ struct GcCmdOptions {
   std::string max_bytes, max_age, grace;  ///< parsed with admin::parse_bytes / parse_duration
   std::string memory_budget;               ///< parsed with admin::parse_bytes
   std::string lease_ttl, lease_wait;       ///< sharded stores; parsed with admin::parse_duration
+  std::string writer_wait;  ///< --writer-wait (store_v1.md §11.5)
   std::string ns;
   std::string config;
   bool dry_run = false;

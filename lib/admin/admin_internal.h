@@ -108,6 +108,8 @@ Status gc_sharded(const std::string& root, const GcOptions& opts, GcReport* rep)
 Status upgrade_to_sharded(const std::string& path, const std::string& shard_name, MigrateReport* rep);
 /// Adds the counters of `from` (one shard's run) to `to`.
 void add_gc_counters(GcReport* to, const GcReport& from);
+/// Adds one shard's hand-off to a live writer (store_v1.md §11.5) to the totals `to`.
+void add_handoff(GcHandoff* to, const GcHandoff& from);
 
 /// Rebuilds STORE/index from the data files (build --rebuild-index).
 Status rebuild_index(const std::string& path, const BuildOptions& opts, BuildReport* report);

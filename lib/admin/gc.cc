@@ -97,7 +97,14 @@ Status GcRun::prepare() {
 }
 
 Status GcRun::finish() {
-  if (opts.dry_run) return finish_dry_run();
+  if (opts.dry_run) {
+    if (live_) rep->handoff.outcome = "dry run";
+    return finish_dry_run();
+  }
+  if (live_) {
+    Status st = handoff_submit();
+    return st.ok() ? handoff_await() : st;
+  }
   Status st = commit_removals();
   if (!st.ok()) return st;
   st = measure_files();
@@ -149,9 +156,12 @@ Status GcRun::open() {
   rep->dry_run = opts.dry_run;
   // The index's memtables get a quarter of the budget: the removals' deletes and journal
   // entries are flushed rather than held (RocksDB's defaults allow 64 MiB per family, twice).
-  Status st = WriterIndex::Open(path, &w, std::max<uint64_t>(opts.memory_budget / 4, 4ull << 20));
+  Status st = force_live ? Status::Busy("its writer's heartbeat moved")
+                         : WriterIndex::Open(path, &w, std::max<uint64_t>(opts.memory_budget / 4, 4ull << 20));
+  // A running writer: plan read-only, hand the removals to it (store_v1.md §11.5, gc_handoff.cc).
+  if (st.code() == Code::kBusy && opts.writer_wait_ms) st = open_live(st);
   if (!st.ok()) return st;
-  idx_ = w->idx.get();
+  idx_ = live_ ? &ro_->index() : w->idx.get();
   now = fmt::now_ms();
   st = load_namespaces(*idx_, &nss);
   if (!st.ok()) return st;
@@ -161,9 +171,11 @@ Status GcRun::open() {
     if (!st.ok()) return st;
   }
   // Under the writer lock: no other gc or writer uses tmp/ now; a leftover of a killed gc goes.
+  // Beside a live writer, a scratch directory of this run's own (another gc may plan too).
   st = fmt::make_dirs(fmt::tmp_dir(path));
   if (!st.ok()) return st;
-  return Scratch::Open(fmt::tmp_dir(path) + "/gc-scratch", opts.memory_budget, &scratch);
+  const std::string dir = live_ ? "/gc-scratch-live-" + fmt::new_gc_nonce() : "/gc-scratch";
+  return Scratch::Open(fmt::tmp_dir(path) + dir, opts.memory_budget, &scratch);
 }
 
 void GcRun::close_logs() {

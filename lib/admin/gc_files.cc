@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <cstring>
 #include <set>
@@ -416,6 +417,14 @@ void GcRun::housekeeping() {
       if (e.path().filename().string().rfind("index.broken-", 0) == 0) continue;
       std::error_code ec2;
       if (fs::remove_all(e.path(), ec2) > 0) ++rep->stale_dirs_removed;
+    }
+    // gc requests (store_v1.md §11.5) left by gcs that gave up and answers nobody read: no writer
+    // runs now; an hour after their last change, nobody waits for them either.
+    const auto cutoff = fs::file_time_type::clock::now() - std::chrono::hours(1);
+    for (const auto& e : fs::directory_iterator(fmt::gc_requests_dir(path), ec)) {
+      std::error_code ec2;
+      const auto t = fs::last_write_time(e.path(), ec2);
+      if (!ec2 && t < cutoff && fs::remove(e.path(), ec2)) ++rep->stale_dirs_removed;
     }
   }
 }

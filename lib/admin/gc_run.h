@@ -9,6 +9,7 @@
 // by a dump killed before its index commit), where no index entry has ever pointed.
 #pragma once
 #include <cstdint>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <set>
@@ -107,6 +108,16 @@ class GcRun {
   uint64_t live_bytes() const { return live_bytes_in_filter; }
   /// Sharded stores: does another shard hold (ns, block)? Set before prepare().
   std::function<bool(const NamespaceId&, const BlockHash&)> parent_elsewhere;
+  /// gc beside a live writer (store_v1.md §11.5; gc_handoff.cc). Set before prepare(): plan
+  /// read-only without trying the writer lock (a shard whose heartbeat moves).
+  bool force_live = false;
+  /// After prepare(): the writer runs; finish() hands the removals to it.
+  bool live() const { return live_; }
+  /// finish() of a live run in two halves, so that a sharded gc asks every live writer before it
+  /// waits for any: the plan written as a request (none when there is nothing to do), then the
+  /// wait for the answer (up to opts.writer_wait_ms from the submit) and the report.
+  Status handoff_submit();
+  Status handoff_await();
 
  private:
   // ---- phases (gc.cc, gc_walk.cc)
@@ -158,6 +169,11 @@ class GcRun {
 
   bool in_filter(const NamespaceId& ns) const { return !filter || filter->id == ns; }
   void close_logs();
+  // ---- beside a live writer (gc_handoff.cc)
+  /// The writer lock is held (`busy`: its message): a read-only view of the index instead.
+  Status open_live(const Status& busy);
+  /// Is there anything for the writer to do with files (retired ones to unlink, dead ones)?
+  bool files_need_writer();
 
   const std::string& path;
   const GcOptions& opts;
@@ -165,6 +181,9 @@ class GcRun {
   Progress prog;
   uint64_t now = 0;
   std::unique_ptr<WriterIndex> w;
+  std::unique_ptr<ReaderView> ro_;        // live_: the read-only view the plan is made from
+  bool live_ = false;
+  std::chrono::steady_clock::time_point handoff_deadline_{};
   Index* idx_ = nullptr;
   std::vector<NsInfo> nss;
   std::map<NamespaceId, NsInfo*> ns_by_id;

@@ -45,6 +45,20 @@ void add_gc_counters(GcReport* to, const GcReport& f) {
     if (to->would_evict.size() < 1000) to->would_evict.push_back(w);
 }
 
+void add_handoff(GcHandoff* to, const GcHandoff& f) {
+  if (f.requested) to->answered = (to->requested ? to->answered : true) && f.answered;
+  to->requested |= f.requested;
+  to->blocks_requested += f.blocks_requested;
+  to->blocks_removed += f.blocks_removed;
+  to->blocks_absent += f.blocks_absent;
+  to->bytes_removed += f.bytes_removed;
+  to->documents_removed += f.documents_removed;
+  to->files_retired += f.files_retired;
+  to->files_unlinked += f.files_unlinked;
+  to->bytes_unlinked += f.bytes_unlinked;
+  for (const auto& e : f.errors) to->errors.push_back(e);
+}
+
 namespace {
 
 struct HeldShard {
@@ -172,9 +186,13 @@ Status gc_sharded(const std::string& root, const GcOptions& opts, GcReport* rep)
       }
       return false;
     };
-    st = beating[n] ? Status::Busy("its writer's heartbeat (the mtime of " + fmt::lock_path(h->path) +
-                                   ") moved within the last " + std::to_string(opts.writer_heartbeat_ms) + " ms")
-                    : h->run->prepare();
+    // A shard whose writer runs (its flock is held, or its heartbeat moves) is planned read-only
+    // and its removals handed to that writer (store_v1.md §11.5), unless --writer-wait is 0.
+    h->run->force_live = beating[n] && opts.writer_wait_ms;
+    st = beating[n] && !opts.writer_wait_ms
+             ? Status::Busy("its writer's heartbeat (the mtime of " + fmt::lock_path(h->path) + ") moved within the last " +
+                            std::to_string(opts.writer_heartbeat_ms) + " ms")
+             : h->run->prepare();
     if (st.code() == Code::kBusy) {
       h->line.state = "busy: " + st.message();
       if (views[n]) h->line.bytes = shard_bytes(*views[n], opts.ns);
@@ -227,21 +245,39 @@ Status gc_sharded(const std::string& root, const GcOptions& opts, GcReport* rep)
     }
   }
 
-  // The rest, shard by shard (each shard's changes are crash-safe on their own).
+  // The rest, shard by shard (each shard's changes are crash-safe on their own). Live writers
+  // get their requests first, so that they all work while gc waits for the first answer.
   std::vector<std::string> emptied;
+  std::map<std::string, Status> submitted;
+  for (auto& h : held)
+    if (h->run->live() && !opts.dry_run) submitted[h->name] = h->run->handoff_submit();
   for (auto& h : held) {
     if (!lease->held()) return lost();
-    st = h->run->finish();
-    h->run.reset();  // releases the shard's writer lock
+    const bool live = h->run->live();
+    if (live && !opts.dry_run) st = submitted[h->name].ok() ? h->run->handoff_await() : submitted[h->name];
+    else st = h->run->finish();
+    h->run.reset();  // releases the shard's writer lock (or its read-only view)
+    h->line.live_writer = live;
+    h->line.handoff = h->rep.handoff;
+    if (live) {
+      ++rep->shards_handed_off;
+      rep->live_writer = true;
+      add_handoff(&rep->handoff, h->rep.handoff);
+    }
     h->line.blocks = h->rep.blocks_before;
     h->line.bytes = h->rep.bytes_before;
     h->line.evicted_blocks = h->rep.evicted_blocks;
     h->line.evicted_bytes = h->rep.evicted_bytes;
     h->line.blocks_after = h->rep.blocks_after;
     h->line.bytes_after = h->rep.bytes_after;
-    if (!st.ok()) {
+    if (!st.ok() && live && st.code() == Code::kBusy) {
+      h->line.state = "busy: " + st.message();  // its writer did not answer: as busy shards always were
+      ++rep->shards_busy;
+    } else if (!st.ok()) {
       h->line.state = "error: " + st.message();
       if (first_error.ok()) first_error = Status(st.code(), "shard " + h->name + ": " + st.message());
+    } else if (live) {
+      h->line.state = opts.dry_run ? "dry run (live writer)" : "done by its writer";
     } else {
       h->line.state = opts.dry_run ? "dry run" : "done";
       if (!opts.dry_run && h->rep.blocks_after == 0 && opts.ns.empty()) emptied.push_back(h->name);

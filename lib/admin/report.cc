@@ -80,6 +80,39 @@ std::string BuildReport::to_text() const {
 
 // ---------------------------------------------------------------------------------- inspect
 namespace {
+/// gc beside a live writer (store_v1.md §11.5): what was handed to it.
+ojson handoff_json(const GcHandoff& h) {
+  ojson j;
+  j["requested"] = h.requested;
+  j["answered"] = h.answered;
+  j["outcome"] = h.outcome;
+  j["holder"] = h.holder;
+  j["request"] = h.nonce;
+  j["writer"] = h.writer;
+  j["blocks_requested"] = h.blocks_requested;
+  j["blocks_removed"] = h.blocks_removed;
+  j["blocks_absent"] = h.blocks_absent;
+  j["bytes_removed"] = h.bytes_removed;
+  j["documents_removed"] = h.documents_removed;
+  j["files_retired"] = h.files_retired;
+  j["files_unlinked"] = h.files_unlinked;
+  j["bytes_unlinked"] = h.bytes_unlinked;
+  j["errors"] = h.errors;
+  j["skipped"] = "compaction, unindexed tails, unreferenced files, journal trimming and STORE/fptable (they need "
+                 "the writer lock)";
+  return j;
+}
+
+std::string handoff_text(const GcHandoff& h) {
+  std::string t = h.outcome;
+  if (h.requested)
+    t += "; " + std::to_string(h.blocks_removed) + " of " + std::to_string(h.blocks_requested) + " blocks removed (" +
+         format_bytes(h.bytes_removed) + "), " + std::to_string(h.files_retired) + " files retired, " +
+         std::to_string(h.files_unlinked) + " unlinked";
+  for (const auto& e : h.errors) t += "; error: " + e;
+  return t;
+}
+
 ojson shard_json(const ShardSummary& x, bool gc) {
   ojson j;
   j["name"] = x.name;
@@ -91,6 +124,8 @@ ojson shard_json(const ShardSummary& x, bool gc) {
     j["evicted_bytes"] = x.evicted_bytes;
     j["blocks_after"] = x.blocks_after;
     j["bytes_after"] = x.bytes_after;
+    j["live_writer"] = x.live_writer;
+    if (x.live_writer) j["handoff"] = handoff_json(x.handoff);
   } else {
     j["blocks"] = x.blocks;
     j["bytes"] = x.bytes;
@@ -278,12 +313,15 @@ std::string GcReport::to_json() const {
   j["bytes_after"] = bytes_after;
   if (dry_run) j["would_evict"] = would_evict;
   j["foreign_roots"] = foreign_roots;
+  j["live_writer"] = live_writer;
+  if (live_writer) j["handoff"] = handoff_json(handoff);
   j["sharded"] = sharded;
   if (sharded) {
     j["lease_holder"] = lease_holder;
     j["lease_taken_over_from"] = lease_taken_over_from;
     j["shards_busy"] = shards_busy;
     j["shards_retired"] = shards_retired;
+    j["shards_handed_off"] = shards_handed_off;
     ojson sh = ojson::array();
     for (const auto& x : shards) sh.push_back(shard_json(x, true));
     j["shards"] = std::move(sh);
@@ -317,6 +355,9 @@ std::string GcReport::to_text() const {
       << (fptable_updated ? "table brought up to date (" + std::to_string(fptable_replayed) + " journal entries)"
                           : "table not updated: " + fptable_skipped + " (the next open replays or rebuilds it)")
       << "\n";
+  if (live_writer && !sharded)
+    o << "live writer      " << handoff_text(handoff)
+      << " (compaction and tail truncation skipped: they need the writer lock)\n";
   o << "after            " << blocks_after << " blocks, " << format_bytes(bytes_after) << "\n";
   if (sharded) {
     o << "lease            held as " << lease_holder
@@ -324,9 +365,13 @@ std::string GcReport::to_text() const {
       << "\n";
     o << "shards           " << shards.size() << ": " << shards_busy << " busy (left as they are), " << shards_retired
       << " retired\n";
-    for (const auto& x : shards)
+    if (shards_handed_off)
+      o << "live writers     " << shards_handed_off << " shards planned read-only and handed to their writers\n";
+    for (const auto& x : shards) {
       o << "  " << x.name << ": " << x.state << "; " << x.blocks << " blocks (" << format_bytes(x.bytes) << ") -> "
         << x.blocks_after << " (" << format_bytes(x.bytes_after) << ")\n";
+      if (x.live_writer) o << "    live writer: " << handoff_text(x.handoff) << "\n";
+    }
   }
   if (dry_run)
     for (const auto& w : would_evict) o << "  would evict " << w << "\n";

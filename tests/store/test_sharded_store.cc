@@ -332,9 +332,11 @@ TEST(Sharded, GcLeaseIsExclusiveAndAnExpiredOneIsTakenOver) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(rep.lease_taken_over_from, "otherhost:4242:cafe");
   EXPECT_FALSE(fs::exists(fmt::gc_lease_path(root))) << "a finished gc releases its lease";
-  // A busy shard (its writer runs) is left as it is and reported.
+  // A busy shard (its writer runs) is left as it is and reported, when gc hands nothing to live
+  // writers (--writer-wait 0; the hand-off: tests/tools/test_gc_live_writer.cc).
   auto a = open_rw(root, "a");
   go.lease_wait_ms = 0;
+  go.writer_wait_ms = 0;
   s = admin::gc(root, go, &rep);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(rep.shards_busy, 1u);
@@ -510,6 +512,7 @@ TEST(Sharded, GcLeavesAShardWhoseWriterHeartbeatMovesEvenWithoutItsFlock) {
   go.grace_ms = 0;
   go.max_bytes = 0;  // would evict everything
   go.writer_heartbeat_ms = 1000;
+  go.writer_wait_ms = 0;  // no hand-off: the heartbeat alone keeps gc out (with one: test_gc_live_writer.cc)
   admin::GcReport rep;
   Status s = admin::gc(root, go, &rep);
   stop = true;

@@ -334,10 +334,18 @@ TEST_F(AdminStore, InspectWhileWriterHoldsAndGcBusy) {
   InspectReport r = must_inspect(path);
   EXPECT_EQ(r.blocks, 5u);
   GcReport g;
-  Status st = gc(path, {}, &g);
+  GcOptions no_handoff;
+  no_handoff.writer_wait_ms = 0;  // the writer runs and gc hands it nothing: busy
+  Status st = gc(path, no_handoff, &g);
   EXPECT_EQ(st.code(), Code::kBusy);
   EXPECT_EQ(exit_code(st), 4);
   EXPECT_NE(st.message().find("pid"), std::string::npos) << st.message();
+  // By default gc plans read-only beside the live writer (store_v1.md §11.5): nothing to remove.
+  st = gc(path, {}, &g);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(g.live_writer);
+  EXPECT_EQ(g.handoff.outcome, "nothing to remove");
+  EXPECT_EQ(g.blocks_after, 5u);
   BuildOptions bo;
   bo.rebuild_index = true;
   BuildReport br;

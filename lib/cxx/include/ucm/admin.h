@@ -107,6 +107,24 @@ struct CorruptBlock {
   std::string reason;         ///< e.g. "kv payload checksum mismatch", "data file 3 missing"
   std::string shard = {};     ///< sharded stores: the shard holding it ("" otherwise)
 };
+/// gc beside a live writer (store_v1.md §11.5): what gc handed to the running writer of a store
+/// (or shard) whose writer lock another process holds: a request in STORE/gc-requests that the
+/// writer's handle applies at its next heartbeat and answers.
+struct GcHandoff {
+  bool requested = false;          ///< a request was written (false: nothing to ask, or a dry run)
+  bool answered = false;           ///< the writer applied it and answered within writer_wait_ms
+  /// "applied", "nothing to remove", "dry run", "no answer: withdrawn" (never applied),
+  /// "no answer: claimed" (the writer took it and is applying it; its answer stays in
+  /// gc-requests/<nonce>.done), "refused: <why>" (the writer renamed it .bad)
+  std::string outcome;
+  std::string holder;              ///< who holds the writer lock (gc's Busy message)
+  std::string nonce;               ///< the request's name in gc-requests/
+  std::string writer;              ///< the answering writer, "host:pid"
+  uint64_t blocks_requested = 0, blocks_removed = 0, blocks_absent = 0, bytes_removed = 0;
+  uint64_t documents_removed = 0, files_retired = 0, files_unlinked = 0, bytes_unlinked = 0;
+  std::vector<std::string> errors;  ///< the writer's
+};
+
 /// One shard of a sharded store (store_v1.md §11), as inspect and gc see it.
 struct ShardSummary {
   std::string name;
@@ -116,6 +134,8 @@ struct ShardSummary {
   uint64_t data_files = 0, data_bytes = 0, dead_bytes = 0;  ///< inspect
   uint64_t verified = 0, corrupt_total = 0;  ///< inspect --verify
   uint64_t evicted_blocks = 0, evicted_bytes = 0, blocks_after = 0, bytes_after = 0;  ///< gc
+  bool live_writer = false;   ///< gc: its writer ran; the removals were handed to it
+  GcHandoff handoff;          ///< gc: when live_writer
 };
 
 struct InspectReport {
@@ -187,6 +207,11 @@ struct GcOptions {
   /// flock is free, because a shared file system can lose flocks (a GlusterFS brick restart
   /// drops them all). 0 skips the check (tests).
   uint64_t writer_heartbeat_ms = 3000;
+  /// gc beside a live writer (store_v1.md §11.5): a store (or shard) whose writer lock a running
+  /// process holds (or, sharded, whose heartbeat moves) is planned read-only and its removals
+  /// are handed to that writer, whose handle applies them at its next heartbeat; gc waits this
+  /// long for the answer. 0: no hand-off (Busy, as before).
+  uint64_t writer_wait_ms = 30000;
   ProgressFn progress;
 };
 struct GcReport {
@@ -222,6 +247,13 @@ struct GcReport {
   std::vector<std::string> documents_removed_ids;  ///< "ns_hex:document id" (first 1000)
   uint64_t blocks_after = 0, bytes_after = 0;
   std::vector<std::string> would_evict;    ///< dry run: "ns_hex:block_hex" (first 1000)
+  /// gc beside a live writer (store_v1.md §11.5): the writer ran, gc planned read-only and
+  /// handed the removals to it (compaction and tail truncation need the writer lock: skipped).
+  /// Sharded stores: `shards_handed_off` shards were, each with its `handoff` in `shards`, and
+  /// `handoff` holds the totals.
+  bool live_writer = false;
+  GcHandoff handoff;
+  uint64_t shards_handed_off = 0;
   std::string to_json() const;
   std::string to_text() const;
 };
