@@ -9,8 +9,13 @@
                    log-probabilities at each cont position; prefix cache reads stay on, so the
                    connector still serves
   --max-tokens N   greedy tokens to generate (default 16)
+  --num-gpu-blocks N, --max-num-batched-tokens N, --max-num-seqs N
+                   vLLM's KV cache size (blocks) and batch limits: a small cache forces preemption,
+                   a small token budget chunked prefill
+  --extra JSON     more kv_connector_extra_config keys
   --out FILE       JSON: per prompt {"tokens", "num_cached_tokens", "prompt_len", "seconds",
-                   "cont_logprobs"}; and "startup_seconds"
+                   "cont_logprobs"}; "startup_seconds"; "preemptions" (vLLM's own counter,
+                   vllm:num_preemptions)
 """
 import argparse
 import json
@@ -36,6 +41,10 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--prefix-caching", action="store_true")
     ap.add_argument("--one-by-one", action="store_true", help="one generate() call per prompt (TTFT)")
+    ap.add_argument("--num-gpu-blocks", type=int)
+    ap.add_argument("--max-num-batched-tokens", type=int)
+    ap.add_argument("--max-num-seqs", type=int)
+    ap.add_argument("--extra", default="{}")
     a = ap.parse_args()
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
@@ -46,14 +55,18 @@ def main():
         extra = {"store": a.store, "save": a.save, "load": not a.no_load}
         if a.namespace:
             extra["namespace"] = a.namespace
+        extra.update(json.loads(a.extra))
         kw["kv_transfer_config"] = KVTransferConfig(
             kv_connector="UcmConnector", kv_connector_module_path="ucm.vllm.connector", kv_role="kv_both",
             kv_connector_extra_config=extra, kv_load_failure_policy="recompute")
     t0 = time.time()
     if a.score:
         kw["max_logprobs"] = a.topk
+    for k in ("num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs"):
+        if getattr(a, k):
+            kw[k + ("_override" if k == "num_gpu_blocks" else "")] = getattr(a, k)
     llm = LLM(model=a.model, dtype=a.dtype, max_model_len=8192, enforce_eager=True,
-              enable_prefix_caching=a.prefix_caching, seed=0, **kw)
+              enable_prefix_caching=a.prefix_caching, seed=0, disable_log_stats=False, **kw)
     startup = time.time() - t0
     items = json.load(open(a.prompts))
     prompts = []
@@ -88,8 +101,15 @@ def main():
                 r["cont_logprobs"] = [{str(t): v.logprob for t, v in o.prompt_logprobs[start + j].items()}
                                       for j in range(len(it["cont"]))]
             res.append(r)
+    preemptions = None
+    try:
+        for m in llm.get_metrics():
+            if m.name == "vllm:num_preemptions":
+                preemptions = int(getattr(m, "value", 0) or 0) + (preemptions or 0)
+    except Exception as e:  # pragma: no cover
+        print(f"vllm_run: metrics: {e}", file=sys.stderr)
     with open(a.out, "w") as f:
-        json.dump({"startup_seconds": startup, "results": res}, f)
+        json.dump({"startup_seconds": startup, "results": res, "preemptions": preemptions}, f)
     if scores:
         import numpy as np
         np.savez(a.out + ".npz", **scores)

@@ -144,6 +144,9 @@ class UcmConnector(KVConnectorBase_V1):
             self._closed = False
             self.stats = {k: 0 for k in _COUNTERS}
             self.stats["load_seconds"] = 0.0
+            # Fault injection for tests/vllm: before the first step with a load, write FILE.waiting
+            # and wait (at most 300 s) until FILE exists, so a test can act between lookup and load.
+            self._pause_file = get("test_pause_before_load", None)
         log.info("UcmConnector (%s): store %s, namespace %s, ucm block %d, engine block %d, save %s%s, load %s",
                  role.name, self.store_path, self.ns.name, self.T, self.engine_block, self.do_save,
                  f" (shard {self.shard})" if self.shard else "", self.do_load)
@@ -358,12 +361,22 @@ class UcmConnector(KVConnectorBase_V1):
         as a load error, and vLLM recomputes from it."""
         self._failed_reqs = set()
         meta = self._get_connector_metadata()
+        if meta.loads and self._pause_file:
+            self._pause_before_load()
         for ld in meta.loads:
             try:
                 self._load(ld)
             except Exception as e:
                 self.stats["store_errors"] += 1
                 self._fail_load(ld, ld.first_token // self.T, f"{type(e).__name__}: {e}")
+
+    def _pause_before_load(self) -> None:
+        path, self._pause_file = self._pause_file, None
+        with open(path + ".waiting", "w") as f:
+            f.write(str(os.getpid()))
+        deadline = time.time() + 300
+        while not os.path.exists(path) and time.time() < deadline:
+            time.sleep(0.05)
 
     def _fail_load(self, ld: LoadSpec, ucm_index: int, why: str) -> None:
         """Reports the engine block holding ucm block ucm_index (and the rest of the load) as load

@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""Soak of the vLLM connector under production conditions (issue 37; not in CI; run in .venv-vllm).
+
+    .venv-vllm/bin/python scripts/soak_vllm.py --out out/soak [--requests 1000 --docs 100]
+
+One server (vLLM's CPU build, fp32, SmolLM2-135M-Instruct, prefix caching off) with the
+UcmConnector saving and loading, fed python3.11-doc pages as server token ids: a shared system
+prompt (configs/template_chat.txt), a document cut at a random length (prompts of about 0.3-1.5K
+tokens), one of ten questions, 32-64 generated tokens (ignore_eos), requests arriving in bursts
+of 1-32. Its KV cache is small (--blocks, default 40 blocks of 128 tokens), so vLLM preempts.
+Beside it:
+
+  * a loop runs `ucm gc STORE --max-bytes <half the store's bytes>` every --gc-every seconds;
+  * every --corrupt-every finished requests one stored block of a finished prompt is corrupted
+    (a payload byte flipped in its data file);
+  * once, when --kill-at of the requests are done, the server is killed with SIGKILL in the
+    middle of a burst and restarted; it goes on from the first request without an output;
+  * at the end a fresh server (load only, roomy cache) serves every request again from the
+    surviving store; then `ucm gc --verify` removes the corrupt blocks and `ucm inspect --verify`
+    must be clean.
+
+Pass: every output of the soak server and of the fresh server equals the reference (a separate
+vLLM without the connector, roomy cache, vLLM's own prefix caching on to save time), and the
+store verifies. The report (stdout and OUT/report.json): requests/s, store hit rate (prompt tokens
+served by the connector), vLLM's preemptions, gc runs and what they did, load errors recovered,
+saves dropped, mismatches.
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS_DIR = Path("/usr/share/doc/python3.11/html/_sources")
+QUESTIONS = ["What is this module for?", "Name one function it provides.", "Summarize the first section.",
+             "What does the first example show?", "Which exceptions can it raise?", "Who should use it?",
+             "List two classes it defines.", "What changed in recent versions?", "Give a one-line usage example.",
+             "What are its main limitations?"]
+
+
+def build_requests(n, n_docs, seed, tok):
+    rng = random.Random(seed)
+    docs = sorted(p for p in DOCS_DIR.rglob("*.rst.txt") if p.stat().st_size > 7000)
+    rng.shuffle(docs)
+    docs = docs[:n_docs]
+    tmpl = (ROOT / "configs/template_chat.txt").read_text()
+    pre, post = tmpl.split("{document}", 1) if "{document}" in tmpl else (tmpl, "")
+    texts = {}
+    out = []
+    for i in range(n):
+        d = docs[rng.randrange(len(docs))]
+        text = texts.setdefault(d, d.read_text())
+        cut = rng.choice([1200, 2400, 3600, 4800, 6000])   # about 0.3-1.5K tokens with the template
+        prompt = pre + text[:cut] + post.replace("{question}", "") + "\nQuestion: " + rng.choice(QUESTIONS) + "\nAnswer:"
+        out.append({"i": i, "ids": tok(prompt)["input_ids"], "max_tokens": rng.randint(32, 64), "doc": str(d)})
+    return out
+
+
+# ----------------------------------------------------------------------------- server (child)
+def serve(a):
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM, SamplingParams
+    from vllm.config import KVTransferConfig
+    from vllm.inputs import TokensPrompt
+    reqs = json.load(open(a.requests_file))
+    done = set()
+    if os.path.exists(a.results):
+        for line in open(a.results):
+            try:
+                done.add(json.loads(line)["i"])
+            except ValueError:
+                pass                                  # a line cut by SIGKILL
+    todo = [r for r in reqs if r["i"] not in done]
+    kw = {}
+    if a.store:
+        kw["kv_transfer_config"] = KVTransferConfig(
+            kv_connector="UcmConnector", kv_connector_module_path="ucm.vllm.connector", kv_role="kv_both",
+            kv_connector_extra_config={"store": a.store, "save": a.save}, kv_load_failure_policy="recompute")
+    if a.blocks:
+        kw["num_gpu_blocks_override"] = a.blocks
+    llm = LLM(model=a.model, dtype=a.dtype, max_model_len=4096, enforce_eager=True, seed=0,
+              enable_prefix_caching=a.prefix_caching, max_num_batched_tokens=2048, max_num_seqs=32,
+              disable_log_stats=False, **kw)
+    rng = random.Random(a.seed + len(done))
+    pos = 0
+    with open(a.results, "a") as f:
+        while pos < len(todo):
+            burst = todo[pos: pos + (rng.randint(1, 32) if a.bursts else len(todo))]
+            pos += len(burst)
+            t0 = time.time()
+            outs = llm.generate([TokensPrompt(prompt_token_ids=r["ids"]) for r in burst],
+                                [SamplingParams(temperature=0.0, max_tokens=r["max_tokens"], ignore_eos=True)
+                                 for r in burst], use_tqdm=False)
+            dt = time.time() - t0
+            for r, o in zip(burst, outs):
+                f.write(json.dumps({"i": r["i"], "tokens": list(o.outputs[0].token_ids),
+                                    "cached": o.num_cached_tokens or 0, "prompt_len": len(r["ids"]),
+                                    "burst_seconds": dt}) + "\n")
+            f.flush()
+            print(f"soak-server: {len(done) + pos}/{len(reqs)} requests", file=sys.stderr, flush=True)
+    pre = 0
+    for m in llm.get_metrics():
+        if m.name == "vllm:num_preemptions":
+            pre += int(getattr(m, "value", 0) or 0)
+    with open(a.results + ".metrics.json", "w") as f:
+        json.dump({"preemptions": pre}, f)
+    llm.llm_engine.engine_core.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+# ----------------------------------------------------------------------------- driver
+def child(a, results, store=None, save=False, blocks=None, prefix_caching=False, bursts=True, log=None,
+          requests_file=None):
+    cmd = [sys.executable, __file__, "--serve", "--requests-file", str(requests_file or a.out / "requests.json"), "--results",
+           str(results), "--model", a.model, "--dtype", a.dtype, "--seed", str(a.seed)]
+    if store:
+        cmd += ["--store", str(store)] + (["--save"] if save else [])
+    if blocks:
+        cmd += ["--blocks", str(blocks)]
+    if prefix_caching:
+        cmd.append("--prefix-caching")
+    if bursts:
+        cmd.append("--bursts")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib/python"), "VLLM_CPU_KVCACHE_SPACE": "1",
+           "UCM_BIN": a.ucm, "UCM_VLLM_STATS": str(a.out / "connector_events.jsonl")}
+    # Its own process group: the SIGKILL below takes the server with vLLM's engine-core process.
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "a") if log else None, env=env,
+                            start_new_session=True)
+
+
+def lines(path):
+    out = {}
+    if Path(path).exists():
+        for line in open(path):
+            try:
+                r = json.loads(line)
+                out[r["i"]] = r
+            except ValueError:
+                pass
+    return out
+
+
+def store_bytes(a, store):
+    p = subprocess.run([a.ucm, "inspect", str(store), "--json"], capture_output=True, text=True)
+    if p.returncode != 0:
+        return 0
+    j = json.loads(p.stdout)
+    t = j.get("totals", j)
+    return int(t.get("payload_bytes", 0) or 0) + int(t.get("repr_bytes", 0) or 0) or int(t.get("bytes", 0) or 0)
+
+
+def corrupt_one(a, store, reqs, done_ids, rng, tok_cache):
+    """Flips one payload byte of a stored block of a finished prompt; returns its hash or None."""
+    import ucm
+    with ucm.Store(str(store)) as s:
+        nss = s.namespaces()
+        if not nss:
+            return None
+        ns = s.namespace(nss[0]["id"])
+        for _ in range(20):
+            r = reqs[rng.choice(sorted(done_ids))]
+            hashes = ucm.hash_blocks(ns.hash_seed, r["ids"], ns.block_size)
+            present = s.lookup(ns, hashes).present
+            idx = [k for k in range(len(hashes)) if present[k]]
+            if not idx:
+                continue
+            h = hashes[rng.choice(idx)].tobytes().hex()
+            p = subprocess.run([a.ucm, "inspect", str(store), "--block", h, "--json"], capture_output=True, text=True)
+            if p.returncode != 0:
+                continue
+            blk = json.loads(p.stdout)["block"]
+            rec = blk["kv"]
+            base = Path(store) / "shards" / blk["shard"] if blk.get("shard") else Path(store)
+            data = base / "data" / f"{rec['file']:08d}.ucmd"
+            if not data.exists():
+                continue
+            with open(data, "r+b") as f:
+                f.seek(rec["offset"] + rec["length"] // 2)
+                b = f.read(1)
+                f.seek(rec["offset"] + rec["length"] // 2)
+                f.write(bytes([b[0] ^ 0xFF]))
+            return h
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=ROOT / "out/soak")
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--docs", type=int, default=100)
+    ap.add_argument("--blocks", type=int, default=40, help="vLLM KV cache blocks of the soak server")
+    ap.add_argument("--gc-every", type=float, default=30.0, help="seconds between gc runs")
+    ap.add_argument("--corrupt-every", type=int, default=100)
+    ap.add_argument("--kill-at", type=float, default=0.5, help="SIGKILL the server once this share is done")
+    ap.add_argument("--fresh", type=int, default=0, help="requests the fresh server replays (0 = all)")
+    ap.add_argument("--model", default=str(ROOT / "models/SmolLM2-135M-Instruct"))
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--ucm", default=os.environ.get("UCM_BIN", str(ROOT / "build/bin/ucm")))
+    ap.add_argument("--seed", type=int, default=0)
+    # child mode
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--requests-file", help=argparse.SUPPRESS)
+    ap.add_argument("--results", help=argparse.SUPPRESS)
+    ap.add_argument("--store", help=argparse.SUPPRESS)
+    ap.add_argument("--save", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--prefix-caching", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--bursts", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.serve:
+        return serve(a)
+
+    a.out.mkdir(parents=True, exist_ok=True)
+    store = a.out / "store"
+    log = a.out / "servers.log"
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(a.model)
+    if not (a.out / "requests.json").exists():
+        json.dump(build_requests(a.requests, a.docs, a.seed, tok), open(a.out / "requests.json", "w"))
+    reqs = json.load(open(a.out / "requests.json"))
+    n = len(reqs)
+    print(f"soak: {n} requests, prompts {min(len(r['ids']) for r in reqs)}-{max(len(r['ids']) for r in reqs)} tokens",
+          file=sys.stderr)
+
+    ref_file = a.out / "reference.jsonl"
+    if len(lines(ref_file)) < n:
+        t0 = time.time()
+        p = child(a, ref_file, prefix_caching=True, bursts=False, log=log)
+        assert p.wait() == 0, f"reference server failed: {log}"
+        print(f"soak: reference in {time.time() - t0:.0f} s", file=sys.stderr)
+    ref = lines(ref_file)
+
+    # --- the soak server, with gc beside it, corruption, one SIGKILL
+    soak_file = a.out / "soak.jsonl"
+    gc_runs = []
+    stop = threading.Event()
+
+    def gc_loop():
+        while not stop.wait(a.gc_every):
+            half = store_bytes(a, store) // 2
+            if not half:
+                continue
+            t0 = time.time()
+            p = subprocess.run([a.ucm, "gc", str(store), "--max-bytes", str(half), "--json"], capture_output=True,
+                               text=True)
+            try:
+                rep = json.loads(p.stdout)
+            except ValueError:
+                rep = {"stderr": p.stderr[-500:]}
+            gc_runs.append({"rc": p.returncode, "seconds": round(time.time() - t0, 2), "target_bytes": half,
+                            "report": rep})
+
+    rng = random.Random(a.seed)
+    corrupted = []
+    t_start = time.time()
+    gc_thread = threading.Thread(target=gc_loop, daemon=True)
+    gc_thread.start()
+    killed = False
+    restarts = 0
+    preemptions = 0
+    while len(lines(soak_file)) < n:
+        proc = child(a, soak_file, store=store, save=True, blocks=a.blocks, log=log)
+        next_corrupt = (len(lines(soak_file)) // a.corrupt_every + 1) * a.corrupt_every
+        while proc.poll() is None:
+            time.sleep(1.0)
+            done = lines(soak_file)
+            if len(done) >= next_corrupt:
+                h = corrupt_one(a, store, reqs, set(done), rng, None)
+                corrupted.append({"after": len(done), "block": h})
+                next_corrupt += a.corrupt_every
+            if not killed and len(done) >= a.kill_at * n:
+                time.sleep(rng.uniform(0.5, 3.0))      # into the next burst
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                killed = True
+                print(f"soak: SIGKILL after {len(lines(soak_file))} requests", file=sys.stderr)
+        if proc.returncode not in (0, -signal.SIGKILL):
+            raise SystemExit(f"soak server failed ({proc.returncode}): {log}")
+        m = Path(str(soak_file) + ".metrics.json")
+        if proc.returncode == 0 and m.exists():
+            preemptions += json.load(open(m))["preemptions"]
+        if proc.returncode != 0:
+            restarts += 1
+    soak_seconds = time.time() - t_start
+    stop.set()
+    gc_thread.join()
+    soak = lines(soak_file)
+
+    # --- a fresh server on the surviving store
+    fresh_file = a.out / "fresh.jsonl"
+    fresh_reqs = reqs if not a.fresh else reqs[: a.fresh]
+    if a.fresh:
+        json.dump(fresh_reqs, open(a.out / "requests.json.fresh", "w"))
+    p = child(a, fresh_file, store=store, bursts=False, log=log,
+              requests_file=a.out / "requests.json.fresh" if a.fresh else None)
+    assert p.wait() == 0, f"fresh server failed: {log}"
+    fresh = lines(fresh_file)
+
+    gcv = subprocess.run([a.ucm, "gc", str(store), "--verify", "--json"], capture_output=True, text=True)
+    insp = subprocess.run([a.ucm, "inspect", str(store), "--verify", "--json"], capture_output=True, text=True)
+
+    events = [json.loads(l) for l in open(a.out / "connector_events.jsonl")] if (a.out / "connector_events.jsonl").exists() else []
+    logtext = log.read_text()
+    mism_soak = [i for i in range(n) if soak[i]["tokens"] != ref[i]["tokens"]]
+    mism_fresh = [i for i in fresh if fresh[i]["tokens"] != ref[i]["tokens"]]
+    prompt_tokens = sum(len(r["ids"]) for r in reqs)
+    report = {
+        "requests": n, "documents": a.docs, "soak_seconds": round(soak_seconds, 1),
+        "requests_per_s": round(n / soak_seconds, 3),
+        "store_hit_rate_soak": round(sum(soak[i]["cached"] for i in range(n)) / prompt_tokens, 4),
+        "store_hit_rate_fresh": round(sum(fresh[i]["cached"] for i in fresh) / sum(fresh[i]["prompt_len"] for i in fresh), 4),
+        "preemptions": preemptions, "restarts_after_sigkill": restarts,
+        "gc_runs": len(gc_runs), "gc_ok": sum(1 for g in gc_runs if g["rc"] == 0),
+        "corrupted_blocks": len([c for c in corrupted if c["block"]]),
+        "load_errors_recovered": sum(1 for e in events if e.get("event") == "load" and e.get("failed")),
+        "saves_dropped": logtext.count("dropped, the save queue is full"),
+        "mismatches_soak": mism_soak, "mismatches_fresh": mism_fresh,
+        "final_gc_verify_rc": gcv.returncode, "inspect_verify_rc": insp.returncode,
+        "gc_reports": gc_runs[-3:],
+    }
+    json.dump(report, open(a.out / "report.json", "w"), indent=1)
+    print(json.dumps({k: v for k, v in report.items() if k != "gc_reports"}, indent=1))
+    ok = not mism_soak and not mism_fresh and insp.returncode == 0
+    print("soak: PASS" if ok else "soak: FAIL", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

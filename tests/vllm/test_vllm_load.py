@@ -1,0 +1,235 @@
+"""The UcmConnector under load (issue 37): a full KV cache that makes vLLM preempt, chunked prefill,
+load failures, blocks removed by gc between lookup and load, a store that fails mid-run, two
+saving servers on one store. fp32, SmolLM2-135M-Instruct, 8 python3.11-doc pages cut at 5,000
+characters, two questions each: 16 prompts of 1.2-1.4K tokens in one generate() call, greedy, 96
+tokens each with ignore_eos, prefix caching off. Every output must equal vLLM's own without the
+connector, in a roomy cache. Run by scripts/test_vllm.sh (not in CI: a 6 GB venv, many vLLM
+start-ups; about 20-30 minutes on 2 cores).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_vllm import DOCS_DIR, MODEL, ROOT, TEMPLATE, UCM_BIN, template_prefix, vllm
+
+DOCS = ["library/gzip.rst.txt", "library/zlib.rst.txt", "library/difflib.rst.txt", "library/shelve.rst.txt",
+        "library/bz2.rst.txt", "library/lzma.rst.txt", "library/tarfile.rst.txt", "library/zipfile.rst.txt"]
+CUT = 5000
+QUESTIONS = ["\nQuestion: what is this module for?\nAnswer:", "\nQuestion: name one function it provides.\nAnswer:"]
+TOKENS = 96
+# A cache of 48 blocks of 128 tokens holds about four of these requests: vLLM preempts.
+FULL = ["--num-gpu-blocks", "48", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16"]
+
+
+def run(tmp, name, store=None, save=False, extra=None, args=(), prompts=None, one_by_one=False):
+    a = list(args) + (["--extra", json.dumps(extra)] if extra else []) + (["--one-by-one"] if one_by_one else [])
+    res, err = vllm(tmp, name, prompts or PROMPTS, store=store, save=save, dtype="float32", max_tokens=TOKENS,
+                    extra=a)
+    meta = json.loads((tmp / f"{name}.out.json").read_text())
+    return res, err, meta
+
+
+def tokens(res):
+    return [r["tokens"] for r in res]
+
+
+def events(stats_file):
+    p = Path(stats_file)
+    return [json.loads(l) for l in p.read_text().splitlines()] if p.exists() else []
+
+
+PROMPTS = [{"prompt": template_prefix() + (DOCS_DIR / d).read_text()[:CUT] + q} for d in DOCS for q in QUESTIONS] \
+    if DOCS_DIR.exists() else []
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory):
+    if not MODEL.exists() or not all((DOCS_DIR / d).exists() for d in DOCS):
+        pytest.skip("model or python3.11-doc documents missing")
+    return tmp_path_factory.mktemp("vllm-load")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp):
+    """vLLM without the connector, a roomy cache: the answer every run must give."""
+    res, _, meta = run(tmp, "ref")
+    return tokens(res)
+
+
+@pytest.fixture(scope="module")
+def precomputed(tmp):
+    """The 8 documents precomputed by `ucm precompute --dtype fp32` from the server's token ids."""
+    corpus = tmp / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d, "text": (DOCS_DIR / d).read_text()[:CUT]}) + "\n" for d in DOCS))
+    ids = tmp / "ids.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib/python")}
+    subprocess.run([sys.executable, "-m", "ucm.tokenize", "--tokenizer", str(MODEL), "--template", str(TEMPLATE),
+                    "--corpus", str(corpus), "--out", str(ids)], check=True, env=env)
+    store = tmp / "pre-store"
+    subprocess.run([UCM_BIN, "precompute", "--model", str(MODEL), "--corpus", str(ids), "--store", str(store),
+                    "--dtype", "fp32"], check=True, capture_output=True)
+    return store
+
+
+def copy_store(src, dst):
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("LOCK", "readers", "access"))
+    return dst
+
+
+def verify(store):
+    v = subprocess.run([UCM_BIN, "inspect", str(store), "--verify", "--json"], capture_output=True, text=True)
+    assert v.returncode == 0, v.stdout[-2000:] + v.stderr[-2000:]
+    return json.loads(v.stdout)
+
+
+def test_preemption_with_load_and_save_then_a_fresh_server(tmp, reference, precomputed, monkeypatch):
+    store = copy_store(precomputed, tmp / "preempt-store")
+    stats = tmp / "preempt.stats.jsonl"
+    monkeypatch.setenv("UCM_VLLM_STATS", str(stats))
+    res, err, meta = run(tmp, "preempt", store=store, save=True, args=FULL)
+    loads = [e for e in events(stats) if e["event"] == "load"]
+    print(f"preemption: vLLM preempted {meta['preemptions']} times; {len(loads)} loads for {len(PROMPTS)} requests; "
+          f"cached tokens {[r['num_cached_tokens'] for r in res]}")
+    assert meta["preemptions"] and meta["preemptions"] > 0, "the cache did not force preemption"
+    assert len(loads) > len(PROMPTS), "a resumed request was not loaded again"
+    assert tokens(res) == reference
+    verify(store)
+    monkeypatch.delenv("UCM_VLLM_STATS")
+    fresh, _, _ = run(tmp, "preempt-fresh", store=store)
+    assert tokens(fresh) == reference
+    assert all(r["num_cached_tokens"] > 0 for r in fresh)
+
+
+def test_a_preempting_server_saving_into_an_empty_store_writes_only_computed_kv(tmp, reference):
+    """The store poisoning of issue 37 (num_gpu_blocks_override=36): the saver's own outputs and a
+    fresh server's outputs from what it saved both equal the reference."""
+    store = tmp / "poison-store"
+    res, err, meta = run(tmp, "poison-save", store=store, save=True,
+                         args=["--num-gpu-blocks", "36", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16"])
+    assert meta["preemptions"] and meta["preemptions"] > 0
+    assert tokens(res) == reference
+    info = verify(store)
+    fresh, _, _ = run(tmp, "poison-fresh", store=store)
+    print(f"poison: {meta['preemptions']} preemptions while saving; fresh server cached "
+          f"{[r['num_cached_tokens'] for r in fresh]}; store {info.get('blocks', info.get('totals'))}")
+    assert sum(r["num_cached_tokens"] for r in fresh) > 0
+    assert tokens(fresh) == reference
+
+
+def corrupt(store, hash_hex):
+    rec = json.loads(subprocess.run([UCM_BIN, "inspect", str(store), "--block", hash_hex, "--json"],
+                                    capture_output=True, text=True, check=True).stdout)["block"]["kv"]
+    data = Path(store) / "data" / f"{rec['file']:08d}.ucmd"
+    b = bytearray(data.read_bytes())
+    b[rec["offset"] + rec["length"] // 2] ^= 0xFF
+    data.write_bytes(bytes(b))
+
+
+def prompt_hashes(store, i):
+    import ucm
+    from transformers import AutoTokenizer
+    ids = AutoTokenizer.from_pretrained(str(MODEL))(PROMPTS[i]["prompt"])["input_ids"]
+    with ucm.Store(str(store)) as s:
+        ns = s.namespace(s.namespaces()[0]["id"])
+        return ucm.hash_blocks(ns.hash_seed, ids, ns.block_size)
+
+
+def test_load_failure_in_a_one_step_prefill_saves_nothing_wrong(tmp, reference, precomputed):
+    """A corrupt block in the middle of prompt 0's hit; the prefill is one step (the budget holds
+    the prompt), so the save of that step would cover KV computed over the failed block."""
+    store = copy_store(precomputed, tmp / "fault-store")
+    corrupt(store, prompt_hashes(store, 0)[20].tobytes().hex())
+    res, err, _ = run(tmp, "fault-save", store=store, save=True, one_by_one=True)
+    assert "failed to load" in err and "UCM_E_CORRUPTION" in err, err[-3000:]
+    assert "not saved in the step of its load error" in err, err[-3000:]
+    assert tokens(res) == reference
+    fresh, _, _ = run(tmp, "fault-fresh", store=store)
+    assert tokens(fresh) == reference
+
+
+def start(tmp, name, store, extra, args=(), save=False):
+    pfile, out = tmp / f"{name}.prompts.json", tmp / f"{name}.out.json"
+    pfile.write_text(json.dumps(PROMPTS))
+    cmd = [sys.executable, str(ROOT / "tests/vllm/vllm_run.py"), "--model", str(MODEL), "--prompts", str(pfile),
+           "--out", str(out), "--dtype", "float32", "--max-tokens", str(TOKENS), "--store", str(store),
+           "--extra", json.dumps(extra), *args] + (["--save"] if save else [])
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "lib/python"), "UCM_BIN": UCM_BIN, "VLLM_CPU_KVCACHE_SPACE": "1",
+           "UCM_LIB": str(ROOT / "build/lib/libucm.so")}
+    errf = open(tmp / f"{name}.stderr.txt", "w")
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf, env=env), out
+
+
+def wait_for(path, proc, timeout=600):
+    t0 = time.time()
+    while not Path(path).exists():
+        assert proc.poll() is None, f"the server exited ({proc.returncode}) before {path}"
+        assert time.time() - t0 < timeout, f"no {path} after {timeout} s"
+        time.sleep(0.2)
+
+
+def finish(proc, out, name, tmp):
+    assert proc.wait(timeout=900) == 0, (tmp / f"{name}.stderr.txt").read_text()[-4000:]
+    return json.loads(Path(out).read_text())["results"], (tmp / f"{name}.stderr.txt").read_text()
+
+
+def test_blocks_removed_by_gc_between_lookup_and_load_are_recomputed(tmp, reference, precomputed):
+    store = copy_store(precomputed, tmp / "gc-race-store")
+    pause = tmp / "gc-race.go"
+    proc, out = start(tmp, "gc-race", store, {"test_pause_before_load": str(pause)})
+    wait_for(str(pause) + ".waiting", proc)         # the scheduler has looked up; the worker waits
+    g = subprocess.run([UCM_BIN, "gc", str(store), "--max-bytes", "0", "--grace", "0", "--json"],
+                       capture_output=True, text=True)
+    assert g.returncode == 0, g.stderr
+    time.sleep(0.5)                                  # the readers' refresh interval (200 ms)
+    pause.write_text("go")
+    res, err = finish(proc, out, "gc-race", tmp)
+    assert tokens(res) == reference
+    assert "failed to load" in err, err[-3000:]
+
+
+def test_a_store_that_fails_mid_run_is_a_miss_and_the_server_keeps_serving(tmp, reference, precomputed):
+    store = copy_store(precomputed, tmp / "away-store")
+    pause = tmp / "away.go"
+    proc, out = start(tmp, "away", store, {"test_pause_before_load": str(pause)})
+    wait_for(str(pause) + ".waiting", proc)
+    away = store.with_name("away-store.moved")
+    store.rename(away)                              # the file system went away under the server
+    pause.write_text("go")
+    res, err = finish(proc, out, "away", tmp)
+    assert tokens(res) == reference
+    assert "failed to load" in err, err[-3000:]
+
+
+def test_two_servers_save_to_one_store_then_a_third_loads(tmp, reference):
+    store = tmp / "two-store"
+    half = len(PROMPTS) // 2
+    procs = []
+    for k, part in enumerate((PROMPTS[:half], PROMPTS[half:])):
+        name = f"two-{k}"
+        (tmp / f"{name}.prompts.json").write_text(json.dumps(part))
+        pfile = tmp / f"{name}.prompts.json"
+        out = tmp / f"{name}.out.json"
+        cmd = [sys.executable, str(ROOT / "tests/vllm/vllm_run.py"), "--model", str(MODEL), "--prompts", str(pfile),
+               "--out", str(out), "--dtype", "float32", "--max-tokens", str(TOKENS), "--store", str(store), "--save"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "lib/python"), "UCM_BIN": UCM_BIN, "VLLM_CPU_KVCACHE_SPACE": "1",
+               "UCM_LIB": str(ROOT / "build/lib/libucm.so")}
+        procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(tmp / f"{name}.stderr.txt", "w"),
+                                       env=env), out, name))
+    got = []
+    for proc, out, name in procs:
+        res, err = finish(proc, out, name, tmp)
+        got += tokens(res)
+    assert got == reference
+    info = verify(store)
+    shards = [s for s in (store / "shards").iterdir() if not s.name.startswith(".")]
+    print(f"two servers: shards {[s.name for s in shards]}")
+    assert len(shards) == 2
+    fresh, _, _ = run(tmp, "two-fresh", store=store)
+    assert tokens(fresh) == reference
+    assert all(r["num_cached_tokens"] > 0 for r in fresh)
