@@ -152,13 +152,16 @@ Status StoreWriter::gc_retire_files(GcApplied* a) {
   // Files with no live bytes that this session does not write to any more (no ActiveFile of it
   // is alive: the active file, and files a dump still in flight reserved room in, are kept) are
   // retired, as gc retires them (§5.4); they are unlinked once the grace period has passed.
+  // A file of only its header page is left alone: the roller commits a new file's record before
+  // the file is registered here, and nothing grows a file past its header unregistered.
   std::lock_guard<std::mutex> g(commit_mu_);
   const auto alive = session_files();
   const uint64_t now = fmt::now_ms();
   Index::Batch b;
   uint64_t n = 0;
   Status s = s_.index->for_each_file([&](uint32_t id, const fmt::FileRecord& f) {
-    if (f.state == fmt::FileState::kRetired || f.live_bytes != 0 || alive.count(id)) return true;
+    if (f.state == fmt::FileState::kRetired || f.live_bytes != 0 || f.size <= fmt::kPage || alive.count(id))
+      return true;
     fmt::FileRecord r = f;
     r.state = fmt::FileState::kRetired;
     r.retired_ms = now;

@@ -257,7 +257,10 @@ struct GcReport {
   std::string to_json() const;
   std::string to_text() const;
 };
-/// Takes the writer lock (Busy names the holder). See docs/cli.md for the step order.
+/// Takes the writer lock. See docs/cli.md for the step order. When a running process holds it,
+/// plans read-only and hands the removals to that writer (store_v1.md §11.5; report.live_writer,
+/// report.handoff); Busy (report filled) when it does not answer within writer_wait_ms, or at
+/// once, naming the holder, with writer_wait_ms = 0.
 /// Sharded stores (store_v1.md §11.3): takes the gc lease (Busy names its holder when
 /// lease_wait_ms passes), then the writer lock of every shard it can; evicts in one order across
 /// them; retires empty shards whose writer is gone.
