@@ -24,7 +24,7 @@ CUT = 5000
 QUESTIONS = ["\nQuestion: what is this module for?\nAnswer:", "\nQuestion: name one function it provides.\nAnswer:"]
 TOKENS = 96
 # A cache of 48 blocks of 128 tokens holds about four of these requests: vLLM preempts.
-FULL = ["--num-gpu-blocks", "48", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16"]
+FULL = ["--num-gpu-blocks", "48", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16", "--max-model-len", "4096"]
 
 
 def run(tmp, name, store=None, save=False, extra=None, args=(), prompts=None, one_by_one=False):
@@ -111,7 +111,8 @@ def test_a_preempting_server_saving_into_an_empty_store_writes_only_computed_kv(
     fresh server's outputs from what it saved both equal the reference."""
     store = tmp / "poison-store"
     res, err, meta = run(tmp, "poison-save", store=store, save=True,
-                         args=["--num-gpu-blocks", "36", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16"])
+                         args=["--num-gpu-blocks", "36", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16",
+                               "--max-model-len", "4096"])
     assert meta["preemptions"] and meta["preemptions"] > 0
     assert tokens(res) == reference
     info = verify(store)
@@ -233,3 +234,34 @@ def test_two_servers_save_to_one_store_then_a_third_loads(tmp, reference):
     fresh, _, _ = run(tmp, "two-fresh", store=store)
     assert tokens(fresh) == reference
     assert all(r["num_cached_tokens"] > 0 for r in fresh)
+
+
+def test_gc_from_cron_beside_a_live_saving_server(tmp, reference):
+    """`ucm gc --max-bytes` while a server saves to the store: the server's writer handle applies
+    the removals (store_v1.md §11.5), gc exits 0, the server's outputs are exact, the store verifies,
+    and a fresh server reading what survived is exact too."""
+    store = tmp / "gc-live-store"
+    proc, out = start(tmp, "gc-live", store, {}, args=FULL, save=True)
+    t0 = time.time()
+    while True:                                      # wait until the server has saved something
+        assert proc.poll() is None, (tmp / "gc-live.stderr.txt").read_text()[-3000:]
+        assert time.time() - t0 < 600
+        p = subprocess.run([UCM_BIN, "inspect", str(store), "--json"], capture_output=True, text=True)
+        if p.returncode == 0 and json.loads(p.stdout).get("blocks", 0) > 200:
+            break
+        time.sleep(2)
+    reports = []
+    while proc.poll() is None:
+        g = subprocess.run([UCM_BIN, "gc", str(store), "--max-bytes", "20MiB", "--grace", "0", "--json"],
+                           capture_output=True, text=True)
+        assert g.returncode == 0, g.stdout[-2000:] + g.stderr[-2000:]
+        reports.append(json.loads(g.stdout))
+        time.sleep(3)
+    res, err = finish(proc, out, "gc-live", tmp)
+    handed = [r for r in reports if r.get("live_writer") or r.get("shards_handed_off")]
+    print(f"gc beside a live server: {len(reports)} gc runs, {len(handed)} handed to the live writer")
+    assert handed, json.dumps(reports[-1])[:3000]
+    assert tokens(res) == reference
+    verify(store)
+    fresh, _, _ = run(tmp, "gc-live-fresh", store=store)
+    assert tokens(fresh) == reference

@@ -45,6 +45,7 @@ def main():
     ap.add_argument("--max-num-batched-tokens", type=int)
     ap.add_argument("--max-num-seqs", type=int)
     ap.add_argument("--extra", default="{}")
+    ap.add_argument("--max-model-len", type=int, default=8192)
     a = ap.parse_args()
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
@@ -65,7 +66,7 @@ def main():
     for k in ("num_gpu_blocks", "max_num_batched_tokens", "max_num_seqs"):
         if getattr(a, k):
             kw[k + ("_override" if k == "num_gpu_blocks" else "")] = getattr(a, k)
-    llm = LLM(model=a.model, dtype=a.dtype, max_model_len=8192, enforce_eager=True,
+    llm = LLM(model=a.model, dtype=a.dtype, max_model_len=a.max_model_len, enforce_eager=True,
               enable_prefix_caching=a.prefix_caching, seed=0, disable_log_stats=False, **kw)
     startup = time.time() - t0
     items = json.load(open(a.prompts))
