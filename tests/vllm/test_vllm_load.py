@@ -22,9 +22,9 @@ DOCS = ["library/gzip.rst.txt", "library/zlib.rst.txt", "library/difflib.rst.txt
         "library/bz2.rst.txt", "library/lzma.rst.txt", "library/tarfile.rst.txt", "library/zipfile.rst.txt"]
 CUT = 5000
 QUESTIONS = ["\nQuestion: what is this module for?\nAnswer:", "\nQuestion: name one function it provides.\nAnswer:"]
-TOKENS = 96
-# A cache of 48 blocks of 128 tokens holds about four of these requests: vLLM preempts.
-FULL = ["--num-gpu-blocks", "48", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16", "--max-model-len", "4096"]
+TOKENS = 160
+# A cache of 32 blocks of 128 tokens holds two or three of these requests: vLLM preempts.
+FULL = ["--num-gpu-blocks", "32", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16", "--max-model-len", "4096"]
 
 
 def run(tmp, name, store=None, save=False, extra=None, args=(), prompts=None, one_by_one=False):
@@ -107,12 +107,12 @@ def test_preemption_with_load_and_save_then_a_fresh_server(tmp, reference, preco
 
 
 def test_a_preempting_server_saving_into_an_empty_store_writes_only_computed_kv(tmp, reference):
-    """The store poisoning of issue 37 (num_gpu_blocks_override=36): the saver's own outputs and a
+    """The store poisoning of issue 37 (there num_gpu_blocks_override=36; here 24): the saver's own outputs and a
     fresh server's outputs from what it saved both equal the reference."""
     store = tmp / "poison-store"
     res, err, meta = run(tmp, "poison-save", store=store, save=True,
-                         args=["--num-gpu-blocks", "36", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16",
-                               "--max-model-len", "4096"])
+                         args=["--num-gpu-blocks", "24", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16",
+                               "--max-model-len", "3072"])
     assert meta["preemptions"] and meta["preemptions"] > 0
     assert tokens(res) == reference
     info = verify(store)
@@ -132,31 +132,41 @@ def corrupt(store, hash_hex):
     data.write_bytes(bytes(b))
 
 
-def prompt_hashes(store, i):
+# Two prompts whose question is long enough that full blocks past the stored document are missing
+# from the store: the step that loads the hit and computes the rest also plans their save.
+LONG_Q = ("\nQuestion: explain in detail what this module is for, which functions and classes it provides, "
+          "which exceptions they raise, and give one short example of its use for each of them.\nAnswer:")
+FAULT_PROMPTS = [{"prompt": template_prefix() + (DOCS_DIR / d).read_text()[:CUT] + LONG_Q} for d in DOCS[:2]] \
+    if DOCS_DIR.exists() else []
+
+
+def test_load_failure_in_a_one_step_prefill_saves_nothing_wrong(tmp, precomputed):
+    """A corrupt block in the middle of a prompt's hit; the prefill is one step (the budget holds
+    the prompt), so the save planned for that step would cover KV computed over the failed block:
+    the worker drops it, vLLM recomputes, the save comes after. A fresh server reading the store
+    then gives the reference output."""
+    ref, _, _ = run(tmp, "fault-ref", prompts=FAULT_PROMPTS)
+    store = copy_store(precomputed, tmp / "fault-store")
     import ucm
     from transformers import AutoTokenizer
-    ids = AutoTokenizer.from_pretrained(str(MODEL))(PROMPTS[i]["prompt"])["input_ids"]
+    ids = AutoTokenizer.from_pretrained(str(MODEL))(FAULT_PROMPTS[0]["prompt"])["input_ids"]
     with ucm.Store(str(store)) as s:
         ns = s.namespace(s.namespaces()[0]["id"])
-        return ucm.hash_blocks(ns.hash_seed, ids, ns.block_size)
-
-
-def test_load_failure_in_a_one_step_prefill_saves_nothing_wrong(tmp, reference, precomputed):
-    """A corrupt block in the middle of prompt 0's hit; the prefill is one step (the budget holds
-    the prompt), so the save of that step would cover KV computed over the failed block."""
-    store = copy_store(precomputed, tmp / "fault-store")
-    corrupt(store, prompt_hashes(store, 0)[20].tobytes().hex())
-    res, err, _ = run(tmp, "fault-save", store=store, save=True, one_by_one=True)
+        hashes = ucm.hash_blocks(ns.hash_seed, ids, ns.block_size)
+        assert not s.lookup(ns, hashes).present[-1], "the prompt's last full block must be missing"
+    corrupt(store, hashes[20].tobytes().hex())
+    res, err, _ = run(tmp, "fault-save", store=store, save=True, one_by_one=True, prompts=FAULT_PROMPTS)
     assert "failed to load" in err and "UCM_E_CORRUPTION" in err, err[-3000:]
     assert "not saved in the step of its load error" in err, err[-3000:]
-    assert tokens(res) == reference
-    fresh, _, _ = run(tmp, "fault-fresh", store=store)
-    assert tokens(fresh) == reference
+    assert tokens(res) == tokens(ref)
+    fresh, _, _ = run(tmp, "fault-fresh", store=store, prompts=FAULT_PROMPTS)
+    assert tokens(fresh) == tokens(ref)
 
 
-def start(tmp, name, store, extra, args=(), save=False):
+def start(tmp, name, store, extra, args=(), save=False, prompts=None):
+    """vllm_run.py in the background (fp32, TOKENS tokens); returns (process, output file)."""
     pfile, out = tmp / f"{name}.prompts.json", tmp / f"{name}.out.json"
-    pfile.write_text(json.dumps(PROMPTS))
+    pfile.write_text(json.dumps(prompts or PROMPTS))
     cmd = [sys.executable, str(ROOT / "tests/vllm/vllm_run.py"), "--model", str(MODEL), "--prompts", str(pfile),
            "--out", str(out), "--dtype", "float32", "--max-tokens", str(TOKENS), "--store", str(store),
            "--extra", json.dumps(extra), *args] + (["--save"] if save else [])
@@ -210,18 +220,8 @@ def test_a_store_that_fails_mid_run_is_a_miss_and_the_server_keeps_serving(tmp, 
 def test_two_servers_save_to_one_store_then_a_third_loads(tmp, reference):
     store = tmp / "two-store"
     half = len(PROMPTS) // 2
-    procs = []
-    for k, part in enumerate((PROMPTS[:half], PROMPTS[half:])):
-        name = f"two-{k}"
-        (tmp / f"{name}.prompts.json").write_text(json.dumps(part))
-        pfile = tmp / f"{name}.prompts.json"
-        out = tmp / f"{name}.out.json"
-        cmd = [sys.executable, str(ROOT / "tests/vllm/vllm_run.py"), "--model", str(MODEL), "--prompts", str(pfile),
-               "--out", str(out), "--dtype", "float32", "--max-tokens", str(TOKENS), "--store", str(store), "--save"]
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "lib/python"), "UCM_BIN": UCM_BIN, "VLLM_CPU_KVCACHE_SPACE": "1",
-               "UCM_LIB": str(ROOT / "build/lib/libucm.so")}
-        procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(tmp / f"{name}.stderr.txt", "w"),
-                                       env=env), out, name))
+    procs = [(*start(tmp, f"two-{k}", store, {}, save=True, prompts=part), f"two-{k}")
+             for k, part in enumerate((PROMPTS[:half], PROMPTS[half:]))]
     got = []
     for proc, out, name in procs:
         res, err = finish(proc, out, name, tmp)

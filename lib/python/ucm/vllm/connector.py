@@ -170,6 +170,7 @@ class UcmConnector(KVConnectorBase_V1):
         writer shard (store_v1.md §11): `shard` from the extra config, else $UCM_SHARD, else
         vllm-<host>[-dp<rank>], with -2, -3, ... when another live process holds that name. A
         single-writer store that another process writes is served read-only, saving off."""
+        self._io_threads = io_threads
         exists = os.path.exists(os.path.join(self.store_path, "UCMSTORE"))
         writer = self.do_save and role == KVConnectorRole.WORKER and not self._replica_without_heads()
         if not writer:
@@ -267,16 +268,25 @@ class UcmConnector(KVConnectorBase_V1):
         if not ucm_bin:
             raise ValueError(f"UcmConnector: store {self.store_path} has no namespace for this engine and no `ucm` "
                              "binary was found to create it (set ucm_bin or $UCM_BIN)")
-        self.store.close()
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as empty:
-            p = subprocess.run([ucm_bin, "precompute", "--model", self.model_dir, "--corpus", empty.name,
-                                "--store", self.store_path, "--dtype", self.dtype, "--json"],
-                               capture_output=True, text=True, env={**os.environ, "UCM_SHARD": self.shard})
+        def precompute(shard: str):
+            with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as empty:
+                return subprocess.run([ucm_bin, "precompute", "--model", self.model_dir, "--corpus", empty.name,
+                                       "--store", self.store_path, "--dtype", self.dtype, "--json"],
+                                      capture_output=True, text=True, env={**os.environ, "UCM_SHARD": shard})
+        # A sharded store: precompute registers the namespace in a shard of its own while this
+        # handle keeps its shard (closing it first would let another server take the name). A
+        # single-writer store (precompute gets BUSY: this handle is its writer): close, run, reopen.
+        p = precompute(f"{self.shard}-ns"[:64])
+        if p.returncode == 4:
+            self.store.close()
+            p = precompute(self.shard)
         if p.returncode != 0:
             raise ValueError(f"UcmConnector: creating the namespace with {ucm_bin} precompute failed: {p.stderr[-2000:]}")
         import json
         name = json.loads(p.stdout)["namespace"]
-        self.store = ucm.Store(self.store_path, mode="c", shard=self.shard)
+        if not self.store.closed:
+            self.store.close()   # reopened below so that it lists the new shard and namespace
+        self.store = self._open_store(KVConnectorRole.WORKER, self._io_threads, self.shard)
         return self.store.namespace(name)
 
     # ------------------------------------------------------------------ scheduler side
