@@ -24,7 +24,7 @@ CUT = 5000
 QUESTIONS = ["\nQuestion: what is this module for?\nAnswer:", "\nQuestion: name one function it provides.\nAnswer:"]
 TOKENS = 160
 # A cache of 32 blocks of 128 tokens holds two or three of these requests: vLLM preempts.
-FULL = ["--num-gpu-blocks", "32", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16", "--max-model-len", "4096"]
+FULL = ["--num-gpu-blocks", "32", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16", "--max-model-len", "2048"]
 
 
 def run(tmp, name, store=None, save=False, extra=None, args=(), prompts=None, one_by_one=False):
@@ -112,7 +112,7 @@ def test_a_preempting_server_saving_into_an_empty_store_writes_only_computed_kv(
     store = tmp / "poison-store"
     res, err, meta = run(tmp, "poison-save", store=store, save=True,
                          args=["--num-gpu-blocks", "24", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16",
-                               "--max-model-len", "3072"])
+                               "--max-model-len", "2048"])
     assert meta["preemptions"] and meta["preemptions"] > 0
     assert tokens(res) == reference
     info = verify(store)

@@ -110,6 +110,7 @@ class UcmConnector(KVConnectorBase_V1):
         if not self.store_path:
             raise ValueError("UcmConnector: kv_connector_extra_config needs 'store' (a ucm store directory)")
         self.do_save = bool(get("save", cfg.kv_role in ("kv_both", "kv_producer")))
+        self._save_cfg = self.do_save   # as configured: TP ranks take part in saves by this, not by do_save
         self.do_load = bool(get("load", True))
         mc = vllm_config.model_config
         pc = vllm_config.parallel_config
@@ -440,11 +441,16 @@ class UcmConnector(KVConnectorBase_V1):
         """Copies out the blocks of prompts complete after this step and queues their dumps. A
         request that had a load error in this step saves nothing: its suffix was computed over
         blocks that were not loaded (vLLM recomputes it, and the planner saves it again then)."""
-        if not self.has_connector_metadata() or not self.do_save:
+        if not self.has_connector_metadata() or not self._save_cfg:
             return
         meta = self._get_connector_metadata()
+        if not meta.saves:
+            return
+        failed = self._failed_reqs
+        if self.tp_size > 1:  # every rank skips the same saves (each gathers with the others)
+            failed = self._tp_union([sv.req_id for sv in meta.saves], failed)
         for sv in meta.saves:
-            if sv.req_id in self._failed_reqs:
+            if sv.req_id in failed:
                 self.stats["saves_skipped_after_load_error"] += 1
                 log.warning("UcmConnector: request %s: not saved in the step of its load error", sv.req_id)
                 continue
@@ -455,6 +461,13 @@ class UcmConnector(KVConnectorBase_V1):
                 log.warning("UcmConnector: request %s: copying its blocks out failed (%s: %s); not saved", sv.req_id,
                             type(e).__name__, e)
 
+    def _tp_union(self, req_ids: List[str], failed: set) -> set:
+        """The requests among req_ids with a load error on any TP rank of this step."""
+        from vllm.distributed.parallel_state import get_tp_group
+        flags = torch.tensor([[1 if r in failed else 0 for r in req_ids]], dtype=torch.int32)
+        got = get_tp_group().all_gather(flags, dim=0)                      # [tp][n]
+        return {r for r, f in zip(req_ids, got.amax(dim=0).tolist()) if f}
+
     def _copy_out(self, sv: SaveSpec):
         """Copies the blocks out of the cache (the only part a step waits for) and queues the dump.
         Tensor parallel: every rank copies its heads out and TP rank 0 gathers all the heads (a
@@ -463,9 +476,10 @@ class UcmConnector(KVConnectorBase_V1):
         n = n_full - first
         L, H, D, T, eb = self.num_layers, self.total_kv_heads, self.head_dim, self.T, self.engine_block
         nbytes = n * self.ns.block_bytes()
-        writer = self.shard is not None or self.tp_size == 1
-        if self.tp_size == 1 and not self._saves.has_room(nbytes):  # (TP ranks must all take part)
-            self._drop(sv, n)
+        writer = self.do_save and self.shard is not None
+        if self.tp_size == 1 and (not writer or not self._saves.has_room(nbytes)):  # (TP ranks all take part)
+            if writer:
+                self._drop(sv, n)
             return
         h0, h1 = self.heads
         tok0, tok1 = first * T, n_full * T
