@@ -136,6 +136,7 @@ class UcmConnector(KVConnectorBase_V1):
         else:
             self._kv: Dict[int, torch.Tensor] = {}
             self._isa: Dict[int, str] = {}
+            self._gpu: Optional[Dict[int, Any]] = None  # layer -> gpu_layout.GpuLayout (CUDA caches)
             self._errors: set = set()
             self._failed_reqs: set = set()           # requests with a load error in this step
             q_bytes = int(get("save_queue_bytes", 512 << 20))
@@ -333,16 +334,25 @@ class UcmConnector(KVConnectorBase_V1):
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]):
         """Checks every layer's KV cache (device, dtype, shape, strides) against the layouts this
         connector implements and refuses anything else here, at startup, naming what it found:
-        writing a layout it does not know would corrupt other requests' blocks."""
-        from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+        writing a layout it does not know would corrupt other requests' blocks. CUDA caches: the
+        layouts of vLLM 0.32's CUDA backends (gpu_layout.py)."""
+        if any(kv.device.type == "cuda" for kv in kv_caches.values()):
+            from . import gpu_layout
+            self._gpu = {}
         for name, kv in kv_caches.items():
             l = _layer_index(name)
             self._kv[l] = kv
+            if self._gpu is not None:
+                self._gpu[l] = gpu_layout.describe(kv, self.engine_block, self.head_dim, _TORCH[self.ns.dtype],
+                                                   name=name)
+                continue
             if kv.device.type != "cpu":
                 raise ValueError(f"UcmConnector: KV cache {name} is on {kv.device} with shape {tuple(kv.shape)}, "
                                  f"strides {kv.stride()}, dtype {kv.dtype}: this connector implements vLLM's CPU "
-                                 "layout only ([blocks, heads, block_size, 2 * head_dim]); it refuses other layouts "
-                                 "rather than write blocks it cannot place (docs/vllm.md)")
+                                 "layout ([blocks, heads, block_size, 2 * head_dim]) and vLLM 0.32's CUDA layouts; "
+                                 "it refuses other devices and layouts rather than write blocks it cannot place "
+                                 "(docs/vllm.md)")
+            from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
             if kv.dim() != 4 or kv.shape[2] != self.engine_block or kv.shape[3] != 2 * self.head_dim \
                     or not kv.is_contiguous():
                 raise ValueError(f"UcmConnector: KV cache {name} has shape {tuple(kv.shape)}, strides {kv.stride()}; "
@@ -408,12 +418,23 @@ class UcmConnector(KVConnectorBase_V1):
         n = len(ld.hashes) - first
         h0, h1 = self.heads
         shape = (n,) + self.ns.payload_shape((h0, h1))          # [n][L][2][T][Hs][D]
-        staging = torch.empty(shape, dtype=_TORCH[self.ns.dtype])
-        status = self.store.load(self.ns, ld.hashes[first:], staging,
-                                 heads=(h0, h1) if (h0, h1) != (0, self.total_kv_heads) else None)
-        bad = np.flatnonzero(status != 0)
-        good = int(bad[0]) if len(bad) else n                    # blocks before the first failure
-        n_tok = good * self.T
+        if self._gpu is not None:  # a device load into scratch pages, then a strided copy (gpu_layout.py)
+            from . import gpu_layout
+            L, kv0 = self.num_layers, self._kv[0]
+            good, status = gpu_layout.load(self.store, self.ns, ld.hashes[first:], [self._kv[l] for l in range(L)],
+                                           [self._gpu[l] for l in range(L)], ld.block_ids, ld.first_token,
+                                           self.engine_block, (h0, h1), self.total_kv_heads,
+                                           stream=torch.cuda.current_stream(kv0.device).cuda_stream,
+                                           device=kv0.device.index or 0)
+            bad = [good] if good < n else []
+            n_tok = 0
+        else:
+            staging = torch.empty(shape, dtype=_TORCH[self.ns.dtype])
+            status = self.store.load(self.ns, ld.hashes[first:], staging,
+                                     heads=(h0, h1) if (h0, h1) != (0, self.total_kv_heads) else None)
+            bad = np.flatnonzero(status != 0)
+            good = int(bad[0]) if len(bad) else n                    # blocks before the first failure
+            n_tok = good * self.T
         if n_tok:
             from .cpu_cache import write
             slots = self._slots(ld.block_ids, ld.first_token + n_tok)[ld.first_token:]
@@ -465,7 +486,7 @@ class UcmConnector(KVConnectorBase_V1):
         """The requests among req_ids with a load error on any TP rank of this step."""
         from vllm.distributed.parallel_state import get_tp_group
         flags = torch.tensor([[1 if r in failed else 0 for r in req_ids]], dtype=torch.int32)
-        got = get_tp_group().all_gather(flags, dim=0)                      # [tp][n]
+        got = get_tp_group().all_gather(flags.to(self._kv[0].device), dim=0)  # [tp][n] (NCCL: on the GPU)
         return {r for r, f in zip(req_ids, got.amax(dim=0).tolist()) if f}
 
     def _copy_out(self, sv: SaveSpec):
@@ -487,11 +508,16 @@ class UcmConnector(KVConnectorBase_V1):
         blocks = torch.tensor(sv.block_ids[e0:e1], dtype=torch.int64)
         local = torch.empty((n, L, 2, T, h1 - h0, D), dtype=_TORCH[self.ns.dtype])
         off = tok0 - e0 * eb
-        from .cpu_cache import read_blocks
-        for l in range(L):
-            k, v = read_blocks(self._kv[l], blocks, self._isa[l])          # [nb, eb, Hs, D]
-            local[:, l, 0] = k.reshape(-1, h1 - h0, D)[off: off + tok1 - tok0].reshape(n, T, h1 - h0, D)
-            local[:, l, 1] = v.reshape(-1, h1 - h0, D)[off: off + tok1 - tok0].reshape(n, T, h1 - h0, D)
+        if self._gpu is not None:  # gathered through the K/V views on the device, one copy per layer
+            from . import gpu_layout
+            gpu_layout.read([self._kv[l] for l in range(L)], [self._gpu[l] for l in range(L)], sv.block_ids, tok0,
+                            tok1, eb, T, local)
+        else:
+            from .cpu_cache import read_blocks
+            for l in range(L):
+                k, v = read_blocks(self._kv[l], blocks, self._isa[l])          # [nb, eb, Hs, D]
+                local[:, l, 0] = k.reshape(-1, h1 - h0, D)[off: off + tok1 - tok0].reshape(n, T, h1 - h0, D)
+                local[:, l, 1] = v.reshape(-1, h1 - h0, D)[off: off + tok1 - tok0].reshape(n, T, h1 - h0, D)
         payload = local if self.tp_size == 1 else self._gather_heads(local)
         if payload is None or not writer:
             return
@@ -503,7 +529,8 @@ class UcmConnector(KVConnectorBase_V1):
         """All ranks' head slices [n][L][2][T][Hs][D] -> TP rank 0 gets [n][L][2][T][H][D] (a head
         replicated on several ranks is taken from the first); other ranks get None."""
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank, get_tp_group
-        parts = get_tp_group().all_gather(local.unsqueeze(0).contiguous(), dim=0)   # [tp][n][L][2][T][Hs][D]
+        parts = get_tp_group().all_gather(local.unsqueeze(0).contiguous().to(self._kv[0].device), dim=0).cpu()
+        # [tp][n][L][2][T][Hs][D]; a GPU worker's TP group gathers device tensors (NCCL)
         if get_tensor_model_parallel_rank() != 0:
             return None
         full = torch.empty(local.shape[:4] + (self.total_kv_heads, self.head_dim), dtype=local.dtype)
