@@ -12,6 +12,8 @@
 #   configure       Release build in build-device/ (CUDA, tests; Werror off)
 #   build           the targets of UCM_DEVICE_TARGETS, -j$(nproc)
 #   test_gpu        ctest -L gpu
+#   vllm_layouts    the vLLM connector's GPU load and save path (ucm.vllm.gpu_layout) on CUDA tensors
+#                   built as vLLM 0.32's backends build them, bit-exact (scripts/device_vllm_layouts.py)
 #   bench_kernels   ucm bench kernels --json
 #   model           a small Llama of the default model's shapes (scripts/make_device_model.py)
 #   precompute_gpu  ucm precompute --device cuda of .device/data/corpus5.jsonl
@@ -24,7 +26,7 @@
 # $OUT/summary.json is rewritten after every step and on exit, whatever happens.
 #
 # Output in $OUT: device_check.log (everything), steps/<step>.log, summary.json, bench_*.json,
-# ctest_*.log, compare.json, precompute_*.json.
+# ctest_*.log, compare.json, precompute_*.json, vllm_layouts.json.
 #
 # Environment:
 #   UCM_DEVICE_BUDGET_S   whole-run budget in seconds (default 450: done in under 8 minutes)
@@ -37,6 +39,8 @@
 #   UCM_BENCH_STORE_ARGS  extra arguments of bench store (default: --blocks 4096 --lookup-blocks 0)
 #   UCM_PRECOMPUTE_GPU_ARGS  what makes precompute use the GPU (default: --device cuda)
 #   PYTHON                the Python with torch and numpy (default python3)
+#   UCM_VLLM_LAYOUTS_DEVICE  device of step vllm_layouts (default cuda; cpu with UCM_CUDA_PLUGIN naming
+#                         the stand-in plugin is its dry run on a CPU machine)
 #   UCM_DEVICE_PACK=1     on exit, pack $OUT into $OUT/all.tgz, leaving it, summary.json and
 #                         bench_kernels.json (the device tool returns only a few files)
 set -uo pipefail
@@ -57,7 +61,7 @@ LDCONFIG=$(command -v ldconfig || echo /sbin/ldconfig)
 BUDGET=${UCM_DEVICE_BUDGET_S:-450}
 T0=$(date +%s)
 STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-DEFAULT_TARGETS="ucm_cli ucm_torch_cli ucm_cuda test_kernels_gpu test_kernels_host test_device_load test_device_absent ucm_fake_cuda_plugin"
+DEFAULT_TARGETS="ucm ucm_cli ucm_torch_cli ucm_cuda test_kernels_gpu test_kernels_host test_device_load test_device_absent ucm_fake_cuda_plugin"
 TARGETS=${UCM_DEVICE_TARGETS:-$DEFAULT_TARGETS}
 export OUT REPO BUILD DEV PFX PY
 
@@ -65,7 +69,7 @@ DRY=${UCM_DEVICE_DRY:-}
 if [ -z "$DRY" ]; then
   if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then DRY=0; else DRY=1; fi
 fi
-ALL_STEPS="info,prefix,configure,build,test_gpu,bench_kernels,model,precompute_gpu,precompute_cpu,compare,bench_store,bench_precompute,test_kernels"
+ALL_STEPS="info,prefix,configure,build,test_gpu,vllm_layouts,bench_kernels,model,precompute_gpu,precompute_cpu,compare,bench_store,bench_precompute,test_kernels"
 [ "$DRY" = 1 ] && ALL_STEPS="info,prefix,configure"
 STEPS=",${UCM_DEVICE_STEPS:-$ALL_STEPS},"
 
@@ -342,6 +346,17 @@ do_ctest() {  # label
   return "$rc"
 }
 
+# The connector's GPU path (no vLLM on the machine): gpu_layout.load / read on CUDA tensors laid
+# out as vLLM 0.32 lays them out, every byte against a host reference; one line per case.
+do_vllm_layouts() {
+  [ -f "$BUILD/lib/libucm.so" ] || { note "no $BUILD/lib/libucm.so (build failed)"; exit 3; }
+  PYTHONPATH="$REPO/lib/python" UCM_LIB=$BUILD/lib/libucm.so "$PY" "$REPO/scripts/device_vllm_layouts.py" \
+    --device "${UCM_VLLM_LAYOUTS_DEVICE:-cuda}" --json "$OUT/vllm_layouts.json" | tee "$BUILD/vllm_layouts.txt"
+  local rc=${PIPESTATUS[0]}
+  note "$(grep '^device_vllm_layouts:' "$BUILD/vllm_layouts.txt" | tail -1 | cut -c22-)"
+  return "$rc"
+}
+
 # ---- e. benchmarks ----
 UCM_BIN=$BUILD/bin/ucm
 export UCM_BIN
@@ -433,7 +448,7 @@ do_compare() {
   note "$(grep '^compare_stores: [0-9]' "$BUILD/compare.txt" | head -1 | cut -c17-)"
   return "$rc"
 }
-export -f do_configure do_build do_ctest do_bench_kernels do_bench_store do_model do_bench_precompute do_precompute do_compare
+export -f do_configure do_build do_ctest do_vllm_layouts do_bench_kernels do_bench_store do_model do_bench_precompute do_precompute do_compare
 export TARGETS ARCH_TRIPLET
 
 # ---- the run ----
@@ -451,7 +466,7 @@ else
   case "$STEPS" in *",build,"*) record build skipped 0 0 0 "configure failed" ;; esac
 fi
 export STEP_NAME
-for s in test_gpu:90:"do_ctest gpu" bench_kernels:60:do_bench_kernels model:60:do_model \
+for s in test_gpu:90:"do_ctest gpu" vllm_layouts:60:do_vllm_layouts bench_kernels:60:do_bench_kernels model:60:do_model \
          precompute_gpu:90:"do_precompute gpu" precompute_cpu:90:"do_precompute cpu" compare:60:do_compare \
          bench_store:90:do_bench_store bench_precompute:90:do_bench_precompute test_kernels:90:"do_ctest kernels"; do
   name=${s%%:*}; rest=${s#*:}; def=${rest%%:*}; fn=${rest#*:}
