@@ -11,7 +11,7 @@ as the cache dtype (bf16 bits as uint16 here). FlashAttention and Triton declare
 default preference: LBNHC first, v1/attention/backends/utils.py:195; any of the six through
 VLLM_KV_CACHE_LAYOUT); FlashInfer on compute capability 10 asks for LBHNC or BLHNC
 (flashinfer.py:604). Every backend splits C as K then V (flash_attn.py:1252, triton_attn.py:796,
-flashinfer.py:2165).
+flashinfer.py:2168).
 
 The loads run through the host-run stand-in of libucm_cuda.so (UCM_CUDA_PLUGIN, like
 test_device.py: its device memory is host memory), and every byte of the cache buffer is checked
@@ -63,7 +63,7 @@ def filled(tmp_path):
 
 def layout_strides(order, shape):
     """compute_layout_strides without fixed strides: what a single-group full-attention model gets
-    (kv_cache_utils.py:1654, its block-outer block stride is the same L * page)."""
+    (kv_cache_utils.py:1659, its block-outer block stride is the same L * page)."""
     strides, cur = [0] * 5, 1
     for dim in reversed(order):
         strides[dim] = cur

@@ -13,7 +13,7 @@ What vLLM 0.32 hands to ``register_kv_caches`` on a GPU (read from that version'
   (``AttentionSpec.state_content_size_bytes``, v1/kv_cache_interface.py:545-549). Every CUDA
   backend splits it on the last axis: FlashAttention ``kv_cache.transpose(1, 2).split(
   self.head_size, dim=-1)`` (v1/attention/backends/flash_attn.py:1252 and :1443), Triton
-  (triton_attn.py:796, :829), FlashInfer (flashinfer.py:2165, :2661; only its NVFP4 cache, a uint8
+  (triton_attn.py:796, :829), FlashInfer (flashinfer.py:2168, :2661; only its NVFP4 cache, a uint8
   dtype ucm has no namespace for, puts K heads and V heads side by side instead).
 * The memory order is one of the stride permutations of ``[L, B, H, N, C]``
   (``KVCacheLayout``, v1/kv_cache_layout.py; RFC #42082), resolved once for the engine
