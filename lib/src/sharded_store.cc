@@ -151,6 +151,20 @@ Status ShardedStore::register_namespace(const NamespaceDesc& desc, NamespaceId* 
   return snapshot()->front()->store->register_namespace(desc, id);
 }
 
+Status ShardedStore::adopt_namespace(const NamespaceId& ns) {
+  auto l = snapshot();
+  NamespaceDesc desc;
+  if (l->front()->store->get_namespace(ns, &desc).ok()) return Status::OK();
+  if (!get_namespace(ns, &desc).ok())
+    return Status::NotFound("namespace " + to_hex(ns) + " is not registered in any shard of " + root_);
+  NamespaceId got{};
+  Status s = l->front()->store->register_namespace(desc, &got);
+  if (s.ok() && got != ns)
+    return Status::Corruption("namespace " + to_hex(ns) + " registers as " + to_hex(got) + " in shard " + own_name_ +
+                              ": its descriptor does not give its id");
+  return s;
+}
+
 Status ShardedStore::find_namespace(const std::string& name_or_id, NamespaceDesc* desc, NamespaceId* id) {
   auto l = snapshot();
   Status last = Status::NotFound("namespace '" + name_or_id + "' is not registered in any shard of " + root_);
@@ -179,6 +193,7 @@ std::vector<NamespaceDesc> ShardedStore::namespaces() {
 
 Status ShardedStore::put_attachment(const NamespaceId& ns, const std::string& name, const void* data, size_t len) {
   Status s = writer_only("put_attachment");
+  if (s.ok()) s = adopt_namespace(ns);
   if (!s.ok()) return s;
   return snapshot()->front()->store->put_attachment(ns, name, data, len);
 }
@@ -293,6 +308,7 @@ std::shared_ptr<Task> ShardedStore::visit_repr(const NamespaceId& ns, const Bloc
 
 std::shared_ptr<Task> ShardedStore::dump(const NamespaceId& ns, const DumpItem* items, size_t n) {
   Status s = writer_only("dump");
+  if (s.ok()) s = adopt_namespace(ns);
   if (!s.ok()) return TaskImpl::Failed(n, s);
   return snapshot()->front()->store->dump(ns, items, n);
 }
@@ -306,12 +322,14 @@ Status ShardedStore::get_block(const NamespaceId& ns, const BlockHash& hash, Blo
 // ---------------------------------------------------------------------------- documents
 Status ShardedStore::put_document(const NamespaceId& ns, const DocumentEntry& doc) {
   Status s = writer_only("put_document");
+  if (s.ok()) s = adopt_namespace(ns);
   if (!s.ok()) return s;
   return snapshot()->front()->store->put_document(ns, doc);
 }
 
 Status ShardedStore::put_documents(const NamespaceId& ns, const DocumentEntry* docs, size_t n) {
   Status s = writer_only("put_documents");
+  if (s.ok()) s = adopt_namespace(ns);
   if (!s.ok()) return s;
   return snapshot()->front()->store->put_documents(ns, docs, n);
 }

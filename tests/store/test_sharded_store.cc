@@ -528,3 +528,42 @@ TEST(Sharded, GcLeavesAShardWhoseWriterHeartbeatMovesEvenWithoutItsFlock) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(rep.evicted_blocks, 2u);
 }
+
+// A writer whose shard does not register a namespace that another shard does (a server saving
+// into a store precomputed elsewhere, or one whose namespace another process created) adopts it
+// on its first write: the dump succeeds, readers see the blocks, the shard now registers it.
+TEST(Sharded, AWriteIntoANamespaceOfAnotherShardAdoptsItsDescriptor) {
+  TempDir t("adopt");
+  const std::string root = t.sub("store");
+  admin::BuildOptions bo;
+  bo.sharded = true;
+  admin::BuildReport br;
+  ASSERT_TRUE(admin::build(root, bo, &br).ok());
+  NamespaceId ns{};
+  {
+    auto a = open_rw(root, "node-a");
+    ASSERT_TRUE(a);
+    ns = reg(a.get());
+  }
+  auto b = open_rw(root, "node-b");
+  ASSERT_TRUE(b);
+  NamespaceDesc d;
+  ASSERT_TRUE(b->get_namespace(ns, &d).ok());  // seen through the union
+  const auto hs = chain_from(root_hash(ns), 5, 7);
+  Status st = dump_chain(b.get(), ns, root_hash(ns), hs);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(load_and_check(b.get(), ns, hs), hs.size());
+  b.reset();
+  // node-b's shard alone (a version-2 store) now registers the namespace and holds the blocks.
+  auto only_b = open_ro(root + "/shards/node-b");
+  ASSERT_TRUE(only_b);
+  EXPECT_TRUE(only_b->get_namespace(ns, &d).ok());
+  EXPECT_EQ(load_and_check(only_b.get(), ns, hs), hs.size());
+  auto r = open_ro(root);
+  EXPECT_EQ(present_count(r.get(), ns, hs), hs.size());
+  // A namespace no shard registers is still refused.
+  NamespaceId other = ns;
+  other[0] ^= 0xFF;
+  auto c = open_rw(root, "node-c");
+  EXPECT_EQ(dump_chain(c.get(), other, root_hash(other), chain_from(root_hash(other), 1, 9)).code(), Code::kNotFound);
+}

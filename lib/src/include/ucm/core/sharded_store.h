@@ -92,6 +92,10 @@ class ShardedStore : public Store {
   void presence(const ShardList& l, const NamespaceId& ns, const BlockHash* hashes, size_t n,
                 std::vector<std::vector<uint8_t>>* present);
   Status writer_only(const char* what) const;
+  /// Writers: a write into namespace ns that only other shards register first registers its
+  /// descriptor in the own shard (store_v1.md §11.1: the id is the descriptor's fingerprint, so
+  /// it is the same namespace); OK when the own shard has it; NotFound when no shard does.
+  Status adopt_namespace(const NamespaceId& ns);
   void background();
 
   std::string root_;
