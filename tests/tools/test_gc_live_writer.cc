@@ -335,8 +335,11 @@ TEST(GcLiveWriter, MalformedAndExpiredRequestsAreNotApplied) {
   ASSERT_TRUE(fmt::write_file_atomic(dir, "0e0p1red.req", fmt::encode_gc_request(rq)).ok());
   ASSERT_TRUE(wait_for(
       [&] {
+        // (each step of the writer is a rename, an unlink, then a counter: wait for the last)
         return fs::exists(dir + "/0badc0de.bad") && fs::exists(dir + "/0newer00.bad") &&
-               fs::exists(dir + "/0f11pped.bad") && !fs::exists(dir + "/0e0p1red.req");
+               fs::exists(dir + "/0f11pped.bad") && !fs::exists(dir + "/0e0p1red.req") &&
+               !fs::exists(dir + "/0e0p1red.work") &&
+               w->metrics_text().find("ucm_gc_requests_refused_total 3") != std::string::npos;
       },
       5000));
   EXPECT_FALSE(fs::exists(dir + "/0e0p1red.done"));
@@ -471,8 +474,13 @@ TEST(GcLiveWriter, AClaimedRequestOfAKilledWriterIsAppliedByTheNext) {
   ASSERT_TRUE(fmt::make_dirs(dir).ok());
   ASSERT_TRUE(fmt::write_file_atomic(dir, "0c1a1med.work", fmt::encode_gc_request(rq)).ok());
   auto w = open_rw(p);
-  ASSERT_TRUE(wait_for([&] { return fs::exists(dir + "/0c1a1med.done"); }, 5000));
-  EXPECT_FALSE(fs::exists(dir + "/0c1a1med.work"));
+  // The writer answers (.done), then removes its claim (.work): wait for both.
+  ASSERT_TRUE(wait_for(
+      [&] {
+        return fs::exists(dir + "/0c1a1med.done") && !fs::exists(dir + "/0c1a1med.work") &&
+               w->metrics_text().find("ucm_gc_blocks_removed_total 2") != std::string::npos;
+      },
+      5000));
   std::string text;
   ASSERT_TRUE(fmt::read_small_file(dir + "/0c1a1med.done", &text).ok());
   const json j = json::parse(text);
