@@ -266,3 +266,32 @@ def test_gc_from_cron_beside_a_live_saving_server(tmp, reference):
     verify(store)
     fresh, _, _ = run(tmp, "gc-live-fresh", store=store)
     assert tokens(fresh) == reference
+
+
+def test_tensor_parallel_3_saves_whole_blocks_and_tp_1_and_3_load_them(tmp):
+    """TP 3 on vLLM's CPU build (SmolLM2: 9 query heads, 3 KV heads, so TP 2 is refused by vLLM;
+    3 ranks on 2 cores with VLLM_CPU_OMP_THREADS_BIND=0|1|0): every rank copies its KV head out,
+    TP rank 0 gathers and writes whole blocks. A TP 1 and a TP 3 server then load them: outputs
+    equal their own no-connector outputs."""
+    prompts = PROMPTS[:4:2]
+    bind = {"VLLM_CPU_OMP_THREADS_BIND": "0|1|0"}
+    old = {k: os.environ.get(k) for k in bind}
+    os.environ.update(bind)
+    try:
+        tp3 = ["--tp", "3", "--max-model-len", "4096"]
+        base3, _, _ = run(tmp, "tp3-base", prompts=prompts, args=tp3)
+        store = tmp / "tp3-store"
+        saved, err, _ = run(tmp, "tp3-save", store=store, save=True, prompts=prompts, args=tp3)
+        assert tokens(saved) == tokens(base3)
+        assert verify(store).get("blocks", 0) > 0           # whole blocks, every KV head
+        load3, _, _ = run(tmp, "tp3-load", store=store, prompts=prompts, args=tp3)
+        assert tokens(load3) == tokens(base3) and all(r["num_cached_tokens"] > 0 for r in load3)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    base1, _, _ = run(tmp, "tp1-base", prompts=prompts, args=["--max-model-len", "4096"])
+    load1, _, _ = run(tmp, "tp1-load", store=store, prompts=prompts, args=["--max-model-len", "4096"])
+    assert tokens(load1) == tokens(base1) and all(r["num_cached_tokens"] > 0 for r in load1)

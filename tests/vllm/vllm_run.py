@@ -46,6 +46,7 @@ def main():
     ap.add_argument("--max-num-seqs", type=int)
     ap.add_argument("--extra", default="{}")
     ap.add_argument("--max-model-len", type=int, default=8192)
+    ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
     a = ap.parse_args()
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
@@ -67,7 +68,8 @@ def main():
         if getattr(a, k):
             kw[k + ("_override" if k == "num_gpu_blocks" else "")] = getattr(a, k)
     llm = LLM(model=a.model, dtype=a.dtype, max_model_len=a.max_model_len, enforce_eager=True,
-              enable_prefix_caching=a.prefix_caching, seed=0, disable_log_stats=False, **kw)
+              enable_prefix_caching=a.prefix_caching, seed=0, disable_log_stats=False,
+              tensor_parallel_size=a.tp, **kw)
     startup = time.time() - t0
     items = json.load(open(a.prompts))
     prompts = []

@@ -485,7 +485,7 @@ class UcmConnector(KVConnectorBase_V1):
     def _tp_union(self, req_ids: List[str], failed: set) -> set:
         """The requests among req_ids with a load error on any TP rank of this step."""
         from vllm.distributed.parallel_state import get_tp_group
-        flags = torch.tensor([[1 if r in failed else 0 for r in req_ids]], dtype=torch.int32)
+        flags = torch.tensor([[1.0 if r in failed else 0.0 for r in req_ids]], dtype=torch.float32)  # (CPU shm all_gather: no ints)
         got = get_tp_group().all_gather(flags.to(self._kv[0].device), dim=0)  # [tp][n] (NCCL: on the GPU)
         return {r for r, f in zip(req_ids, got.amax(dim=0).tolist()) if f}
 
