@@ -7,7 +7,7 @@ One server (vLLM's CPU build, fp32, SmolLM2-135M-Instruct, prefix caching off) w
 UcmConnector saving and loading, fed python3.11-doc pages as server token ids: a shared system
 prompt (configs/template_chat.txt), a document cut at a random length (prompts of about 0.3-1.5K
 tokens), one of ten questions, 32-64 generated tokens (ignore_eos), requests arriving in bursts
-of 1-32. Its KV cache is small (--blocks, default 40 blocks of 128 tokens), so vLLM preempts.
+of 1-32. Its KV cache is small (--blocks, default 24 blocks of 128 tokens), so vLLM preempts.
 Beside it:
 
   * a loop runs `ucm gc STORE --max-bytes <half the store's bytes>` every --gc-every seconds;
@@ -60,9 +60,12 @@ def build_requests(n, n_docs, seed, tok):
         q = "\nQuestion: " + rng.choice(QUESTIONS) + "\nAnswer:"
         while True:
             ids = tok(pre + text[:cut] + post.replace("{question}", "") + q)["input_ids"]
-            if len(ids) <= 1500:
+            if len(ids) > 1500:
+                cut = cut * 3 // 4
+            elif len(ids) < 300 and cut < len(text):
+                cut += 500
+            else:
                 break
-            cut = cut * 3 // 4
         out.append({"i": i, "ids": ids, "max_tokens": rng.randint(32, 64), "doc": str(d)})
     return out
 
@@ -89,7 +92,7 @@ def serve(a):
             kv_connector_extra_config={"store": a.store, "save": a.save}, kv_load_failure_policy="recompute")
     if a.blocks:
         kw["num_gpu_blocks_override"] = a.blocks
-    llm = LLM(model=a.model, dtype=a.dtype, max_model_len=2048, enforce_eager=True, seed=0,
+    llm = LLM(model=a.model, dtype=a.dtype, max_model_len=a.max_model_len, enforce_eager=True, seed=0,
               enable_prefix_caching=a.prefix_caching, max_num_batched_tokens=2048, max_num_seqs=32,
               disable_log_stats=False, **kw)
     rng = random.Random(a.seed + len(done))
@@ -108,13 +111,12 @@ def serve(a):
                                     "cached": o.num_cached_tokens or 0, "prompt_len": len(r["ids"]),
                                     "burst_seconds": dt}) + "\n")
             f.flush()
-            print(f"soak-server: {len(done) + pos}/{len(reqs)} requests", file=sys.stderr, flush=True)
-    pre = 0
-    for m in llm.get_metrics():
-        if m.name == "vllm:num_preemptions":
-            pre += int(getattr(m, "value", 0) or 0)
-    with open(a.results + ".metrics.json", "w") as f:
-        json.dump({"preemptions": pre}, f)
+            # vLLM's own preemption counter, after every burst: a server killed later keeps its count.
+            pre = sum(int(getattr(m, "value", 0) or 0) for m in llm.get_metrics() if m.name == "vllm:num_preemptions")
+            with open(a.results + ".metrics.jsonl", "a") as mf:
+                mf.write(json.dumps({"pid": os.getpid(), "preemptions": pre}) + "\n")
+            print(f"soak-server: {len(done) + pos}/{len(reqs)} requests, {pre} preemptions", file=sys.stderr,
+                  flush=True)
     llm.llm_engine.engine_core.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -125,7 +127,8 @@ def serve(a):
 def child(a, results, store=None, save=False, blocks=None, prefix_caching=False, bursts=True, log=None,
           requests_file=None):
     cmd = [sys.executable, __file__, "--serve", "--requests-file", str(requests_file or a.out / "requests.json"), "--results",
-           str(results), "--model", a.model, "--dtype", a.dtype, "--seed", str(a.seed)]
+           str(results), "--model", a.model, "--dtype", a.dtype, "--seed", str(a.seed),
+           "--max-model-len", str(a.max_model_len)]
     if store:
         cmd += ["--store", str(store)] + (["--save"] if save else [])
     if blocks:
@@ -150,6 +153,17 @@ def lines(path):
                 out[r["i"]] = r
             except ValueError:
                 pass
+    return out
+
+
+def lines_list(path):
+    out = []
+    if Path(path).exists():
+        for line in open(path):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass                                  # a line cut by SIGKILL
     return out
 
 
@@ -201,7 +215,8 @@ def main():
     ap.add_argument("--out", type=Path, default=ROOT / "out/soak")
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--docs", type=int, default=100)
-    ap.add_argument("--blocks", type=int, default=40, help="vLLM KV cache blocks of the soak server")
+    ap.add_argument("--blocks", type=int, default=24, help="vLLM KV cache blocks of the soak server")
+    ap.add_argument("--max-model-len", type=int, default=2048, help="at most (blocks - 1) x 128")
     ap.add_argument("--gc-every", type=float, default=30.0, help="seconds between gc runs")
     ap.add_argument("--corrupt-every", type=int, default=100)
     ap.add_argument("--kill-at", type=float, default=0.5, help="SIGKILL the server once this share is done")
@@ -269,7 +284,6 @@ def main():
     gc_thread.start()
     killed = False
     restarts = 0
-    preemptions = 0
     while len(lines(soak_file)) < n:
         proc = child(a, soak_file, store=store, save=True, blocks=a.blocks, log=log)
         next_corrupt = (len(lines(soak_file)) // a.corrupt_every + 1) * a.corrupt_every
@@ -288,12 +302,13 @@ def main():
                 print(f"soak: SIGKILL after {len(lines(soak_file))} requests", file=sys.stderr)
         if proc.returncode not in (0, -signal.SIGKILL):
             raise SystemExit(f"soak server failed ({proc.returncode}): {log}")
-        m = Path(str(soak_file) + ".metrics.json")
-        if proc.returncode == 0 and m.exists():
-            preemptions += json.load(open(m))["preemptions"]
         if proc.returncode != 0:
             restarts += 1
     soak_seconds = time.time() - t_start
+    per_server = {}                                   # the last count of each soak server process
+    for r in lines_list(str(soak_file) + ".metrics.jsonl"):
+        per_server[r["pid"]] = max(per_server.get(r["pid"], 0), r["preemptions"])
+    preemptions = sum(per_server.values())
     stop.set()
     gc_thread.join()
     soak = lines(soak_file)
