@@ -2,6 +2,10 @@
 #include "inspect.h"
 
 #include <memory>
+#include <nlohmann/json.hpp>
+
+#include "ucm/store.h"
+#include "ucm/tok/tokenizer.h"
 
 namespace ucm::cli {
 
@@ -21,10 +25,65 @@ CLI::App* setup_inspect(CLI::App& app) {
   sub->add_option("--block", opt->block, "Show one block's index record (32 hex digits)");
   sub->add_option("--namespace", opt->ns, "Restrict to one namespace (name or 32-hex id)");
   sub->add_flag("--docs", opt->docs, "List the document registry");
+  sub->add_option("--model", opt->model,
+                  "Model directory (its tokenizer.json): --block and --docs also show the text of the token "
+                  "ids the block records hold (store_v1.md §3.2)");
   add_common_flags(sub, &opt->common);
   sub->callback([opt] { run_inspect(*opt); });
   return sub;
 }
+
+namespace {
+
+// --model: the text of the ids the store holds (a block's, and each document's whole chain).
+Status add_text(const InspectCmdOptions& opt, admin::InspectReport* rep) {
+  using json = nlohmann::ordered_json;
+  std::unique_ptr<tok::Tokenizer> tk;
+  try {
+    tk = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(opt.model + "/tokenizer.json"));
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument("--model " + opt.model + ": " + e.what());
+  }
+  auto text = [&](const std::vector<uint32_t>& ids) {
+    try {
+      return tk->decode(std::vector<int32_t>(ids.begin(), ids.end()));
+    } catch (const std::exception& e) {
+      return std::string("(not text of this tokenizer: ") + e.what() + ")";
+    }
+  };
+  if (!rep->block_json.empty()) {
+    json b = json::parse(rep->block_json);
+    auto add = [&](json& one) {
+      if (one.contains("token_ids") && one["token_ids"].is_array()) one["text"] = text(one["token_ids"]);
+    };
+    if (b.is_array())
+      for (auto& one : b) add(one);
+    else
+      add(b);
+    rep->block_json = b.dump();
+  }
+  if (rep->docs_run && !rep->docs_json.empty()) {
+    OpenOptions oo;
+    std::unique_ptr<Store> s;
+    Status st = Store::Open(opt.store, oo, &s);
+    if (!st.ok()) return st;
+    json d = json::parse(rep->docs_json);
+    for (auto& e : d) {
+      NamespaceId ns{};
+      BlockHash last{};
+      if (!parse_hex16(e.value("namespace_id", std::string()), &ns).ok() ||
+          !parse_hex16(e.value("last_block", std::string()), &last).ok())
+        continue;
+      std::vector<uint32_t> ids;
+      Status cs = s->chain_tokens(ns, last, &ids);
+      e["text"] = cs.ok() ? text(ids) : "(" + cs.message() + ")";
+    }
+    rep->docs_json = d.dump();
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 void run_inspect(const InspectCmdOptions& opt) {
   admin::InspectOptions o;
@@ -36,6 +95,7 @@ void run_inspect(const InspectCmdOptions& opt) {
   o.progress = make_progress("inspect", opt.common);
   admin::InspectReport rep;
   Status st = admin::inspect(opt.store, o, &rep);
+  if (st.ok() && !opt.model.empty() && (!rep.block_json.empty() || rep.docs_run)) st = add_text(opt, &rep);
   // A verify that found corrupt blocks still prints the full report (listing them).
   finish("inspect", opt.common, st, rep, st.ok() || (rep.verified_run && rep.corrupt_total > 0));
 }

@@ -14,6 +14,7 @@ struct InspectCmdOptions {
   std::string block;
   std::string ns;
   bool docs = false;
+  std::string model;  ///< --model DIR: detokenize the ids of --block and --docs with DIR/tokenizer.json
   uint32_t threads = 8;
   CommonFlags common;
 };

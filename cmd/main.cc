@@ -86,7 +86,8 @@ constexpr const char* kFooter =
 std::string version_text() {
   std::string s = "ucm " UCM_VERSION_STRING "\n";
   // The same newest version as ucm_format_version(): a single store's, and a sharded root's.
-  s += "store format version " + std::to_string(ucm::fmt::kShardedFormatVersion) + " (single stores " +
+  s += "store format version " + std::to_string(std::max(ucm::fmt::kFormatVersion, ucm::fmt::kShardedFormatVersion)) +
+       " (single stores " +
        std::to_string(ucm::fmt::kFormatVersion) + ", sharded roots " + std::to_string(ucm::fmt::kShardedFormatVersion) +
        "; reads 1 and up)\n";
   s += std::string("libtorch support: ") + (UCM_HAVE_TORCH ? "yes" : "no") + "\n";

@@ -7,10 +7,14 @@ Usage (development time only; the outputs are checked in):
     .venv/bin/pip install xxhash
     .venv/bin/python scripts/make_store_fixtures.py [--out tests/fixtures]
 
-Two stores, each a superblock and one data file, without an index (the data files are the
+Three stores, each a superblock and one data file, without an index (the data files are the
 source of truth, spec §3; the test recovers the index with `ucm build --rebuild-index`):
 
-  store_v2/           format_version 2, min_reader_version 2: what this ucm writes. Its
+  store_v4/           format_version 4, min_reader_version 4: what this ucm creates. Its BLOCK_KV
+                      records hold their token ids (flag bit 1, tokens_checksum, ids at offset
+                      128, §3.2), except block 2's ("tokens unknown", as a writer without ids
+                      leaves it).
+  store_v2/           format_version 2, min_reader_version 2: what ucm 0.2.0 - 0.6.x wrote. Its
                       NS_ATTACHMENT record is *named* (flag bit 0, §3.3).
   store_v1_unnamed/   format_version 1, min_reader_version 1, as ucm 0.1.0 wrote before named
                       attachments: the NS_ATTACHMENT record holds the bare data, flag 0.
@@ -55,14 +59,21 @@ def file_header(version, file_id):
     return h + struct.pack("<Q", xxh3(h))
 
 
-def record(rtype, ns, key, payload, parent=b"\0" * 16, token_count=0, flags=0):
-    """§3.2: a 4096-byte record header page, then the payload padded to a page multiple."""
+def record(rtype, ns, key, payload, parent=b"\0" * 16, token_count=0, flags=0, tokens=None):
+    """§3.2: a 4096-byte record header page, then the payload padded to a page multiple. tokens
+    (format 4, BLOCK_KV): flag bit 1, tokens_checksum at 96, the ids (u32 LE) at 128."""
+    ids = b""
+    if tokens is not None:
+        assert len(tokens) == token_count <= 992
+        flags |= 2
+        ids = struct.pack(f"<{len(tokens)}I", *tokens)
     h = b"UCMR" + struct.pack("<HHII", 1, rtype, PAGE, flags)
     h += ns + key + parent
     h += struct.pack("<QQII", len(payload), xxh3(payload), token_count, 0)
-    h += struct.pack("<Q", CREATED_MS) + b"\0" * 24
+    h += struct.pack("<QQ", CREATED_MS, xxh3(ids) if tokens is not None else 0) + b"\0" * 16
     assert len(h) == 120
     h += struct.pack("<Q", xxh3(h))
+    h += ids
     h = h.ljust(PAGE, b"\0")
     pad = (-len(payload)) % PAGE
     return h + payload + b"\0" * pad
@@ -110,7 +121,8 @@ def build(out, version, named):
     data += record(3, ns, b"\0" * 16, ns_payload)
     data += record(4, ns, md5(b"r4_projection"), att_payload, flags=1 if named else 0)
     for b in range(3):
-        data += record(1, ns, hashes[b], kv_payload(b), parent=parents[b], token_count=T)
+        ids = tokens[b * T:(b + 1) * T] if version >= 4 and b < 2 else None
+        data += record(1, ns, hashes[b], kv_payload(b), parent=parents[b], token_count=T, tokens=ids)
     data += record(2, ns, hashes[0], repr_payload, parent=parents[0], token_count=T)
     data += record(5, ns, md5(b"fixture-doc"), doc)
 
@@ -125,6 +137,7 @@ def build(out, version, named):
         "format_version": version,
         "namespace_id": ns.hex(), "namespace_name": name, "root": root.hex(),
         "tokens": tokens, "block_hashes": [x.hex() for x in hashes],
+        "blocks_with_token_ids": [0, 1] if version >= 4 else [],
         "kv_payload_hex": [kv_payload(b).hex() for b in range(3)],
         "repr_payload_hex": repr_payload.hex(),
         "attachment": {"name": "r4_projection", "data_hex": att_data.hex(), "named": named},
@@ -139,9 +152,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures"))
     a = ap.parse_args()
+    build(os.path.join(a.out, "store_v4"), 4, True)
     build(os.path.join(a.out, "store_v2"), 2, True)
     build(os.path.join(a.out, "store_v1_unnamed"), 1, False)
-    print("wrote", os.path.join(a.out, "store_v2"), "and", os.path.join(a.out, "store_v1_unnamed"))
+    print("wrote store_v4, store_v2 and store_v1_unnamed in", a.out)
 
 
 if __name__ == "__main__":

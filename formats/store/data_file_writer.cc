@@ -38,7 +38,8 @@ DataFileWriter::~DataFileWriter() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Status DataFileWriter::Create(const std::string& store, uint32_t file_id, std::unique_ptr<DataFileWriter>* out) {
+Status DataFileWriter::Create(const std::string& store, uint32_t file_id, std::unique_ptr<DataFileWriter>* out,
+                              uint32_t format_version) {
   std::string p = data_file_path(store, file_id);
   int fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -49,6 +50,7 @@ Status DataFileWriter::Create(const std::string& store, uint32_t file_id, std::u
   }
   alignas(16) uint8_t page[kPage];
   FileHeader h;
+  h.format_version = format_version;
   h.file_id = file_id;
   h.created_ms = now_ms();
   encode_file_header(h, page);

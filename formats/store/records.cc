@@ -63,6 +63,12 @@ void encode_record_header(const RecordHeader& h, uint8_t* p) {
   put_le64(p + 72, h.payload_checksum);
   put_le32(p + 80, h.token_count);
   put_le64(p + 88, h.created_ms);
+  if ((h.flags & kRecordFlagTokens) && h.tokens && h.token_count <= kMaxRecordTokens) {
+    for (uint32_t i = 0; i < h.token_count; ++i) put_le32(p + 128 + 4 * size_t(i), h.tokens[i]);
+    put_le64(p + 96, xxh3(p + 128, 4 * size_t(h.token_count)));
+  } else {
+    put_le32(p + 12, h.flags & ~kRecordFlagTokens);  // nothing to hold: tokens unknown
+  }
   put_le64(p + 120, xxh3(p, 120));
 }
 
@@ -84,7 +90,25 @@ Status decode_record_header(const uint8_t* p, const std::string& where, RecordHe
   h->payload_checksum = get_le64(p + 72);
   h->token_count = get_le32(p + 80);
   h->created_ms = get_le64(p + 88);
+  h->tokens_checksum = get_le64(p + 96);
+  h->tokens = nullptr;
+  if (h->flags & kRecordFlagTokens) {
+    if (h->type != RecordType::kBlockKV || h->token_count > kMaxRecordTokens)
+      return Status::Corruption(where + ": token ids flagged on a " + record_type_name(h->type) + " record of " +
+                                std::to_string(h->token_count) + " tokens (at most " +
+                                std::to_string(kMaxRecordTokens) + ", BLOCK_KV only)");
+    if (xxh3(p + 128, 4 * size_t(h->token_count)) != h->tokens_checksum)
+      return Status::Corruption(where + ": record token ids checksum mismatch");
+  }
   return Status::OK();
+}
+
+std::vector<uint32_t> record_tokens(const uint8_t* p, const RecordHeader& h) {
+  std::vector<uint32_t> out;
+  if (!(h.flags & kRecordFlagTokens)) return out;
+  out.resize(h.token_count);
+  for (uint32_t i = 0; i < h.token_count; ++i) out[i] = get_le32(p + 128 + 4 * size_t(i));
+  return out;
 }
 
 
@@ -136,6 +160,8 @@ void encode_record(RecordHeader* h, const std::vector<std::pair<const void*, siz
   h->payload_length = len;
   if (h->created_ms == 0) h->created_ms = now_ms();
   encode_record_header(*h, dst);
+  h->flags = get_le32(dst + 12);  // the tokens flag stays only where ids were written
+  h->tokens_checksum = get_le64(dst + 96);
 }
 
 Status read_record(int fd, uint64_t offset, const RecordExpect& e, AlignedBuffer* buf, const std::string& where,

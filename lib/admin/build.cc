@@ -181,6 +181,7 @@ Status scan_data_file(const std::string& path, uint32_t id, Progress* prog, Scan
     l.created_ms = h.created_ms;
     l.parent = h.parent;
     l.token_count = h.token_count;
+    l.tokens = (h.flags & fmt::kRecordFlagTokens) != 0;
     switch (h.type) {
       case fmt::RecordType::kBlockKV: keep(scan->kv, bkey(h.ns, h.key), l); break;
       case fmt::RecordType::kBlockRepr: keep(scan->repr, bkey(h.ns, h.key), l); break;
@@ -269,6 +270,7 @@ Status index_blocks(const Scan& scan, const std::map<NamespaceId, NamespaceDesc>
     br.kv_checksum = l.checksum;
     br.created_ms = l.created_ms;
     br.last_access_ms = l.created_ms;
+    if (l.tokens) br.flags |= 2u;  // §5.3 bit 1
     tot->live[l.file] += fmt::record_size(l.length);
     auto rit = scan.repr.find(k);
     if (rit != scan.repr.end()) {

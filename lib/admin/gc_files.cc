@@ -171,6 +171,8 @@ Status GcRun::compact_copy_record(Compaction* c, uint32_t fid, int fd, const std
   Status st = compact_writer(c, fmt::record_size(h.payload_length));
   if (!st.ok()) return st;
   fmt::RecordHeader nh = h;
+  const std::vector<uint32_t> tokens = fmt::record_tokens(c->rbuf.data(), h);  // carried as they are (§3.2)
+  nh.tokens = tokens.empty() ? nullptr : tokens.data();
   uint64_t noff = 0;
   st = c->writers.back()->w->append(&nh, {{payload, h.payload_length}}, &noff);
   if (!st.ok()) return st;
@@ -328,7 +330,10 @@ Status GcRun::compact_retire(Compaction* c, Batcher* bt) {
 
 Status GcRun::compact_files() {
   if (to_compact.empty() && to_retire.empty()) return Status::OK();
-  Compaction c(path, idx_);
+  fmt::Superblock sb;
+  Status sbs = fmt::read_superblock(path, &sb);
+  if (!sbs.ok()) return sbs;
+  Compaction c(path, idx_, sb.format_version);
   c.retired_without_copy = to_retire.size();
   for (uint32_t fid : to_compact) {
     Status st = compact_copy_file(&c, fid);

@@ -59,7 +59,9 @@ class Batcher {
 /// their live bytes, the namespaces whose records moved, blocks found corrupt while copying, and
 /// the relocated block records not yet spilled to 'M'.
 struct Compaction {
-  Compaction(const std::string& path, Index* idx) : roller(path, idx, &commit_mu) {}
+  /// format_version: the store's (new data files say it, §3.1).
+  Compaction(const std::string& path, Index* idx, uint32_t format_version)
+      : roller(path, idx, &commit_mu, format_version) {}
   std::mutex commit_mu;  // FileRoller's; gc commits from this thread only
   FileRoller roller;
   std::vector<std::shared_ptr<ActiveFile>> writers;

@@ -186,8 +186,12 @@ Status inspect_single(const std::string& path, const InspectOptions& opts, Inspe
   VerifyPass vp(reader, std::max<uint32_t>(opts.threads, 1), rep);
   const auto t0 = std::chrono::steady_clock::now();
   for (const NsInfo* n : sel) {
+    NamespaceStats* stats = nullptr;
+    for (auto& s : rep->namespaces)
+      if (s.id_hex == to_hex(n->id)) stats = &s;
     st = idx.for_each_block(&n->id, [&](const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& r) {
       ++seen;
+      if (stats && r.has_tokens()) ++stats->blocks_with_tokens;
       if (rep->oldest_created_ms == 0 || r.created_ms < rep->oldest_created_ms) rep->oldest_created_ms = r.created_ms;
       rep->newest_created_ms = std::max(rep->newest_created_ms, r.created_ms);
       if (rep->oldest_access_ms == 0 || r.last_access_ms < rep->oldest_access_ms)
@@ -226,7 +230,15 @@ Status inspect_single(const std::string& path, const InspectOptions& opts, Inspe
     for (const NsInfo* n : sel) {
       fmt::BlockRecord r;
       Status g = idx.get_block(n->id, want_block, &r);
-      if (g.ok()) found.push_back(block_record_json(*n, want_block, r));
+      if (g.ok()) {
+        found.push_back(block_record_json(*n, want_block, r));
+        // The ids in its record header (store_v1.md §3.2), or "unknown".
+        std::vector<uint32_t> ids;
+        Status ts = reader.read_block_tokens(n->id, want_block, r, &ids);
+        if (!ts.ok()) found.back()["token_ids"] = "unreadable: " + ts.message();
+        else if (ids.empty()) found.back()["token_ids"] = "unknown";
+        else found.back()["token_ids"] = ids;
+      }
       else if (g.code() != Code::kNotFound) return g;
     }
     if (found.empty())

@@ -145,6 +145,7 @@ Status migrate_single(const std::string& src, const std::string& dst, const Migr
       st = out->lookup(did, hs.data(), cnt, present.data(), &prefix);
       if (!st.ok()) return st;
       std::vector<std::string> kv(cnt), repr(cnt);
+      std::vector<std::vector<uint32_t>> toks(cnt);  // carried across (store_v1.md §3.2)
       std::vector<DumpItem> items;
       for (size_t i = 0; i < cnt; ++i) {
         if (present[i]) {
@@ -169,6 +170,10 @@ Status migrate_single(const std::string& src, const std::string& dst, const Migr
         } else {
           kv[i].assign(reinterpret_cast<const char*>(p), len);
         }
+        {
+          fmt::RecordHeader kh;  // read_block verified this header page
+          if (fmt::decode_record_header(rbuf.data(), "", &kh).ok()) toks[i] = fmt::record_tokens(rbuf.data(), kh);
+        }
         if (b.r.has_repr()) {
           st = reader.read_block(n->id, b.h, b.r, true, &rbuf, &p, &len);
           if (!st.ok())
@@ -180,6 +185,7 @@ Status migrate_single(const std::string& src, const std::string& dst, const Migr
         it.parent = b.r.parent;
         it.token_count = b.r.token_count;
         it.kv = kv[i].data();
+        if (!toks[i].empty()) it.tokens = toks[i].data();
         if (b.r.has_repr()) {
           it.repr = repr[i].data();
           it.repr_len = repr[i].size();

@@ -21,6 +21,7 @@ struct Loc {
   uint64_t offset = 0, length = 0, checksum = 0, created_ms = 0;
   BlockHash parent{};
   uint32_t token_count = 0;
+  bool tokens = false;  ///< a BLOCK_KV header with token ids (§3.2)
   /// Newest wins: by created_ms, then by (file, offset).
   bool newer_than(const Loc& o) const {
     if (created_ms != o.created_ms) return created_ms > o.created_ms;

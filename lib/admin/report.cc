@@ -189,6 +189,7 @@ std::string InspectReport::to_json() const {
     x["blocks"] = n.blocks;
     x["bytes"] = n.bytes;
     x["documents"] = n.documents;
+    x["blocks_with_tokens"] = n.blocks_with_tokens;
     nss.push_back(std::move(x));
   }
   j["namespaces"] = std::move(nss);
@@ -252,6 +253,9 @@ std::string InspectReport::to_text() const {
       << " block_size " << n.block_size << " L" << n.num_layers << " H" << n.num_kv_heads << " D"
       << n.head_dim << ": " << n.blocks << " blocks, " << format_bytes(n.bytes) << ", "
       << n.documents << " documents\n";
+    if (n.blocks)
+      o << "    token ids        " << n.blocks_with_tokens << " of " << n.blocks << " blocks"
+        << (n.blocks_with_tokens < n.blocks ? " (the rest: tokens unknown)" : "") << "\n";
     if (!n.hash_seed_namespace.empty())
       o << "    block hashes seeded with namespace " << n.hash_seed_namespace << "\n";
   }
@@ -277,6 +281,8 @@ std::string InspectReport::to_text() const {
         << e.value("last_block", std::string())
         << (e.value("source", std::string()).empty() ? "" : "  " + e.value("source", std::string()))
         << "\n";
+    for (const auto& e : d)  // ucm inspect --docs --model: the documents' text
+      if (e.contains("text") && e["text"].is_string()) o << "  --- " << e.value("id", std::string()) << "\n" << e["text"].get<std::string>() << "\n";
   }
   return o.str();
 }

@@ -91,6 +91,7 @@ Status inspect_sharded(const std::string& root, const InspectOptions& opts, Insp
         t.blocks += ns.blocks;
         t.bytes += ns.bytes;
         t.documents += ns.documents;
+        t.blocks_with_tokens += ns.blocks_with_tokens;
       }
     }
     rep->verified_run |= s.verified_run;
@@ -231,7 +232,7 @@ Status upgrade_to_sharded(const std::string& path, const std::string& shard_name
     rep->message = "store " + path + " is already sharded; nothing to do";
     return Status::OK();
   }
-  if (st.ok() && sb.format_version < fmt::kFormatVersion)
+  if (st.ok() && sb.format_version < fmt::kMinWriterVersion)
     return Status::NotSupported("store " + path + " has format version " + std::to_string(sb.format_version) +
                                 "; run `ucm migrate " + path + " --upgrade` first");
   // Under the writer lock of the single store: no writer runs meanwhile.

@@ -313,15 +313,38 @@ UCM_API int ucm_store_lookup(ucm_store_t* store, const uint8_t* ns, const uint8_
 
 UCM_API int ucm_store_dump(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, const uint8_t* parents,
                            size_t n, const void* const* kv, ucm_task_t** task) {
-  return ucm_store_dump_repr(store, ns, hashes, parents, n, kv, nullptr, nullptr, task);
+  return ucm_store_dump_ex(store, ns, hashes, parents, n, kv, nullptr, task);
 }
 
 UCM_API int ucm_store_dump_repr(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes,
                                 const uint8_t* parents, size_t n, const void* const* kv,
                                 const void* const* reprs, const size_t* repr_lens, ucm_task_t** task) {
-  return guarded("ucm_store_dump_repr", [&] {
+  ucm_store_dump_params p = ucm_store_default_dump_params();
+  p.reprs = reprs;
+  p.repr_lens = repr_lens;
+  return ucm_store_dump_ex(store, ns, hashes, parents, n, kv, &p, task);
+}
+
+UCM_API ucm_store_dump_params ucm_store_default_dump_params(void) {
+  ucm_store_dump_params p;
+  std::memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  return p;
+}
+
+UCM_API int ucm_store_dump_ex(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, const uint8_t* parents,
+                              size_t n, const void* const* kv, const ucm_store_dump_params* params,
+                              ucm_task_t** task) {
+  return guarded("ucm_store_dump_ex", [&] {
     if (!store || !ns || !task || (n && (!hashes || !parents || !kv)))
       return fail(UCM_E_INVALID, "ucm_store_dump: store, ns, hashes, parents, kv and task must not be NULL");
+    ucm_store_dump_params p = ucm_store_default_dump_params();
+    if (params) {
+      ucm::Status st = ucm::capi::read_struct("ucm_store_dump_ex: params", params, p, &p);
+      if (!st.ok()) return fail(st);
+    }
+    const void* const* reprs = p.reprs;
+    const size_t* repr_lens = p.repr_lens;
     if (n && reprs && !repr_lens) return fail(UCM_E_INVALID, "ucm_store_dump_repr: reprs given without repr_lens");
     *task = nullptr;
     ucm::NamespaceDesc d;
@@ -339,8 +362,31 @@ UCM_API int ucm_store_dump_repr(ucm_store_t* store, const uint8_t* ns, const uin
         items[i].repr = reprs[i];
         items[i].repr_len = repr_lens[i];
       }
+      if (p.tokens) items[i].tokens = p.tokens + i * size_t(d.block_size);
     }
     return finish_task(store->s->dump(ns_of(ns), items.data(), n), task);
+  });
+}
+
+UCM_API int ucm_store_chain_tokens(ucm_store_t* store, const uint8_t* ns, const uint8_t* hash, uint32_t* tokens,
+                                   size_t cap, size_t* n_tokens, size_t* n_blocks) {
+  return guarded("ucm_store_chain_tokens", [&] {
+    if (!store || !ns || !hash || !n_tokens)
+      return fail(UCM_E_INVALID, "ucm_store_chain_tokens: store, ns, hash and n_tokens must not be NULL");
+    ucm::BlockHash h{};
+    std::memcpy(h.data(), hash, 16);
+    std::vector<uint32_t> ids;
+    size_t blocks = 0;
+    ucm::Status s = store->s->chain_tokens(ns_of(ns), h, &ids, &blocks);
+    if (!s.ok()) return fail(s);
+    *n_tokens = ids.size();
+    if (n_blocks) *n_blocks = blocks;
+    if (!tokens) return ok();
+    if (cap < ids.size())
+      return fail(UCM_E_INVALID, "ucm_store_chain_tokens: cap " + std::to_string(cap) + " is too small: the chain has " +
+                                     std::to_string(ids.size()) + " token ids (" + std::to_string(blocks) + " blocks)");
+    std::copy(ids.begin(), ids.end(), tokens);
+    return ok();
   });
 }
 

@@ -123,6 +123,37 @@ Status DataFileReader::read_block(const NamespaceId& ns, const BlockHash& h, con
   return Status::OK();
 }
 
+Status DataFileReader::read_block_tokens(const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& rec,
+                                        std::vector<uint32_t>* tokens) {
+  tokens->clear();
+  Open f;
+  Status st = get(rec.kv_file, &f);
+  if (!st.ok()) return st;
+  const std::string at = where(rec.kv_file) + " offset " + std::to_string(rec.kv_offset);
+  fmt::AlignedBuffer buf;
+  if (!buf.reserve(fmt::kPage)) return Status::Internal("out of memory reading " + at);
+  size_t got = 0;
+  int err = 0;
+  st = fmt::pread_full(f.fd, buf.data(), fmt::kPage, rec.kv_offset, &got, at, &err);
+  if (!st.ok() && f.direct && err == EINVAL) {  // O_DIRECT refused: one buffered read
+    const int fd = open_buffered(fmt::data_file_path(store_, rec.kv_file));
+    if (fd < 0) return Status::FromErrno(errno, "open " + at);
+    st = fmt::pread_full(fd, buf.data(), fmt::kPage, rec.kv_offset, &got, at);
+    ::close(fd);
+  }
+  if (!st.ok()) return st;
+  if (got < fmt::kPage) return Status::Corruption(at + ": the record header page is truncated");
+  fmt::RecordHeader hdr;
+  st = fmt::decode_record_header(buf.data(), at, &hdr);
+  if (!st.ok()) return st;
+  if (hdr.type != fmt::RecordType::kBlockKV || hdr.ns != ns || hdr.key != h)
+    return Status::Corruption(at + ": the record is not the KV record of this block");
+  if (hdr.parent != rec.parent || hdr.token_count != rec.token_count)
+    return Status::Corruption(at + ": record parent or token_count differs from the index");
+  *tokens = fmt::record_tokens(buf.data(), hdr);
+  return Status::OK();
+}
+
 Status DataFileReader::read_attachment(const NamespaceId& ns, const std::string& name, uint32_t file, uint64_t off,
                                        uint64_t length, uint64_t checksum, std::string* data) {
   fmt::RecordExpect e;

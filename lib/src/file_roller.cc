@@ -9,7 +9,7 @@ Status FileRoller::get(uint64_t need, std::shared_ptr<ActiveFile>* af) {
     Status s = index_->allocate_file_id(&id);
     if (!s.ok()) return s;
     auto nf = std::make_shared<ActiveFile>();
-    s = fmt::DataFileWriter::Create(store_, id, &nf->w);
+    s = fmt::DataFileWriter::Create(store_, id, &nf->w, format_version_);
     if (!s.ok()) return s;
     nf->rec.size = fmt::kPage;
     nf->rec.state = fmt::FileState::kActive;

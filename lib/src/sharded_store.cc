@@ -319,6 +319,26 @@ Status ShardedStore::get_block(const NamespaceId& ns, const BlockHash& hash, Blo
   return Status::NotFound("block " + to_hex(hash) + " is in no shard of " + root_);
 }
 
+Status ShardedStore::block_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens,
+                                  BlockHash* parent) {
+  // A block may be in several shards (two writers saved it); the first that has ids answers.
+  Status first = Status::NotFound("block " + to_hex(hash) + " is in no shard of " + root_);
+  bool found = false;
+  for (const auto& sh : *snapshot()) {
+    if (away(*sh)) continue;
+    Status s = sh->store->block_tokens(ns, hash, tokens, parent);
+    if (s.ok() && !tokens->empty()) return s;
+    if (s.ok() && !found) {
+      first = s;
+      found = true;
+    } else if (!s.ok() && s.code() != Code::kNotFound && !found) {
+      first = s;
+    }
+  }
+  tokens->clear();
+  return first;
+}
+
 // ---------------------------------------------------------------------------- documents
 Status ShardedStore::put_document(const NamespaceId& ns, const DocumentEntry& doc) {
   Status s = writer_only("put_document");

@@ -1,6 +1,8 @@
 // lib/src/store_dump.cc: StoreWriter::dump and its phases (see ucm/core/store_writer.h).
 #include "ucm/core/store_writer.h"
 
+#include "ucm/hash.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -28,6 +30,15 @@ Status StoreWriter::dump_check(const NamespaceId& ns, const DumpItem* items, siz
                                   std::to_string(d->block_size) + " (only full blocks are stored)");
     else if (items[i].repr_len && !items[i].repr)
       s = Status::InvalidArgument("dump: item " + std::to_string(i) + " has repr_len but no repr");
+    else if (items[i].tokens) {
+      // The ids must be the ones the hash was made from (store_v1.md §3.2, §4.1).
+      std::vector<BlockHash> h;
+      hash_blocks(items[i].parent, items[i].tokens, d->block_size, d->block_size, &h);
+      if (h.size() != 1 || h[0] != items[i].hash)
+        s = Status::InvalidArgument("dump: item " + std::to_string(i) + ": its token ids do not hash to its block "
+                                    "hash with its parent (MD5(parent || tokens), store_v1.md §4.1): wrong ids, "
+                                    "parent or hash");
+    }
     else if (items[i].kv_pages)
       for (size_t p = 0; p < size_t(d->num_layers) * 2; ++p)
         if (!items[i].kv_pages[p]) {
@@ -117,10 +128,16 @@ Status StoreWriter::dump_write_one(DumpState* st, size_t i) {
   h.key = it.hash;
   h.parent = it.parent;
   h.token_count = it.token_count;
+  if (it.tokens && s_.records_tokens()) {  // §3.2: a version-4 store; encode drops them past 992
+    h.flags |= fmt::kRecordFlagTokens;
+    h.tokens = it.tokens;
+  }
   fmt::RecordHeader rh;
   fmt::encode_record(&h, pieces, stage.data());
   if (it.repr_len) {
     rh = h;
+    rh.flags &= ~fmt::kRecordFlagTokens;
+    rh.tokens = nullptr;
     rh.type = fmt::RecordType::kBlockRepr;
     fmt::encode_record(&rh, {{it.repr, it.repr_len}}, stage.data() + kv_rec);
   }
@@ -138,6 +155,7 @@ Status StoreWriter::dump_write_one(DumpState* st, size_t i) {
   r.kv_checksum = h.payload_checksum;
   r.created_ms = h.created_ms;
   r.last_access_ms = h.created_ms;
+  if (h.flags & fmt::kRecordFlagTokens) r.flags |= 2;  // §5.3 bit 1
   if (it.repr_len) {
     r.flags |= 1;
     r.repr_file = r.kv_file;
@@ -266,6 +284,10 @@ std::shared_ptr<Task> StoreWriter::dump(const NamespaceId& ns, const DumpItem* i
   st->ns = ns;
   st->desc = d;
   st->items.assign(items, items + n);
+  for (size_t i = 0; i < n; ++i)
+    if (items[i].tokens) st->tokens.insert(st->tokens.end(), items[i].tokens, items[i].tokens + d.block_size);
+  for (size_t i = 0, k = 0; i < n; ++i)  // repointed once the copy is complete (no reallocation after)
+    if (items[i].tokens) st->items[i].tokens = st->tokens.data() + (k++) * d.block_size;
   st->recs.resize(n);
   st->skip.assign(n, false);
   st->slot_file.resize(n);

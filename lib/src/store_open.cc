@@ -172,11 +172,16 @@ Status StoreImpl::init(bool create) {
   }
   s = fmt::read_superblock(s_.path, &sb);
   if (!s.ok()) return s;
-  if (rw && sb.format_version < fmt::kFormatVersion)
+  if (rw && sb.format_version < fmt::kMinWriterVersion)
     return Status::NotSupported("store " + s_.path + " has format version " + std::to_string(sb.format_version) +
-                                "; this ucm writes format version " + std::to_string(fmt::kFormatVersion) +
-                                " (store_v1.md §10): run `ucm migrate " + s_.path +
+                                "; this ucm writes format versions " + std::to_string(fmt::kMinWriterVersion) +
+                                " and up (store_v1.md §10): run `ucm migrate " + s_.path +
                                 " --upgrade` before writing to it (read-only opens work as it is)");
+  s_.format_version = sb.format_version;
+  if (rw && !s_.records_tokens())
+    log().info("store {}: format version {}: blocks written to it record no token ids (tokens unknown); "
+               "`ucm migrate {} --upgrade` steps it to version {} (store_v1.md §10)",
+               s_.path, sb.format_version, s_.path, fmt::kFormatVersion);
   if (rw) {
     if (!lock_) {
       s = fmt::WriterLock::Acquire(s_.path, &lock_);

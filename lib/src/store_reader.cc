@@ -22,6 +22,7 @@ BlockInfo to_info(const NamespaceId& ns, const BlockHash& hash, const fmt::Block
   b.kv_length = r.kv_length;
   b.kv_checksum = r.kv_checksum;
   b.has_repr = r.has_repr();
+  b.has_tokens = r.has_tokens();
   b.repr_file = r.repr_file;
   b.repr_offset = r.repr_offset;
   b.repr_length = r.repr_length;
@@ -128,6 +129,22 @@ Status StoreReader::get_block(const NamespaceId& ns, const BlockHash& hash, Bloc
   if (!s.ok()) return s;
   if (info) *info = to_info(ns, hash, r);
   return Status::OK();
+}
+
+Status StoreReader::block_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens,
+                                 BlockHash* parent) {
+  Status s;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    fmt::BlockRecord r;
+    s = s_.index->get_block(ns, hash, &r);
+    if (!s.ok()) return s;
+    if (parent) *parent = r.parent;
+    s = s_.files->read_block_tokens(ns, hash, r, tokens);
+    if (s.code() != Code::kNotFound || attempt > 0) break;
+    s_.files->drop(r.kv_file);  // retired by gc: a stale view
+    (void)refresh();
+  }
+  return s;
 }
 
 Status StoreReader::read_verified(const NamespaceId& ns, const BlockHash& hash, Payload which, uint64_t kv_bytes,

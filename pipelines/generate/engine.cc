@@ -140,8 +140,10 @@ Status Engine::save(const std::vector<int32_t>& tokens, const KvCache& cache, ui
   std::vector<Hash16> h, parents;
   std::vector<torch::Tensor> bufs;
   std::vector<const void*> kv;
+  std::vector<uint32_t> toks;  // the saved blocks' ids (store_v1.md §3.2)
   for (size_t i = 0; i < hashes.size(); ++i) {
     if (present[i]) continue;
+    toks.insert(toks.end(), ids.begin() + std::ptrdiff_t(i * bs_), ids.begin() + std::ptrdiff_t((i + 1) * bs_));
     std::vector<torch::Tensor> parts;
     for (int64_t l = 0; l < L; ++l) {
       parts.push_back(cache.k[size_t(l)].narrow(0, int64_t(i) * bs_, bs_));
@@ -152,7 +154,7 @@ Status Engine::save(const std::vector<int32_t>& tokens, const KvCache& cache, ui
     h.push_back(hashes[i]);
     parents.push_back(i == 0 ? root : hashes[i - 1]);
   }
-  UCM_RETURN_IF_ERROR(store_->dump(h, parents, kv));
+  UCM_RETURN_IF_ERROR(store_->dump(h, parents, kv, toks));
   *saved = h.size();
   return Status::OK();
 }

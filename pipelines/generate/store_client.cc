@@ -82,12 +82,14 @@ Status StoreClient::load_paged(const std::vector<Hash16>& hashes, size_t n, cons
 }
 
 Status StoreClient::dump(const std::vector<Hash16>& hashes, const std::vector<Hash16>& parents,
-                         const std::vector<const void*>& kv) const {
+                         const std::vector<const void*>& kv, const std::vector<uint32_t>& tokens) const {
   if (hashes.empty()) return Status::OK();
   ucm_task_t* task = nullptr;
-  int rc = ucm_store_dump(store_, ns_.data(), hashes.front().data(), parents.front().data(), hashes.size(),
-                          kv.data(), &task);
-  if (rc != UCM_OK) return from_code(rc, "ucm_store_dump");
+  ucm_store_dump_params p = ucm_store_default_dump_params();
+  p.tokens = tokens.empty() ? nullptr : tokens.data();
+  int rc = ucm_store_dump_ex(store_, ns_.data(), hashes.front().data(), parents.front().data(), hashes.size(),
+                             kv.data(), &p, &task);
+  if (rc != UCM_OK) return from_code(rc, "ucm_store_dump_ex");
   rc = ucm_task_wait(task, -1);
   Status st = from_code(rc, "dumping " + std::to_string(hashes.size()) + " blocks");
   ucm_task_free(task);

@@ -51,9 +51,10 @@ class StoreClient {
   /// [T][H][D] page (UCM_DEST_PAGED). status[i] gets each block's UCM_* code.
   Status load_paged(const std::vector<Hash16>& hashes, size_t n, const std::vector<void*>& ptrs,
                     std::vector<int>* status) const;
-  /// Writer: dumps blocks (hashes[i], parents[i], kv[i] -> [L][2][T][H][D]); waits for them.
+  /// Writer: dumps blocks (hashes[i], parents[i], kv[i] -> [L][2][T][H][D]) with their token ids
+  /// (tokens: [n][T], store_v1.md §3.2; empty = none) through ucm_store_dump_ex; waits for them.
   Status dump(const std::vector<Hash16>& hashes, const std::vector<Hash16>& parents,
-              const std::vector<const void*>& kv) const;
+              const std::vector<const void*>& kv, const std::vector<uint32_t>& tokens = {}) const;
 
   /// The namespace's representation layout (ucm_store_repr_info).
   Status repr_info(ucm_repr_info* info) const;

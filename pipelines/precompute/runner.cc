@@ -490,6 +490,8 @@ class Runner {
         it.kv_pages = dd.pages.data() + k * size_t(L_) * 2;
         it.repr = dd.reprs[k].data();
         it.repr_len = dd.reprs[k].size();
+        // The block's ids go into its record (store_v1.md §3.2): the audit and KV events read them.
+        it.tokens = reinterpret_cast<const uint32_t*>(doc.ids.data()) + i * bs_;
         ++k;
       }
       if (n_new) dd.task = store_->dump(ns_, dd.items.data(), dd.items.size());

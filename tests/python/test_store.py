@@ -53,7 +53,7 @@ def filled(tmp_path):
 
 def test_version_and_codes():
     assert ucm.version() == ucm.__version__
-    assert ucm.format_version() == 3  # sharded roots (store_v1.md §11)
+    assert ucm.format_version() == 4  # single stores (store_v1.md §10); sharded roots are 3
     assert ucm.code_name(2) == "UCM_E_CORRUPTION"
     assert "checksum" in ucm.strerror(2)
     assert os.path.exists(ucm.library_path())
@@ -222,3 +222,42 @@ def test_log_callback_and_threads(filled):
         ucm.set_log_callback(None)
     # RocksDB's info log (at debug) came through the callback.
     assert any(line.startswith("ucm.rocksdb: ") for _, line in lines), lines[:5]
+
+
+def test_token_ids_are_stored_and_a_chain_comes_back(tmp_path):
+    """store_v1.md §3.2: dump(tokens=) keeps each block's ids in its record; Store.tokens walks the
+    parents back to the chain root; ids that do not hash to the block are refused, writing nothing."""
+    path = str(tmp_path / "store")
+    tokens = list(range(7000, 7000 + 3 * T))
+    with ucm.Store(path, mode="c") as w:
+        ns = w.register_namespace(DESC)
+        hs = ucm.hash_blocks(ns.hash_seed, tokens, T)
+        parents = ucm.parents_of(ns.hash_seed, hs)
+        wrong = list(tokens)
+        wrong[T + 3] += 1                                     # block 1's ids are not its hash's
+        with pytest.raises(ucm.Invalid, match="item 1"):
+            w.dump(ns, hs, parents, [payload(i) for i in range(3)], tokens=wrong)
+        assert not w.lookup(ns, hs).present.any(), "a refused dump writes nothing"
+        with pytest.raises(ucm.Invalid, match="ids for 3 blocks"):
+            w.dump(ns, hs, parents, [payload(i) for i in range(3)], tokens=tokens[:-1])
+        assert list(w.dump(ns, hs[:2], parents[:2], [payload(0), payload(1)], tokens=tokens[:2 * T])) == [0, 0]
+        # Block 2 without ids: "tokens unknown".
+        assert list(w.dump(ns, hs[2:], parents[2:], [payload(2)])) == [0]
+    with ucm.Store(path) as r:
+        got = r.tokens(ns, hs[1])
+        assert got.dtype == np.uint32 and got.tolist() == tokens[:2 * T]
+        assert r.tokens(ns, hs[0]).tolist() == tokens[:T]
+        with pytest.raises(ucm.NotSupported, match=hs[2].tobytes().hex()):
+            r.tokens(ns, hs[2])
+        with pytest.raises(ucm.NotFound):
+            r.tokens(ns, b"\x01" * 16)
+    # The bytes, where the spec puts them: flag bit 1 at offset 12, the ids (u32 LE) at offset 128.
+    data = sorted(Path(path, "data").glob("*.ucmd"))
+    blob = b"".join(p.read_bytes() for p in data)
+    for b in range(2):
+        want = struct.pack(f"<{T}I", *tokens[b * T:(b + 1) * T])
+        at = blob.find(hs[b].tobytes())              # the record header's key (offset 32)
+        assert at >= 0
+        head = blob[at - 32: at - 32 + 4096]
+        assert head[:4] == b"UCMR" and struct.unpack_from("<I", head, 12)[0] & 2
+        assert head[128: 128 + 4 * T] == want

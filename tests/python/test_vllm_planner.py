@@ -77,6 +77,8 @@ def test_new_request_hit_load_then_save_of_the_rest():
     assert len(ld.hashes) == 8 and (ld.hashes == fake_hash(PROMPT)[:8]).all()
     (sv,) = saves                                        # 128 + 72 = 200: the prompt is complete
     assert sv.first == 8 and len(sv.hashes) == 12 and sv.block_ids == list(range(10, 17))
+    # The saved blocks' token ids go with them (store_v1.md §3.2): blocks 8..11, 16 tokens each.
+    assert sv.tokens.dtype == np.uint32 and sv.tokens.tolist() == PROMPT[8 * T: 12 * T]
     loads, saves = p.plan(out(cached=[("a", None, 200, False)], sched={"a": 1}))   # decode
     assert loads == [] and saves == []
     p.plan(out(finished=["a"]))

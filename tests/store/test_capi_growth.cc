@@ -443,7 +443,7 @@ TEST_F(Growth, SizedOutputsBehaveOneWay) {
   }
 }
 
-TEST(GrowthBasics, FormatVersionIsShardedRoots) { EXPECT_EQ(ucm_format_version(), 3u); }
+TEST(GrowthBasics, FormatVersionIsTheNewest) { EXPECT_EQ(ucm_format_version(), 4u); }
 
 // ---- the helper itself, on a struct whose minimum is below its size ---------------------------
 

@@ -407,6 +407,69 @@ TEST(Records, EncodingsRoundTrip) {
   EXPECT_EQ(sb2.created_ms, 123u);
 }
 
+// store_v1.md §3.2 (format 4): token ids at offset 128 (u32 LE), flag bit 1, tokens_checksum at
+// offset 96 = XXH3-64 of the ids' bytes, covered by the header checksum; positions from the spec.
+TEST(Records, TokenIdsInTheHeaderPage) {
+  std::vector<uint32_t> ids(16);
+  for (uint32_t i = 0; i < 16; ++i) ids[i] = 0x01020304u * (i + 1);
+  fmt::RecordHeader h;
+  h.type = fmt::RecordType::kBlockKV;
+  h.ns = seq_ns();
+  h.token_count = 16;
+  h.flags = fmt::kRecordFlagTokens;
+  h.tokens = ids.data();
+  alignas(64) uint8_t page[fmt::kPage];
+  fmt::encode_record_header(h, page);
+  uint32_t flags;
+  std::memcpy(&flags, page + 12, 4);
+  EXPECT_EQ(flags, 2u);
+  for (uint32_t i = 0; i < 16; ++i) {
+    const uint8_t* p = page + 128 + 4 * i;
+    ASSERT_EQ(uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24, ids[i]) << i;
+  }
+  uint64_t tsum;
+  std::memcpy(&tsum, page + 96, 8);
+  EXPECT_EQ(tsum, fmt::xxh3(page + 128, 64));
+  for (size_t i = 128 + 64; i < fmt::kPage; ++i) ASSERT_EQ(page[i], 0) << i;
+  fmt::RecordHeader g;
+  ASSERT_TRUE(fmt::decode_record_header(page, "t", &g).ok());
+  EXPECT_EQ(fmt::record_tokens(page, g), ids);
+  // A flipped id byte: the ids checksum catches it (the header checksum covers tokens_checksum).
+  page[130] ^= 1;
+  EXPECT_EQ(fmt::decode_record_header(page, "t", &g).code(), Code::kCorruption);
+  page[130] ^= 1;
+  page[97] ^= 1;
+  EXPECT_EQ(fmt::decode_record_header(page, "t", &g).code(), Code::kCorruption);
+
+  // Without ids (none given, or more than 992): flag clear, offset 96 and 128.. zero, "tokens unknown".
+  fmt::RecordHeader n = h;
+  n.tokens = nullptr;
+  fmt::encode_record_header(n, page);
+  std::memcpy(&flags, page + 12, 4);
+  EXPECT_EQ(flags, 0u);
+  ASSERT_TRUE(fmt::decode_record_header(page, "t", &g).ok());
+  EXPECT_TRUE(fmt::record_tokens(page, g).empty());
+  for (size_t i = 96; i < 120; ++i) ASSERT_EQ(page[i], 0) << i;
+  std::vector<uint32_t> big(fmt::kMaxRecordTokens + 1, 7);
+  n.tokens = big.data();
+  n.token_count = uint32_t(big.size());
+  fmt::encode_record_header(n, page);
+  ASSERT_TRUE(fmt::decode_record_header(page, "t", &g).ok());
+  EXPECT_TRUE(fmt::record_tokens(page, g).empty());
+  std::vector<uint32_t> most(fmt::kMaxRecordTokens, 9);
+  n.tokens = most.data();
+  n.token_count = fmt::kMaxRecordTokens;
+  fmt::encode_record_header(n, page);
+  ASSERT_TRUE(fmt::decode_record_header(page, "t", &g).ok());
+  EXPECT_EQ(fmt::record_tokens(page, g), most);  // 992 ids end exactly at byte 4096
+  // A header that flags ids on a non-KV record, or more than 992, is corrupt.
+  uint8_t bad[fmt::kPage];
+  fmt::RecordHeader r = h;
+  r.type = fmt::RecordType::kBlockRepr;
+  fmt::encode_record_header(r, bad);
+  ASSERT_EQ(fmt::decode_record_header(bad, "t", &g).code(), Code::kCorruption);
+}
+
 TEST(DataFile, WriteScanDetectsCorruptionAndTornTail) {
   std::string store = tmpdir("df");
   fmt::Superblock sb;
@@ -478,11 +541,11 @@ TEST(Superblock, RefusesNewerVersionAndNonStores) {
   EXPECT_EQ(fmt::read_superblock(store, &sb).code(), Code::kInvalidArgument);  // not a store
   ASSERT_TRUE(fmt::create_store_skeleton(store, &sb).ok());
   EXPECT_TRUE(fmt::read_superblock(store, &sb).ok());
-  sb.format_version = 4;  // 3 is a sharded root (§11): also refused here, with its own message
+  sb.format_version = 5;  // 3 is a sharded root (§11): also refused here, with its own message
   ASSERT_TRUE(fmt::write_superblock(store, sb).ok());
   Status s = fmt::read_superblock(store, &sb);
   EXPECT_EQ(s.code(), Code::kVersion);
-  EXPECT_EQ(s.message(), "store format version 4 is newer than this ucm supports (max 2); upgrade ucm");
+  EXPECT_EQ(s.message(), "store format version 5 is newer than this ucm supports (max 4); upgrade ucm");
   fmt::RootKind k;
   EXPECT_EQ(fmt::root_kind(store, &k).code(), Code::kVersion);  // not a root either
   sb.format_version = 3;

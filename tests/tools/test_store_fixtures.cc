@@ -1,14 +1,18 @@
 // Checked-in stores built byte by byte from formats/store/store_v1.md by
 // scripts/make_store_fixtures.py (Python, independent of ucm's encoders), decoded by today's
-// reader, and the version step 1 -> 2 (named NS_ATTACHMENT records, spec §10):
-//   * tests/fixtures/store_v2: the current format; every field a reader sees must match what the
+// reader, and the version steps 1 -> 2 (named NS_ATTACHMENT records) and 2 -> 4 (token ids in
+// BLOCK_KV records), spec §10:
+//   * tests/fixtures/store_v4: the current format; every field a reader sees must match what the
 //     script wrote (namespace id, chain hashes, payload bytes, representations, attachment,
-//     document);
+//     document, the token ids of blocks 0 and 1; block 2 "tokens unknown");
+//   * tests/fixtures/store_v2: the format of ucm 0.2.0 - 0.6.x: read and written as it is (no ids),
+//     stepped to 4 by `ucm migrate --upgrade`;
 //   * tests/fixtures/store_v1_unnamed: format 1 as ucm 0.1.0 wrote it before named attachments;
 //     readable as it is, refused by writers, converted by `ucm migrate --upgrade`.
 // The fixtures hold no index (data files are the source of truth, spec §3): each test rebuilds it.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -106,7 +110,8 @@ class StoreFixture : public ::testing::Test {
     io.verify = true;
     admin::InspectReport ir;
     ASSERT_TRUE(admin::inspect(path, io, &ir).ok());
-    EXPECT_EQ(ir.verified, 3u);
+    EXPECT_GE(ir.blocks, 3u);  // the script's 3, and any a test added
+    EXPECT_EQ(ir.verified, ir.blocks);
     EXPECT_TRUE(ir.corrupt.empty());
   }
 
@@ -120,14 +125,130 @@ class StoreFixture : public ::testing::Test {
 }  // namespace
 
 TEST_F(StoreFixture, CurrentFormatBuiltFromTheSpecDecodes) {
+  load("store_v4");
+  fmt::Superblock sb;
+  ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
+  EXPECT_EQ(sb.format_version, 4u);
+  EXPECT_EQ(sb.min_reader_version, 4u);
+  check_contents();
+  // The token ids the script wrote (§3.2), block by block and as chains; the rebuilt index flags
+  // the blocks that hold them (§5.3 bit 1).
+  auto s = open_store(path, false);
+  ASSERT_TRUE(s);
+  const std::vector<uint32_t> toks = want["tokens"].get<std::vector<uint32_t>>();
+  const size_t T = 4;
+  for (size_t b = 0; b < 3; ++b) {
+    std::vector<uint32_t> t;
+    BlockHash parent{};
+    ASSERT_TRUE(s->block_tokens(ns, hashes[b], &t, &parent).ok()) << b;
+    EXPECT_EQ(parent, b == 0 ? root_hash(ns) : hashes[b - 1]);
+    BlockInfo bi;
+    ASSERT_TRUE(s->get_block(ns, hashes[b], &bi).ok());
+    if (b < 2) {
+      EXPECT_EQ(t, std::vector<uint32_t>(toks.begin() + b * T, toks.begin() + (b + 1) * T)) << b;
+      EXPECT_TRUE(bi.has_tokens) << b;
+    } else {
+      EXPECT_TRUE(t.empty()) << "block 2 was written without ids";
+      EXPECT_FALSE(bi.has_tokens);
+    }
+  }
+  std::vector<uint32_t> chain;
+  size_t blocks = 0;
+  ASSERT_TRUE(s->chain_tokens(ns, hashes[1], &chain, &blocks).ok());
+  EXPECT_EQ(blocks, 2u);
+  EXPECT_EQ(chain, std::vector<uint32_t>(toks.begin(), toks.begin() + 2 * T));
+  Status st = s->chain_tokens(ns, hashes[2], &chain);
+  EXPECT_EQ(st.code(), Code::kNotSupported) << st.ToString();
+  EXPECT_NE(st.message().find(to_hex(hashes[2])), std::string::npos) << st.message();
+  BlockHash absent{};
+  absent[0] = 1;
+  EXPECT_EQ(s->chain_tokens(ns, absent, &chain).code(), Code::kNotFound);
+  s.reset();
+  EXPECT_TRUE(open_store(path, true)) << "the current format is writable";
+}
+
+TEST_F(StoreFixture, Version2IsWrittenWithoutIdsThenUpgradedTo4) {
   load("store_v2");
   fmt::Superblock sb;
   ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
   EXPECT_EQ(sb.format_version, 2u);
   EXPECT_EQ(sb.min_reader_version, 2u);
   check_contents();
-  // The current format is writable.
-  EXPECT_TRUE(open_store(path, true));
+  NamespaceDesc d;
+  std::vector<uint32_t> toks = want["tokens"].get<std::vector<uint32_t>>();
+  // A writer on a version-2 store: records and data file stay version 2 (no ids), so that
+  // ucm 0.2.0 - 0.6.x keep reading it.
+  auto dump_next = [&](uint32_t first_token, BlockHash* h) {
+    auto w = open_store(path, true);
+    ASSERT_TRUE(w);
+    ASSERT_TRUE(w->get_namespace(ns, &d).ok());
+    std::vector<uint32_t> ids(d.block_size);
+    for (uint32_t i = 0; i < d.block_size; ++i) ids[i] = first_token + i;
+    std::vector<BlockHash> hs;
+    hash_blocks(hashes[2], ids.data(), ids.size(), d.block_size, &hs);
+    *h = hs[0];
+    std::string kv(d.payload_bytes(), '\x5a');
+    DumpItem it;
+    it.hash = hs[0];
+    it.parent = hashes[2];
+    it.token_count = d.block_size;
+    it.kv = kv.data();
+    it.tokens = ids.data();
+    Status st = w->dump(ns, &it, 1)->wait();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  };
+  BlockHash h3{};
+  dump_next(500, &h3);
+  {
+    auto r = open_store(path, false);
+    std::vector<uint32_t> t;
+    ASSERT_TRUE(r->block_tokens(ns, h3, &t, nullptr).ok());
+    EXPECT_TRUE(t.empty()) << "a version-2 store records no ids";
+    for (const auto& e : fs::directory_iterator(fs::path(path) / "data")) {
+      std::ifstream f(e.path(), std::ios::binary);
+      char hdr[12];
+      f.read(hdr, 12);
+      uint32_t v;
+      std::memcpy(&v, hdr + 8, 4);
+      EXPECT_EQ(v, 2u) << e.path() << ": a data file of a version-2 store must say 2 (§3.1)";
+    }
+  }
+  admin::MigrateOptions mo;
+  mo.upgrade = true;
+  admin::MigrateReport mr;
+  Status st = admin::migrate(path, "", mo, &mr);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(mr.upgraded);
+  ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
+  EXPECT_EQ(sb.format_version, 4u);
+  EXPECT_EQ(sb.min_reader_version, 4u) << "readers older than format 4 must refuse the upgraded store";
+  check_contents();
+  BlockHash h4{};
+  {
+    auto w = open_store(path, true);
+    ASSERT_TRUE(w);
+    std::vector<uint32_t> ids(d.block_size);
+    for (uint32_t i = 0; i < d.block_size; ++i) ids[i] = 600 + i;
+    std::vector<BlockHash> hs;
+    hash_blocks(h3, ids.data(), ids.size(), d.block_size, &hs);
+    h4 = hs[0];
+    std::string kv(d.payload_bytes(), '\x33');
+    DumpItem it;
+    it.hash = h4;
+    it.parent = h3;
+    it.token_count = d.block_size;
+    it.kv = kv.data();
+    it.tokens = ids.data();
+    ASSERT_TRUE(w->dump(ns, &it, 1)->wait().ok());
+    std::vector<uint32_t> t;
+    ASSERT_TRUE(w->block_tokens(ns, h4, &t, nullptr).ok());
+    EXPECT_EQ(t, ids) << "after the upgrade, blocks record their ids";
+    // The chain through blocks written before the step is "tokens unknown".
+    EXPECT_EQ(w->chain_tokens(ns, h4, &t).code(), Code::kNotSupported);
+  }
+  admin::MigrateReport again;
+  ASSERT_TRUE(admin::migrate(path, "", mo, &again).ok());
+  EXPECT_FALSE(again.upgraded);
 }
 
 TEST_F(StoreFixture, Version1IsReadableRefusedByWritersAndUpgraded) {
@@ -152,8 +273,8 @@ TEST_F(StoreFixture, Version1IsReadableRefusedByWritersAndUpgraded) {
   EXPECT_EQ(mr.attachments, 1u);
   fmt::Superblock sb;
   ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
-  EXPECT_EQ(sb.format_version, 2u);
-  EXPECT_EQ(sb.min_reader_version, 2u) << "a version-1 reader must refuse the upgraded store";
+  EXPECT_EQ(sb.format_version, 4u) << "1 -> 2 -> 4 in one run";
+  EXPECT_EQ(sb.min_reader_version, 4u) << "a version-1 reader must refuse the upgraded store";
   check_contents();
   EXPECT_TRUE(open_store(path, true)) << "writable after the upgrade";
   // The attachment is now a named record: a rebuild from the data files finds it by its name.
@@ -169,13 +290,13 @@ TEST_F(StoreFixture, Version1IsReadableRefusedByWritersAndUpgraded) {
   EXPECT_NE(again.message.find("nothing to upgrade"), std::string::npos) << again.message;
 }
 
-TEST(StoreFormatVersion, NewStoresAreVersion2WithMinReader2) {
+TEST(StoreFormatVersion, NewStoresAreVersion4WithMinReader4) {
   TempDir d;
   auto s = open_store(d.sub("s"), true, true);
   ASSERT_TRUE(s);
   fmt::Superblock sb;
   ASSERT_TRUE(fmt::read_superblock(d.sub("s"), &sb).ok());
   EXPECT_EQ(sb.format_version, fmt::kFormatVersion);
-  EXPECT_EQ(sb.format_version, 2u);
-  EXPECT_EQ(sb.min_reader_version, 2u);
+  EXPECT_EQ(sb.format_version, 4u);
+  EXPECT_EQ(sb.min_reader_version, 4u);
 }

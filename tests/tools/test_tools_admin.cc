@@ -138,7 +138,7 @@ class AdminStore : public ::testing::Test {
 TEST_F(AdminStore, InspectJson) {
   InspectReport r = must_inspect(path);
   json j = json::parse(r.to_json());
-  EXPECT_EQ(j["format_version"], 2);
+  EXPECT_EQ(j["format_version"], 4);
   EXPECT_EQ(j["blocks"], 5);
   const uint64_t per = desc_a.payload_bytes();
   ASSERT_EQ(j["namespaces"].size(), 2u);
@@ -540,6 +540,10 @@ TEST_F(AdminStore, GcCompactionReclaimsAndKeepsDataLoadable) {
     EXPECT_EQ(att, "PROJ");
     DocumentEntry doc;
     EXPECT_TRUE(s->get_document(ns_a, "doc-a", &doc).ok());
+    // The moved KV records keep their token ids (store_v1.md §3.2): the chain comes back whole.
+    std::vector<uint32_t> ids;
+    ASSERT_TRUE(s->chain_tokens(ns_a, chain_a.hashes[2], &ids).ok());
+    EXPECT_EQ(ids, chain_a.tokens);
   }
   // Past the grace period the retired files are unlinked.
   GcOptions o2;
@@ -567,6 +571,11 @@ TEST_F(AdminStore, GcCompactionReclaimsAndKeepsDataLoadable) {
   EXPECT_EQ(br.corrupt_records, 0u);
   auto s = open_store(path, false);
   EXPECT_EQ(present_count(s.get(), ns_a, chain_a.hashes), 3u);
+  for (const auto& h : chain_a.hashes) {  // the rebuilt index flags the records with ids (§5.3)
+    BlockInfo bi;
+    ASSERT_TRUE(s->get_block(ns_a, h, &bi).ok());
+    EXPECT_TRUE(bi.has_tokens);
+  }
   std::string att;
   ASSERT_TRUE(s->get_attachment(ns_a, "r4_projection", &att).ok());
   EXPECT_EQ(att, "PROJ");
@@ -707,6 +716,7 @@ TEST_F(AdminStore, MigrateConvertsDtypeKeepingHashes) {
     it.parent = root_hash(ns);
     it.token_count = 4;
     it.kv = kv.data();
+    it.tokens = toks.data();
     ASSERT_TRUE(s->dump(ns, &it, 1)->wait().ok());
   }
   const std::string dst = other.sub("fp");
@@ -731,6 +741,11 @@ TEST_F(AdminStore, MigrateConvertsDtypeKeepingHashes) {
     std::memcpy(&v, got.data() + 2 * i, 2);
     ASSERT_EQ(v, want[i % 4]) << i;
   }
+  // migrate carries the token ids across (store_v1.md §3.2); the converted namespace's chain
+  // root is the source's (hash_seed_namespace), so the chain walk ends there.
+  std::vector<uint32_t> ids;
+  ASSERT_TRUE(out->chain_tokens(nid, c.hashes[0], &ids).ok());
+  EXPECT_EQ(ids, (std::vector<uint32_t>{1, 2, 3, 4}));
   // The converted namespace's chains start at the source's root: gc keeps them (not orphans).
   out.reset();
   GcOptions go;
@@ -748,7 +763,7 @@ TEST_F(AdminStore, UpgradeAndNewerVersionRefusedEverywhere) {
   up.upgrade = true;
   MigrateReport m;
   ASSERT_TRUE(migrate(path, "", up, &m).ok());
-  EXPECT_NE(m.message.find("already at format version 2"), std::string::npos);
+  EXPECT_NE(m.message.find("already at format version 4"), std::string::npos);
 
   make_newer_version(path);
   BuildReport br;

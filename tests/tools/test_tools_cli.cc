@@ -35,8 +35,8 @@ TEST(Cli, Version) {
   CliRun r = run("--version");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("ucm " UCM_VERSION_STRING "\n"), std::string::npos) << r.out;
-  // The newest format, as ucm_format_version() says: 3 (sharded roots); single stores are 2.
-  EXPECT_NE(r.out.find("store format version 3 (single stores 2, sharded roots 3"), std::string::npos) << r.out;
+  // The newest format, as ucm_format_version() says: 4 (single stores); sharded roots are 3.
+  EXPECT_NE(r.out.find("store format version 4 (single stores 4, sharded roots 3"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("libtorch support: "), std::string::npos);
   EXPECT_NE(r.out.find("CUDA support: "), std::string::npos);
 }
@@ -98,7 +98,7 @@ TEST(Cli, BuildInspectJsonVerifyAndVersion) {
   CliRun i = run("inspect " + s + " --json");
   ASSERT_EQ(i.code, 0) << i.err;
   json j = json::parse(i.out);
-  EXPECT_EQ(j["format_version"], 2);
+  EXPECT_EQ(j["format_version"], 4);
   EXPECT_EQ(j["blocks"], 2);
   EXPECT_EQ(j["bytes"], 2 * desc.payload_bytes());
   ASSERT_EQ(j["namespaces"].size(), 1u);
@@ -137,7 +137,7 @@ TEST(Cli, BuildInspectJsonVerifyAndVersion) {
 
   CliRun up = run("migrate " + s + " --upgrade");
   EXPECT_EQ(up.code, 0) << up.err;
-  EXPECT_NE(up.out.find("already at format version 2"), std::string::npos) << up.out;
+  EXPECT_NE(up.out.find("already at format version 4"), std::string::npos) << up.out;
 
   // A newer format version: every command exits 5 with the spec's message.
   fmt::Superblock sb;

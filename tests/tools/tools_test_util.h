@@ -71,7 +71,8 @@ struct Chain {
   std::vector<uint32_t> tokens;
 };
 
-/// Dumps a chain of `n` blocks (tokens start at `first_token`) into `ns`; with repr when asked.
+/// Dumps a chain of `n` blocks (tokens start at `first_token`) into `ns`, each with its token ids
+/// (store_v1.md §3.2); with repr when asked.
 inline Chain dump_chain(Store* s, const NamespaceId& ns, const NamespaceDesc& d, uint32_t first_token,
                         size_t n, bool with_repr = false) {
   Chain c;
@@ -85,6 +86,7 @@ inline Chain dump_chain(Store* s, const NamespaceId& ns, const NamespaceDesc& d,
     items[i].parent = i == 0 ? root_hash(ns) : c.hashes[i - 1];
     items[i].token_count = d.block_size;
     items[i].kv = kv[i].data();
+    items[i].tokens = c.tokens.data() + i * d.block_size;
     if (with_repr) {
       repr[i] = "repr-of-" + std::to_string(i) + std::string(100, static_cast<char>('a' + i));
       items[i].repr = repr[i].data();

@@ -108,8 +108,10 @@ typedef struct ucm_task ucm_task_t;
 /* Library version, "MAJOR.MINOR.PATCH" (static storage); equals UCM_VERSION_STRING of the
  * header the library was built with. */
 UCM_API const char* ucm_version(void);
-/* Newest store format version this library reads and writes: 3, a sharded root (store_v1.md
- * §11). It reads every version from 1; a single-writer store is written as 2. */
+/* Newest store format version this library reads and writes: 4, a single store whose block
+ * records hold their token ids (store_v1.md §10). It reads every version from 1, writes into
+ * stores of versions 2 and 4, and creates single stores (and shards) as 4; 3 is a sharded root
+ * (§11). */
 UCM_API uint32_t ucm_format_version(void);
 /* Text of the last error on this thread ("" if none); valid until the next call on this thread. */
 UCM_API const char* ucm_last_error(void);
@@ -318,6 +320,48 @@ UCM_API int ucm_store_dump(ucm_store_t* store, const uint8_t* ns, const uint8_t*
 UCM_API int ucm_store_dump_repr(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes,
                                 const uint8_t* parents, size_t n, const void* const* kv,
                                 const void* const* reprs, const size_t* repr_lens, ucm_task_t** task);
+
+/* What ucm_store_dump_ex writes besides the KV payloads. Get the defaults from
+ * ucm_store_default_dump_params() and change fields. Grows at its end ("Structs that grow");
+ * minimum struct_size: all of it (0.7.0's). Added in ucm 0.7.0. */
+typedef struct ucm_store_dump_params {
+  uint32_t struct_size;          /* sizeof(ucm_store_dump_params), set by the defaults call */
+  const void* const* reprs;      /* [n] BLOCK_REPR payloads (as ucm_store_dump_repr), entries may be
+                                    NULL; NULL = none. Must stay valid until the task is finished */
+  const size_t* repr_lens;       /* [n] bytes of reprs[i]; required with reprs */
+  const uint32_t* tokens;        /* [n][T] token ids of the blocks (T = the namespace's block_size),
+                                    the ids each hash was made from (block i: tokens[i*T .. i*T+T));
+                                    NULL = none: the blocks are stored "tokens unknown". Read during
+                                    the call only (copied). store_v1.md §3.2 */
+} ucm_store_dump_params;
+
+/* The defaults above (no reprs, no token ids). */
+UCM_API ucm_store_dump_params ucm_store_default_dump_params(void);
+
+/* ucm_store_dump with what params says (NULL = the defaults, which is ucm_store_dump).
+ * With tokens, libucm checks hashes[i] == MD5(parents[i] || tokens of block i) (store_v1.md
+ * §4.1) for every block before writing anything, and in a store of format version 4 writes the
+ * ids into each block's record header (at most 992 ids a block; a version-2 store, or larger
+ * blocks, store them as "tokens unknown"); ucm_store_chain_tokens gives them back.
+ * Errors at once, creating no task: those of ucm_store_dump_repr; UCM_E_INVALID when a block's
+ * ids do not hash to its hash (the message names the block), or struct_size is too small.
+ * Added in ucm 0.7.0. */
+UCM_API int ucm_store_dump_ex(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes,
+                              const uint8_t* parents, size_t n, const void* const* kv,
+                              const ucm_store_dump_params* params, ucm_task_t** task);
+
+/* The token ids of block `hash`'s whole chain (its blocks from the first of the sequence to this
+ * one, walking parent hashes to the namespace's chain root; store_v1.md §3.2, §4.1) into
+ * tokens[cap], a counted array ("Sized outputs": *n_tokens always gets the number of ids,
+ * blocks x block_size; tokens NULL is a size query). *n_blocks (may be NULL) gets the number of
+ * blocks. Synchronous: one 4 KiB read per block of the chain.
+ * Errors: UCM_E_INVALID (NULL store/ns/hash/n_tokens, cap too small), UCM_E_NOT_FOUND (the
+ * namespace, or a block of the chain is not stored: the message names it),
+ * UCM_E_NOT_SUPPORTED (a block of the chain was stored without ids, "tokens unknown": a
+ * version-2 store or a writer that gave none; named), UCM_E_CORRUPTION (a bad record header or
+ * ids checksum; a chain that never reaches the root), UCM_E_IO. Added in ucm 0.7.0. */
+UCM_API int ucm_store_chain_tokens(ucm_store_t* store, const uint8_t* ns, const uint8_t* hash, uint32_t* tokens,
+                                   size_t cap, size_t* n_tokens, size_t* n_blocks);
 
 /* 1 if finished, 0 if not (never blocks); a NULL task counts as finished. The exception to the
  * return-code rule: a predicate, not a UCM_* code (ucm_task_wait(task, 0) gives the code). */

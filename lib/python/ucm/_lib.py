@@ -99,6 +99,11 @@ class LoadParamsC(C.Structure):
                 ("slot_stride", C.c_uint64), ("device", C.c_int32), ("stream", C.c_void_p),
                 ("layer_events", vpp), ("on_layer", LAYER_CALLBACK), ("on_layer_data", C.c_void_p)]
 
+class DumpParamsC(C.Structure):
+    """ucm_store_dump_params (ucm 0.7.0)."""
+    _fields_ = [("struct_size", C.c_uint32), ("reprs", vpp), ("repr_lens", szp), ("tokens", u32p)]
+
+
 _I = C.c_int  # return codes (and plain ints: devices, timeouts)
 _E = C.c_int32  # enum-like values passed in: UCM_DEST_*, UCM_DTYPE_*, UCM_LOG_* (ucm.h conventions)
 # name: (restype, argtypes). Every function of the three public headers.
@@ -131,6 +136,9 @@ SIGNATURES = {
     "ucm_cuda_device_count": (_I, [C.POINTER(C.c_int)]),
     "ucm_store_dump": (_I, [C.c_void_p, u8p, u8p, u8p, C.c_size_t, vpp, vpp]),
     "ucm_store_dump_repr": (_I, [C.c_void_p, u8p, u8p, u8p, C.c_size_t, vpp, vpp, szp, vpp]),
+    "ucm_store_default_dump_params": (DumpParamsC, []),
+    "ucm_store_dump_ex": (_I, [C.c_void_p, u8p, u8p, u8p, C.c_size_t, vpp, C.POINTER(DumpParamsC), vpp]),
+    "ucm_store_chain_tokens": (_I, [C.c_void_p, u8p, u8p, u32p, C.c_size_t, szp, szp]),
     "ucm_task_check": (_I, [C.c_void_p]),
     "ucm_task_wait": (_I, [C.c_void_p, _I]),
     "ucm_task_block_status": (_I, [C.c_void_p, C.c_size_t]),

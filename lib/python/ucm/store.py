@@ -484,14 +484,18 @@ class Store:
         return ptrs, list(items)
 
     def dump(self, ns: Any, hashes: Any, parents: Any, kv: Any, *, reprs: Optional[Sequence[Any]] = None,
-             wait: bool = True, timeout: Optional[float] = None) -> Union[np.ndarray, Task]:
+             tokens: Any = None, wait: bool = True, timeout: Optional[float] = None) -> Union[np.ndarray, Task]:
         """Writers: stores n blocks. hashes, parents: [n][16] (parents[i] = the hash of the block
         before block i, or hash_root(seed) for a sequence start; use parents_of()). kv: one buffer
         [n][L][2][T][H][D] or n per-block buffers [L][2][T][H][D] (all KV heads, the namespace
         dtype). reprs: None, or per block its BLOCK_REPR payload (ucm.repr_encode) or None, so the
-        blocks serve sparse retrieval (ucm_store_dump_repr). Blocks already stored are cheap no-ops.
-        Durable (fsync'd) when the task finishes with every status 0. wait=False returns the Task,
-        which keeps kv (and reprs) alive until closed."""
+        blocks serve sparse retrieval (ucm_store_dump_repr). tokens: None, or the blocks' token ids,
+        [n][T] or [n*T] ints (T = block_size), the ids each hash was made from: libucm checks
+        hash == MD5(parent || ids) (ucm.Invalid otherwise) and, in a store of format version 4,
+        keeps them in the block records (store_v1.md §3.2; Store.tokens gives a chain back).
+        Blocks already stored are cheap no-ops. Durable (fsync'd) when the task finishes with
+        every status 0. wait=False returns the Task, which keeps kv (and reprs) alive until
+        closed. Calls ucm_store_dump_ex."""
         nsobj = ns if isinstance(ns, Namespace) else self.namespace(ns)
         hs, ps = hashes_array(hashes), hashes_array(parents, "parents")
         n = len(hs)
@@ -515,10 +519,17 @@ class Store:
         arr = (C.c_void_p * max(n, 1))(*ptrs)
         task = C.c_void_p()
         keep = [kv, arr, hs, ps]
-        if reprs is None:
-            L.check(L.lib().ucm_store_dump(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), u8ptr(ps), n, arr,
-                                           C.byref(task)), "ucm_store_dump")
-        else:
+        params = L.lib().ucm_store_default_dump_params()
+        if tokens is not None:
+            toks = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64)).reshape(-1)
+            if toks.size != n * nsobj.block_size:
+                raise errors.Invalid(f"tokens: {toks.size} ids for {n} blocks of {nsobj.block_size} tokens")
+            if toks.size and (toks.min() < 0 or toks.max() > 0xFFFFFFFF):
+                raise errors.Invalid("tokens: ids must be in [0, 2^32)")
+            toks = toks.astype(np.uint32)
+            keep.append(toks)
+            params.tokens = toks.ctypes.data_as(L.u32p)
+        if reprs is not None:
             if len(reprs) != n:
                 raise errors.Invalid(f"reprs: {len(reprs)} payloads for {n} blocks")
             rp, rl = [], []
@@ -533,13 +544,31 @@ class Store:
             rarr = (C.c_void_p * max(n, 1))(*rp)
             larr = (C.c_size_t * max(n, 1))(*rl)
             keep += [reprs, rarr, larr]
-            L.check(L.lib().ucm_store_dump_repr(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), u8ptr(ps), n,
-                                                arr, rarr, larr, C.byref(task)), "ucm_store_dump_repr")
+            params.reprs = C.cast(rarr, L.vpp)
+            params.repr_lens = C.cast(larr, L.szp)
+        L.check(L.lib().ucm_store_dump_ex(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), u8ptr(ps), n, arr,
+                                          C.byref(params), C.byref(task)), "ucm_store_dump_ex")
         t = Task(task, n, keep, self)
         if not wait:
             return t
         with t:
             return t.wait(timeout)
+
+    def tokens(self, ns: Any, block_hash: Any) -> np.ndarray:
+        """The token ids of block_hash's whole chain, first block first: uint32 [blocks * T],
+        read from the block records (store_v1.md §3.2) by walking parents to the chain root
+        (ucm_store_chain_tokens; one 4 KiB read per block). Raises ucm.NotFound (the namespace or
+        a block of the chain is not stored: named), ucm.NotSupported (a block of the chain was
+        stored without ids, "tokens unknown"), ucm.Corruption."""
+        nsid, h = id16(ns, "ns"), id16(block_hash, "block_hash")
+        need = C.c_size_t()
+        L.check(L.lib().ucm_store_chain_tokens(self._handle(), u8ptr(nsid), u8ptr(h), None, 0, C.byref(need), None),
+                "ucm_store_chain_tokens")
+        out = np.zeros(max(need.value, 1), dtype=np.uint32)
+        got = C.c_size_t()
+        L.check(L.lib().ucm_store_chain_tokens(self._handle(), u8ptr(nsid), u8ptr(h), out.ctypes.data_as(L.u32p),
+                                               out.size, C.byref(got), None), "ucm_store_chain_tokens")
+        return out[:got.value].copy()
 
     def metrics(self) -> str:
         """The store handle's metrics, Prometheus text exposition (ucm_lookups_total, ...)."""

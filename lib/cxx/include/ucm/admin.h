@@ -100,6 +100,8 @@ struct InspectOptions {
 struct NamespaceStats {
   std::string name, id_hex, model_id, dtype, weights_digest, hash_seed_namespace;
   uint64_t blocks = 0, bytes = 0, documents = 0;
+  /// Blocks whose record holds their token ids (store_v1.md §3.2); the rest are "tokens unknown".
+  uint64_t blocks_with_tokens = 0;
   uint32_t block_size = 0, num_layers = 0, num_kv_heads = 0, head_dim = 0;
 };
 struct CorruptBlock {

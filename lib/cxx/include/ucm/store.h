@@ -46,6 +46,7 @@ struct BlockInfo {
   uint32_t kv_file = 0;
   uint64_t kv_offset = 0, kv_length = 0, kv_checksum = 0;
   bool has_repr = false;
+  bool has_tokens = false;  ///< the KV record holds the block's token ids (store_v1.md §3.2, §5.3)
   uint32_t repr_file = 0;
   uint64_t repr_offset = 0, repr_length = 0, repr_checksum = 0;
   uint64_t created_ms = 0, last_access_ms = 0;
@@ -82,6 +83,11 @@ struct DumpItem {
   /// Optional representations payload (store_v1.md §4.3), `repr_len` bytes.
   const void* repr = nullptr;
   size_t repr_len = 0;
+  /// Optional: the block's token_count token ids, those the hash was made from (store_v1.md §3.2).
+  /// Given, the dump checks hash == MD5(parent || tokens) (InvalidArgument otherwise) and, in a
+  /// version-4 store with token_count <= 992, writes them into the record header. Null: the
+  /// block is stored "tokens unknown". Read during dump() only.
+  const uint32_t* tokens = nullptr;
 };
 
 /// An async load or dump. Thread-safe.
@@ -197,6 +203,19 @@ class Store {
   /// The item payloads (kv, kv_pages, repr) must stay valid until the task is done.
   virtual std::shared_ptr<Task> dump(const NamespaceId& ns, const DumpItem* items, size_t n) = 0;
   virtual Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) = 0;
+  /// The token ids stored with block `hash` (store_v1.md §3.2) into *tokens (token_count ids;
+  /// empty when the block was stored without them: "tokens unknown") and its parent into *parent
+  /// (may be null). One 4096-byte read, verified. NotFound: not stored; Corruption, IOError.
+  virtual Status block_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens,
+                              BlockHash* parent) = 0;
+  /// The token ids of block `hash`'s whole chain, first block first (blocks x block_size ids), by
+  /// walking parents from `hash` to the namespace's chain root (root_hash(desc.hash_seed())).
+  /// *blocks (may be null) gets the chain's length. Errors: NotFound (the namespace, or a block on
+  /// the way is not stored: the message names it and its distance from `hash`), NotSupported (a
+  /// block on the way was stored without ids, "tokens unknown": named), Corruption (a cycle, or
+  /// more than `max_blocks` blocks), IOError.
+  Status chain_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens,
+                      size_t* blocks = nullptr, size_t max_blocks = 1u << 20);
 
   // --- document registry (store_v1.md §5.6)
   virtual Status put_document(const NamespaceId& ns, const DocumentEntry& doc) = 0;

@@ -522,7 +522,7 @@ class UcmConnector(KVConnectorBase_V1):
         if payload is None or not writer:
             return
         parents = ucm.parents_of(self.ns.hash_seed, sv.hashes)[first:]
-        if not self._saves.offer((sv.req_id, sv.hashes[first:], parents, payload), nbytes):
+        if not self._saves.offer((sv.req_id, sv.hashes[first:], parents, payload, sv.tokens), nbytes):
             self._drop(sv, n)
 
     def _gather_heads(self, local: torch.Tensor) -> Optional[torch.Tensor]:
@@ -546,9 +546,9 @@ class UcmConnector(KVConnectorBase_V1):
                     self._saves.max_bytes)
 
     def _dump(self, item) -> None:
-        req_id, hashes, parents, payload = item
+        req_id, hashes, parents, payload, tokens = item
         reprs = self._reprs(payload)
-        st = self.store.dump(self.ns, hashes, parents, payload, reprs=reprs)
+        st = self.store.dump(self.ns, hashes, parents, payload, reprs=reprs, tokens=tokens)
         ok = int((st == 0).sum())
         self.stats["saved_blocks"] += ok
         self.stats["saved_bytes"] += ok * self.ns.block_bytes()

@@ -51,6 +51,7 @@ class SaveSpec:
     hashes: np.ndarray          # uint8 [n_full][16], the prompt's full ucm blocks
     first: int
     block_ids: List[int]
+    tokens: Optional[np.ndarray] = None  # uint32 [(n_full - first) * T]: the saved blocks' token ids
 
 
 @dataclass
@@ -182,7 +183,10 @@ class Planner:
         if not len(missing):
             return None
         self.counters["saves_planned"] += 1
-        return SaveSpec(rid, hashes, int(missing[0]), list(st.blocks))
+        first = int(missing[0])
+        # The saved blocks' ids go with them into the store's records (store_v1.md §3.2).
+        ids = np.asarray(st.ids[first * self.T: len(hashes) * self.T], dtype=np.uint32)
+        return SaveSpec(rid, hashes, first, list(st.blocks), ids)
 
     # -- request_finished
     def finished(self, req_id: str) -> None:

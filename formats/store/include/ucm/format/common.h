@@ -12,8 +12,11 @@
 namespace ucm::fmt {
 
 // Constants (§2, §3)
-inline constexpr uint32_t kFormatVersion = 2;       ///< newest format this code reads (it reads 1 too), and the one it writes (§10)
-inline constexpr uint32_t kMinReaderVersion = 2;    ///< written into new superblocks (§2)
+inline constexpr uint32_t kFormatVersion = 4;       ///< newest single-store format this code reads (it reads 1 and 2 too), and the one new stores get (§10)
+inline constexpr uint32_t kMinReaderVersion = 4;    ///< written into new superblocks (§2)
+inline constexpr uint32_t kMinWriterVersion = 2;    ///< the oldest store format a writer opens (version 1: `ucm migrate --upgrade` first)
+inline constexpr uint32_t kTokensFormatVersion = 4; ///< the first format whose BLOCK_KV records may hold token ids (§3.2)
+inline constexpr uint32_t kMaxRecordTokens = 992;   ///< token ids that fit in a record header page: (4096 - 128) / 4 (§3.2)
 inline constexpr size_t kPage = 4096;               ///< record alignment and header size
 inline constexpr uint64_t kFileRollBytes = 1ull << 30;  ///< writers roll to a new data file past this
 /// Free-space reserve of writers (§3.4): a write of B bytes needs B + max(2B, min(this, 1/16 of

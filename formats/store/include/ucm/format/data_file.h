@@ -24,7 +24,9 @@ class DataFileWriter {
  public:
   /// Creates STORE/data/NNNNNNNN.ucmd with its header, fsyncs the file and data/.
   /// IOError / NoSpace; InvalidArgument if it exists.
-  static Status Create(const std::string& store, uint32_t file_id, std::unique_ptr<DataFileWriter>* out);
+  /// `format_version`: the store's (§3.1: 2 in a version-2 store, whose readers refuse a newer file).
+  static Status Create(const std::string& store, uint32_t file_id, std::unique_ptr<DataFileWriter>* out,
+                       uint32_t format_version = kFormatVersion);
   ~DataFileWriter();
 
   /// Appends one record whose payload is the concatenation of `pieces` (pointer, length).

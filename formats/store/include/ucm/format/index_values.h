@@ -15,7 +15,7 @@ namespace ucm::fmt {
 /// BlockRecord v1 (§5.3), 96 bytes.
 struct BlockRecord {
   uint16_t version = 1;
-  uint16_t flags = 0;  ///< bit 0: has representations
+  uint16_t flags = 0;  ///< bit 0: has representations; bit 1: the KV record holds token ids (§5.3)
   uint32_t token_count = 0;
   BlockHash parent{};
   uint32_t kv_file = 0;
@@ -25,6 +25,7 @@ struct BlockRecord {
   uint64_t created_ms = 0;
   uint64_t last_access_ms = 0;
   bool has_repr() const { return flags & 1u; }
+  bool has_tokens() const { return flags & 2u; }
   /// payload + repr bytes (what namespace "bytes" counts).
   uint64_t bytes() const { return kv_length + (has_repr() ? repr_length : 0); }
 };

@@ -42,10 +42,18 @@ struct RecordHeader {
   uint64_t payload_checksum = 0;
   uint32_t token_count = 0;
   uint64_t created_ms = 0;
+  /// With kRecordFlagTokens (BLOCK_KV, format 4): XXH3-64 of the token ids' bytes (§3.2). Set by
+  /// encode_record_header from `tokens`, read by decode_record_header.
+  uint64_t tokens_checksum = 0;
+  /// Encoding only: with kRecordFlagTokens, the token_count ids to write at offset 128 (u32 LE).
+  const uint32_t* tokens = nullptr;
 };
 /// Record header flag bit 0 (§3.2, NS_ATTACHMENT only): the payload starts with the attachment's
 /// name (§3.3). Records of writers before it have flags 0 and hold the bare data.
 inline constexpr uint32_t kRecordFlagNamed = 1;
+/// Record header flag bit 1 (§3.2, BLOCK_KV of format 4 only): the header page holds the block's
+/// token_count token ids at offset 128, checked by tokens_checksum (offset 96).
+inline constexpr uint32_t kRecordFlagTokens = 2;
 /// Longest attachment name (bytes of UTF-8) a writer accepts.
 inline constexpr size_t kMaxAttachmentName = 1024;
 /// An NS_ATTACHMENT payload (§3.3): u32 name_len || name || zero pad to a multiple of 8 || data.
@@ -59,8 +67,13 @@ Status decode_attachment_payload(uint32_t flags, const uint8_t* payload, size_t 
 
 /// Fills a whole 4096-byte page (zeros + fields + header checksum).
 void encode_record_header(const RecordHeader& h, uint8_t page[kPage]);
-/// Checks magic, record_version, header_size and header checksum. Corruption names `where`.
+/// Checks magic, record_version, header_size, header checksum and, with kRecordFlagTokens,
+/// token_count <= kMaxRecordTokens and the tokens checksum. Corruption names `where`. Leaves
+/// h->tokens null: record_tokens() copies the ids out.
 Status decode_record_header(const uint8_t* page, const std::string& where, RecordHeader* h);
+/// The token ids of a header page that decode_record_header accepted into `h`: h.token_count ids
+/// when it has kRecordFlagTokens, none (empty) otherwise ("tokens unknown").
+std::vector<uint32_t> record_tokens(const uint8_t* page, const RecordHeader& h);
 
 
 /// What a reader expects of a record (from the index). Fields left at their "any" value are not

@@ -34,6 +34,12 @@ class DataFileReader {
   /// *payload points into `buf` (valid until its next use), *len is the payload length.
   Status read_block(const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& rec, bool repr,
                     fmt::AlignedBuffer* buf, const uint8_t** payload, uint64_t* len);
+  /// The token ids in the header page of block (ns, h)'s KV record (store_v1.md §3.2), whose
+  /// index entry is `rec`: one 4096-byte read, the header verified (checksums of header and ids,
+  /// type, ids, parent and token count against the entry); the payload is not read. *tokens is
+  /// empty for a record without ids ("tokens unknown"). Errors as read().
+  Status read_block_tokens(const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& rec,
+                           std::vector<uint32_t>* tokens);
   /// The data of attachment `name` of `ns` (the NS_ATTACHMENT record at (file, off) of `length`
   /// payload bytes with `checksum`), without the record's name prefix (§3.3). Corruption when the
   /// record names another attachment.

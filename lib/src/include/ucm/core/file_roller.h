@@ -27,8 +27,11 @@ struct ActiveFile {
 /// (the store under its append mutex).
 class FileRoller {
  public:
-  FileRoller(std::string store, Index* index, std::mutex* commit_mu, uint64_t roll_bytes = fmt::kFileRollBytes)
-      : store_(std::move(store)), index_(index), commit_mu_(commit_mu), roll_bytes_(roll_bytes) {}
+  /// `format_version`: the store's superblock version, written into new data file headers (§3.1).
+  FileRoller(std::string store, Index* index, std::mutex* commit_mu, uint32_t format_version,
+             uint64_t roll_bytes = fmt::kFileRollBytes)
+      : store_(std::move(store)), index_(index), commit_mu_(commit_mu), format_version_(format_version),
+        roll_bytes_(roll_bytes) {}
   /// The file to append `need` more bytes to: the active one, or a new one when there is none
   /// or when the active one would reach the roll size with them (need 0: once it has reached
   /// it). A record larger than the roll size gets a file of its own.
@@ -40,6 +43,7 @@ class FileRoller {
   std::string store_;
   Index* index_;
   std::mutex* commit_mu_;
+  uint32_t format_version_;
   uint64_t roll_bytes_;
   std::shared_ptr<ActiveFile> active_;
 };

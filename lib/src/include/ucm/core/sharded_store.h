@@ -71,6 +71,8 @@ class ShardedStore : public Store {
   std::shared_ptr<Task> visit_repr(const NamespaceId& ns, const BlockHash* hashes, size_t n, ReprVisitor visit) override;
   std::shared_ptr<Task> dump(const NamespaceId& ns, const DumpItem* items, size_t n) override;
   Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) override;
+  Status block_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens,
+                      BlockHash* parent) override;
 
   Status put_document(const NamespaceId& ns, const DocumentEntry& doc) override;
   Status put_documents(const NamespaceId& ns, const DocumentEntry* docs, size_t n) override;

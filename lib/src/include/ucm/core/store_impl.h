@@ -79,6 +79,10 @@ class StoreImpl : public Store {
   Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) override {
     return reader_.get_block(ns, hash, info);
   }
+  Status block_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens,
+                      BlockHash* parent) override {
+    return reader_.block_tokens(ns, hash, tokens, parent);
+  }
 
   Status put_document(const NamespaceId& ns, const DocumentEntry& doc) override;
   Status put_documents(const NamespaceId& ns, const DocumentEntry* docs, size_t n) override;

@@ -36,6 +36,10 @@ class StoreReader {
   /// The index entry of one block.
   Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info);
 
+  /// Store::block_tokens: the index entry, then the KV record's header page (a NotFound from the
+  /// data file: catch up once and retry, as read_verified).
+  Status block_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens, BlockHash* parent);
+
   /// Which payload of a block record read_verified reads.
   enum class Payload { kKV, kRepr };
   /// The one verified read of a block payload (load, load_repr, visit_repr): looks the block

@@ -46,6 +46,10 @@ struct StoreShared {
 
   const std::string path;
   const OpenOptions opts;
+  /// The superblock's format_version at open (2 or 4 for a writer): a version-2 store's writer
+  /// writes no token ids and version-2 data file headers (store_v1.md §3.2, §10).
+  uint32_t format_version = 0;
+  bool records_tokens() const { return format_version >= fmt::kTokensFormatVersion; }
   Index* index = nullptr;                 ///< the facade's primary (writer) or secondary (reader)
   std::unique_ptr<DataFileReader> files;  ///< the open data files, one descriptor each
   std::unique_ptr<ThreadPool> pool;       ///< the I/O threads: load, visit_repr, dump writes

@@ -40,6 +40,7 @@ struct DumpState {
   NamespaceId ns;
   NamespaceDesc desc;
   std::vector<DumpItem> items;
+  std::vector<uint32_t> tokens;  ///< the items' token ids, copied ([n][T]; items[i].tokens points here)
   std::vector<fmt::BlockRecord> recs;
   std::vector<bool> skip;
   std::vector<std::shared_ptr<ActiveFile>> slot_file;
