@@ -43,9 +43,10 @@ int pin_to_one_cpu() {
 
 void make_chains(const NamespaceId& ns, uint64_t n, uint32_t chain_len, uint32_t block_size,
                  std::mt19937_64& rng, std::vector<BlockHash>* hashes,
-                 std::vector<BlockHash>* parents) {
+                 std::vector<BlockHash>* parents, std::vector<uint32_t>* all_tokens) {
   hashes->clear();
   parents->clear();
+  if (all_tokens) all_tokens->clear();
   hashes->reserve(n);
   parents->reserve(n);
   const BlockHash root = root_hash(ns);
@@ -56,6 +57,7 @@ void make_chains(const NamespaceId& ns, uint64_t n, uint32_t chain_len, uint32_t
     for (auto& t : tokens) t = static_cast<uint32_t>(rng() % 49152);
     size_t first = hashes->size();
     hash_blocks(root, tokens.data(), tokens.size(), block_size, hashes);
+    if (all_tokens) all_tokens->insert(all_tokens->end(), tokens.begin(), tokens.end());
     for (size_t i = first; i < hashes->size(); ++i) {
       parents->push_back(i == first ? root : (*hashes)[i - 1]);
     }

@@ -92,7 +92,8 @@ NamespaceDesc lookup_namespace() {
 Status dump_all(Store* store, const NamespaceId& ns, const std::vector<BlockHash>& hashes,
                 const std::vector<BlockHash>& parents, uint32_t token_count,
                 const std::function<const void*(uint64_t)>& payload, uint32_t batch,
-                uint32_t inflight, const std::function<void(uint64_t)>& on_done, double* seconds) {
+                uint32_t inflight, const std::function<void(uint64_t)>& on_done, double* seconds,
+                const std::vector<uint32_t>* tokens = nullptr) {
   struct Pending {
     std::vector<DumpItem> items;
     std::shared_ptr<Task> task;
@@ -114,6 +115,8 @@ Status dump_all(Store* store, const NamespaceId& ns, const std::vector<BlockHash
         it.parent = parents[next + k];
         it.token_count = token_count;
         it.kv = payload(next + k);
+        // With ids (store_v1.md §3.2), as precompute and servers write: the dump checks and keeps them.
+        if (tokens) it.tokens = tokens->data() + (next + k) * token_count;
       }
       p.task = store->dump(ns, p.items.data(), p.items.size());
       q.push_back(std::move(p));
@@ -531,7 +534,8 @@ Status dump(StoreBenchRun* b) {
     return Status::Internal("bench namespace payload " + std::to_string(b->desc.payload_bytes()) +
                             " != block bytes " + std::to_string(o.block_bytes));
   }
-  make_chains(b->ns, o.blocks, kChainLen, b->desc.block_size, b->rng, &b->hashes, &b->parents);
+  std::vector<uint32_t> tokens;
+  make_chains(b->ns, o.blocks, kChainLen, b->desc.block_size, b->rng, &b->hashes, &b->parents, &tokens);
   constexpr uint64_t kPool = 64;
   b->pool_n = std::min<uint64_t>(kPool, o.blocks);
   b->src.resize(b->pool_n);
@@ -553,7 +557,7 @@ Status dump(StoreBenchRun* b) {
           b->progress("dump: " + fmt_int(done) + " / " + fmt_int(o.blocks));
         }
       },
-      &r->dump.seconds);
+      &r->dump.seconds, &tokens);
   if (!s.ok()) return with_phase("dump", s);
   r->dump.bytes = o.blocks * o.block_bytes;
   r->dump.count = o.blocks;

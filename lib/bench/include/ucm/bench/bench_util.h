@@ -18,8 +18,10 @@ double thread_cpu_s();
 int pin_to_one_cpu();
 /// Real chained hashes (ucm::hash_blocks) of random token sequences: chains of `chain_len`
 /// blocks, `n` blocks in all. parents[i] is the previous block's hash or root_hash(ns).
+/// tokens (may be null): the blocks' ids, block i at [i * block_size, (i + 1) * block_size).
 void make_chains(const NamespaceId& ns, uint64_t n, uint32_t chain_len, uint32_t block_size, std::mt19937_64& rng,
-                 std::vector<BlockHash>* hashes, std::vector<BlockHash>* parents);
+                 std::vector<BlockHash>* hashes, std::vector<BlockHash>* parents,
+                 std::vector<uint32_t>* tokens = nullptr);
 
 /// A bf16 namespace whose payload is exactly `block_bytes`: SmolLM2-135M's dims (30 layers x 16
 /// tokens x 3 KV heads x 64) for 368,640, else 1 layer x 16 tokens x 1 head x (block_bytes / 64).
