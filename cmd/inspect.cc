@@ -27,13 +27,31 @@ CLI::App* setup_inspect(CLI::App& app) {
   sub->add_flag("--docs", opt->docs, "List the document registry");
   sub->add_option("--model", opt->model,
                   "Model directory (its tokenizer.json): --block and --docs also show the text of the token "
-                  "ids the block records hold (store_v1.md §3.2)");
+                  "ids the block records hold (store_v1.md §3.2); --audit: the namespace's model");
+  sub->add_flag("--audit", opt->audit,
+                "Recompute blocks from the token ids their records hold with --model and compare every "
+                "layer's K and V with the stored payload; exit 3 when any is poisoned (needs libtorch)");
+  sub->add_option("--sample", opt->sample, "--audit: blocks drawn at random (with the blocks before them "
+                                           "in their chains)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  sub->add_flag("--all", opt->all, "--audit: every block instead of a sample");
+  sub->add_flag("--fix", opt->fix, "--audit: remove poisoned blocks, every block chained after them and their "
+                                   "documents (precompute --resume recomputes them)");
+  sub->add_option("--tolerance", opt->tolerance, "--audit: largest honest deviation (max |stored - recomputed| "
+                                                 "/ max |recomputed| per layer and K|V); 0 = the dtype's default")
+      ->check(CLI::Range(0.0, 10.0));
+  sub->add_option("--seed", opt->seed, "--audit: sampling seed")->capture_default_str();
+  sub->add_option("--device", opt->device, "--audit: cpu | cuda[:N]")->capture_default_str();
+  sub->add_option("--compute-dtype", opt->compute_dtype, "--audit: auto | fp32 | bf16")->capture_default_str();
   add_common_flags(sub, &opt->common);
   sub->callback([opt] { run_inspect(*opt); });
   return sub;
 }
 
 namespace {
+
+void (*g_audit_runner)(const InspectCmdOptions&) = nullptr;
 
 // --model: the text of the ids the store holds (a block's, and each document's whole chain).
 Status add_text(const InspectCmdOptions& opt, admin::InspectReport* rep) {
@@ -85,7 +103,29 @@ Status add_text(const InspectCmdOptions& opt, admin::InspectReport* rep) {
 
 }  // namespace
 
+void set_audit_runner(void (*run)(const InspectCmdOptions&)) { g_audit_runner = run; }
+
+bool is_audit(int argc, char** argv) {
+  bool inspect = false, audit = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!inspect && argv[i][0] != '-') {
+      if (std::string(argv[i]) != "inspect") return false;
+      inspect = true;
+    }
+    if (std::string(argv[i]) == "--audit") audit = true;
+  }
+  return inspect && audit;
+}
+
 void run_inspect(const InspectCmdOptions& opt) {
+  if (opt.audit) {
+    if (g_audit_runner) return g_audit_runner(opt);
+    const Status st = Status::NotSupported("--audit needs libtorch: this ucm was built without it");
+    finish("inspect", opt.common, st, admin::InspectReport{}, false);
+  }
+  if (opt.all || opt.fix || opt.tolerance > 0)
+    finish("inspect", opt.common,
+           Status::InvalidArgument("--all, --fix and --tolerance go with --audit"), admin::InspectReport{}, false);
   admin::InspectOptions o;
   o.verify = opt.verify;
   o.block_hex = opt.block;

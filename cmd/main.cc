@@ -28,6 +28,7 @@
 #include "bench.h"
 #endif
 #if UCM_CLI_HAVE_PRECOMPUTE
+#include "audit.h"    // inspect --audit (pipelines/audit)
 #include "compute.h"  // ucm_model: restart_with_blas_core
 #include "precompute.h"
 #endif
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
   // ucm-torch: OpenBLAS's fp32 GEMM kernels for this CPU (compute.h; a re-exec when it fell back
   // to SSE3 kernels).
   ucm::model::restart_with_blas_core(argv);
+  ucm::cli::set_audit_runner(ucm::cli::run_audit_command);
 #endif
   // stdout carries only reports (text, or one JSON object with --json); every message of the
   // tools and the library goes to stderr. SPDLOG_LEVEL=debug (etc.) changes the level.
@@ -115,7 +117,8 @@ int main(int argc, char** argv) {
   spdlog::cfg::load_env_levels();
 #if UCM_CLI_DELEGATE_TORCH
   // precompute, generate, eval, bench precompute / generate: the libtorch binary runs them.
-  if (ucm::cli::torch_command_of(argc, argv)) return ucm::cli::exec_torch_binary(UCM_CLI_TORCH_BINARY, argc, argv);
+  if (ucm::cli::torch_command_of(argc, argv) || ucm::cli::is_audit(argc, argv))
+    return ucm::cli::exec_torch_binary(UCM_CLI_TORCH_BINARY, argc, argv);
 #endif
   const bool json = wants_json(argc, argv);
   CLI::App app{"ucm: a durable, indexed, checksummed store for LLM KV caches", "ucm"};

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <unordered_set>
 
 #include "gc_run.h"
@@ -108,6 +109,7 @@ Status GcRun::scan_blocks() {
   auto rcur = scratch->cursor();
   rcur->seek("R");
   uint64_t seen = 0;
+  const std::set<std::pair<NamespaceId, BlockHash>> remove(opts.remove.begin(), opts.remove.end());
   Status inner;
   Status st = idx_->for_each_block(nullptr, [&](const NamespaceId& ns, const BlockHash& h, const fmt::BlockRecord& r) {
     ++seen;
@@ -134,6 +136,8 @@ Status GcRun::scan_blocks() {
       rcur->next();
     }
     Status c = reader.check_size(r);
+    if (c.ok() && !remove.empty() && remove.count(std::make_pair(ns, h)))
+      c = Status::Corruption("removal asked for (ucm inspect --audit --fix: the KV is not its tokens')");
     if (c.ok() && opts.verify) {
       const uint8_t* p;
       uint64_t len;

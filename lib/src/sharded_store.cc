@@ -319,6 +319,18 @@ Status ShardedStore::get_block(const NamespaceId& ns, const BlockHash& hash, Blo
   return Status::NotFound("block " + to_hex(hash) + " is in no shard of " + root_);
 }
 
+Status ShardedStore::for_each_block(const NamespaceId& ns,
+                                    const std::function<bool(const BlockHash&, const BlockInfo&)>& fn) {
+  bool go = true;
+  for (const auto& sh : *snapshot()) {
+    if (!go) break;
+    if (away(*sh)) continue;
+    Status s = sh->store->for_each_block(ns, [&](const BlockHash& h, const BlockInfo& i) { return go = fn(h, i); });
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
+}
+
 Status ShardedStore::block_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens,
                                   BlockHash* parent) {
   // A block may be in several shards (two writers saved it); the first that has ids answers.

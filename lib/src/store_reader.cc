@@ -131,6 +131,13 @@ Status StoreReader::get_block(const NamespaceId& ns, const BlockHash& hash, Bloc
   return Status::OK();
 }
 
+Status StoreReader::for_each_block(const NamespaceId& ns,
+                                   const std::function<bool(const BlockHash&, const BlockInfo&)>& fn) {
+  return s_.index->for_each_block(&ns, [&](const NamespaceId& n, const BlockHash& h, const fmt::BlockRecord& r) {
+    return fn(h, to_info(n, h, r));
+  });
+}
+
 Status StoreReader::block_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens,
                                  BlockHash* parent) {
   Status s;

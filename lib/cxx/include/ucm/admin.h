@@ -14,9 +14,11 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ucm/status.h"
+#include "ucm/types.h"
 
 namespace ucm::admin {
 
@@ -187,6 +189,10 @@ struct GcOptions {
   bool dry_run = false;
   bool unreferenced = false;               ///< evict blocks no registered document reaches
   bool verify = false;                     ///< also remove blocks a full checksum pass finds corrupt
+  /// Blocks to remove whatever else happens, taken as corrupt (counted in corrupt_removed, their
+  /// descendants with them, their documents unregistered): `ucm inspect --audit --fix` passes the
+  /// poisoned blocks it found.
+  std::vector<std::pair<NamespaceId, BlockHash>> remove;
   uint64_t grace_ms = 60000;               ///< retired data files are unlinked after this long
   double compact_dead_ratio = 0.5;         ///< compact files whose dead/size exceeds this
   /// Journal entries kept (store_v1.md §5.5): entries with sequence < journal_seq - journal_keep

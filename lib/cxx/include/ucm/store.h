@@ -203,6 +203,11 @@ class Store {
   /// The item payloads (kv, kv_pages, repr) must stay valid until the task is done.
   virtual std::shared_ptr<Task> dump(const NamespaceId& ns, const DumpItem* items, size_t n) = 0;
   virtual Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) = 0;
+  /// Calls fn(hash, info) for every block of namespace `ns` in the index (key order; a sharded
+  /// store: shard by shard, so a block held by two shards comes twice) until fn returns false.
+  /// O(blocks); a read-only handle sees the index as of its last catch-up.
+  virtual Status for_each_block(const NamespaceId& ns,
+                                const std::function<bool(const BlockHash&, const BlockInfo&)>& fn) = 0;
   /// The token ids stored with block `hash` (store_v1.md §3.2) into *tokens (token_count ids;
   /// empty when the block was stored without them: "tokens unknown") and its parent into *parent
   /// (may be null). One 4096-byte read, verified. NotFound: not stored; Corruption, IOError.

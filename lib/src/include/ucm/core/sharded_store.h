@@ -73,6 +73,8 @@ class ShardedStore : public Store {
   Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) override;
   Status block_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens,
                       BlockHash* parent) override;
+  Status for_each_block(const NamespaceId& ns,
+                        const std::function<bool(const BlockHash&, const BlockInfo&)>& fn) override;
 
   Status put_document(const NamespaceId& ns, const DocumentEntry& doc) override;
   Status put_documents(const NamespaceId& ns, const DocumentEntry* docs, size_t n) override;

@@ -79,6 +79,10 @@ class StoreImpl : public Store {
   Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info) override {
     return reader_.get_block(ns, hash, info);
   }
+  Status for_each_block(const NamespaceId& ns,
+                        const std::function<bool(const BlockHash&, const BlockInfo&)>& fn) override {
+    return reader_.for_each_block(ns, fn);
+  }
   Status block_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens,
                       BlockHash* parent) override {
     return reader_.block_tokens(ns, hash, tokens, parent);

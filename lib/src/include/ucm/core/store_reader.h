@@ -36,6 +36,8 @@ class StoreReader {
   /// The index entry of one block.
   Status get_block(const NamespaceId& ns, const BlockHash& hash, BlockInfo* info);
 
+  /// Store::for_each_block: the index's blocks of `ns`.
+  Status for_each_block(const NamespaceId& ns, const std::function<bool(const BlockHash&, const BlockInfo&)>& fn);
   /// Store::block_tokens: the index entry, then the KV record's header page (a NotFound from the
   /// data file: catch up once and retry, as read_verified).
   Status block_tokens(const NamespaceId& ns, const BlockHash& hash, std::vector<uint32_t>* tokens, BlockHash* parent);
