@@ -42,6 +42,8 @@ void fix_checksums(std::vector<uint8_t>& f) {
     if (std::memcmp(p, "UCMR", 4) != 0) continue;
     const uint64_t len = get_le64(p + 64);
     if (len <= f.size() - off - kPage) put_le64(p + 72, xxh3(p + kPage, len));
+    const uint32_t tc = get_le32(p + 80);  // token ids (store_v1.md §3.2, format 4)
+    if ((get_le32(p + 12) & kRecordFlagTokens) && tc <= kMaxRecordTokens) put_le64(p + 96, xxh3(p + 128, 4 * size_t(tc)));
     put_le64(p + 120, xxh3(p, 120));
   }
 }
@@ -176,11 +178,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(uint16_t(rh.type) >= 1 && uint16_t(rh.type) <= 5);
       FUZZ_CHECK(std::strcmp(record_type_name(rh.type), "UNKNOWN") != 0);
       std::vector<uint8_t> re(kPage);
-      encode_record_header(rh, re.data());
+      const std::vector<uint32_t> ids = record_tokens(page.data(), rh);  // re-encoded with its ids
+      FUZZ_CHECK(ids.empty() ? !(rh.flags & kRecordFlagTokens) : ids.size() == rh.token_count);
+      RecordHeader enc = rh;
+      enc.tokens = ids.empty() ? nullptr : ids.data();
+      encode_record_header(enc, re.data());
       RecordHeader rh2;
       FUZZ_CHECK(decode_record_header(re.data(), "re", &rh2).ok());
       FUZZ_CHECK(rh2.payload_length == rh.payload_length && rh2.payload_checksum == rh.payload_checksum &&
                  rh2.flags == rh.flags && rh2.ns == rh.ns && rh2.key == rh.key && rh2.token_count == rh.token_count);
+      FUZZ_CHECK(record_tokens(re.data(), rh2) == ids);
     }
   }
 

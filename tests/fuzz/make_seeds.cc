@@ -95,6 +95,10 @@ void data_file_seeds() {
     kv.ns = ns;
     kv.key = hash_of("block 0");
     kv.token_count = 16;
+    std::vector<uint32_t> ids(16);  // the block's token ids in its header (store_v1.md §3.2)
+    for (uint32_t i = 0; i < 16; ++i) ids[i] = 1000 + i;
+    kv.flags = kRecordFlagTokens;
+    kv.tokens = ids.data();
     const std::string payload(100, '\x5a');
     check(w->append(&kv, {{payload.data(), payload.size()}}, &off), "append kv");
     RecordHeader att;

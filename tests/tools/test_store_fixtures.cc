@@ -175,30 +175,30 @@ TEST_F(StoreFixture, Version2IsWrittenWithoutIdsThenUpgradedTo4) {
   EXPECT_EQ(sb.min_reader_version, 2u);
   check_contents();
   NamespaceDesc d;
-  std::vector<uint32_t> toks = want["tokens"].get<std::vector<uint32_t>>();
-  // A writer on a version-2 store: records and data file stay version 2 (no ids), so that
-  // ucm 0.2.0 - 0.6.x keep reading it.
-  auto dump_next = [&](uint32_t first_token, BlockHash* h) {
+  // Dumps one block of ids first_token.. after `parent`, with its ids; *h gets its hash.
+  auto dump_after = [&](const BlockHash& parent, uint32_t first_token, char fill, BlockHash* h) {
     auto w = open_store(path, true);
     ASSERT_TRUE(w);
     ASSERT_TRUE(w->get_namespace(ns, &d).ok());
     std::vector<uint32_t> ids(d.block_size);
     for (uint32_t i = 0; i < d.block_size; ++i) ids[i] = first_token + i;
     std::vector<BlockHash> hs;
-    hash_blocks(hashes[2], ids.data(), ids.size(), d.block_size, &hs);
+    hash_blocks(parent, ids.data(), ids.size(), d.block_size, &hs);
     *h = hs[0];
-    std::string kv(d.payload_bytes(), '\x5a');
+    std::string kv(d.payload_bytes(), fill);
     DumpItem it;
     it.hash = hs[0];
-    it.parent = hashes[2];
+    it.parent = parent;
     it.token_count = d.block_size;
     it.kv = kv.data();
     it.tokens = ids.data();
     Status st = w->dump(ns, &it, 1)->wait();
     ASSERT_TRUE(st.ok()) << st.ToString();
   };
+  // A writer on a version-2 store: records and data file stay version 2 (no ids), so that
+  // ucm 0.2.0 - 0.6.x keep reading it.
   BlockHash h3{};
-  dump_next(500, &h3);
+  dump_after(hashes[2], 500, '\x5a', &h3);
   {
     auto r = open_store(path, false);
     std::vector<uint32_t> t;
@@ -224,22 +224,11 @@ TEST_F(StoreFixture, Version2IsWrittenWithoutIdsThenUpgradedTo4) {
   EXPECT_EQ(sb.min_reader_version, 4u) << "readers older than format 4 must refuse the upgraded store";
   check_contents();
   BlockHash h4{};
+  dump_after(h3, 600, '\x33', &h4);
   {
-    auto w = open_store(path, true);
-    ASSERT_TRUE(w);
+    auto w = open_store(path, false);
     std::vector<uint32_t> ids(d.block_size);
     for (uint32_t i = 0; i < d.block_size; ++i) ids[i] = 600 + i;
-    std::vector<BlockHash> hs;
-    hash_blocks(h3, ids.data(), ids.size(), d.block_size, &hs);
-    h4 = hs[0];
-    std::string kv(d.payload_bytes(), '\x33');
-    DumpItem it;
-    it.hash = h4;
-    it.parent = h3;
-    it.token_count = d.block_size;
-    it.kv = kv.data();
-    it.tokens = ids.data();
-    ASSERT_TRUE(w->dump(ns, &it, 1)->wait().ok());
     std::vector<uint32_t> t;
     ASSERT_TRUE(w->block_tokens(ns, h4, &t, nullptr).ok());
     EXPECT_EQ(t, ids) << "after the upgrade, blocks record their ids";
