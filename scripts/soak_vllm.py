@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib/python"))  # the driver's `import ucm` is the children's package
 DOCS_DIR = Path("/usr/share/doc/python3.11/html/_sources")
 QUESTIONS = ["What is this module for?", "Name one function it provides.", "Summarize the first section.",
              "What does the first example show?", "Which exceptions can it raise?", "Who should use it?",
@@ -139,9 +140,27 @@ def child(a, results, store=None, save=False, blocks=None, prefix_caching=False,
         cmd.append("--bursts")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib/python"), "VLLM_CPU_KVCACHE_SPACE": "1",
            "UCM_BIN": a.ucm, "UCM_VLLM_STATS": str(a.out / "connector_events.jsonl")}
-    # Its own process group: the SIGKILL below takes the server with vLLM's engine-core process.
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "a") if log else None, env=env,
-                            start_new_session=True)
+    # Its own process group: the SIGKILL below takes the server with vLLM's engine-core process
+    # (which renames itself VLLM::EngineCore, so `pkill -f soak_vllm.py` would miss it).
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(log, "a") if log else None, env=env,
+                         start_new_session=True)
+    _children.append(p)
+    return p
+
+
+_children = []
+
+
+def _kill_children(*_):
+    """A driver that ends (Ctrl-C, SIGTERM, an error) takes its servers' process groups with it."""
+    for p in _children:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if _:
+        sys.exit(1)
 
 
 def lines(path):
@@ -238,6 +257,9 @@ def main():
         return serve(a)
 
     a.out.mkdir(parents=True, exist_ok=True)
+    import atexit
+    atexit.register(_kill_children)
+    signal.signal(signal.SIGTERM, _kill_children)
     store = a.out / "store"
     log = a.out / "servers.log"
     from transformers import AutoTokenizer
