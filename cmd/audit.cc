@@ -16,6 +16,7 @@ void run_audit_command(const InspectCmdOptions& opt) {
   o.tolerance = opt.tolerance;
   o.device = opt.device;
   o.compute_dtype = opt.compute_dtype;
+  o.threads = opt.compute_threads;
   o.fix = opt.fix;
   o.progress = make_progress("inspect --audit", opt.common);
   audit::AuditReport rep;

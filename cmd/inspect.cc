@@ -43,7 +43,12 @@ CLI::App* setup_inspect(CLI::App& app) {
       ->check(CLI::Range(0.0, 10.0));
   sub->add_option("--seed", opt->seed, "--audit: sampling seed")->capture_default_str();
   sub->add_option("--device", opt->device, "--audit: cpu | cuda[:N]")->capture_default_str();
-  sub->add_option("--compute-dtype", opt->compute_dtype, "--audit: auto | fp32 | bf16")->capture_default_str();
+  sub->add_option("--compute-threads", opt->compute_threads, "--audit: compute threads (0 = every core)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  sub->add_option("--compute-dtype", opt->compute_dtype,
+                  "--audit: fp32 | bf16 | auto (bf16 compute drifts by ~5% over the layers: keep fp32)")
+      ->capture_default_str();
   add_common_flags(sub, &opt->common);
   sub->callback([opt] { run_inspect(*opt); });
   return sub;

@@ -26,7 +26,8 @@ struct InspectCmdOptions {
   double tolerance = 0;
   uint64_t seed = 0;
   std::string device = "cpu";
-  std::string compute_dtype = "auto";
+  std::string compute_dtype = "fp32";
+  int compute_threads = 0;
   CommonFlags common;
 };
 CLI::App* setup_inspect(CLI::App& app);

@@ -21,14 +21,13 @@
 
 namespace ucm::audit {
 
-double default_tolerance(const std::string& dtype) {
-  // An honest block differs from its recomputation by the storage rounding (bf16: 2^-9 of an
-  // element's own magnitude) plus the difference of compute paths (the writer's prefill batch,
-  // kernels and compute dtype against this one's), which grows through the layers. Measured on
-  // real stores (docs/reliability.md): honest blocks stay below a tenth of this, KV of other
-  // tokens lies above 0.3.
-  if (dtype == "fp32") return 0.05;
-  return 0.08;  // bf16, fp16
+double default_tolerance(const std::string&) {
+  // An honest block differs from its fp32 recomputation by the storage rounding (bf16: 2^-9 of an
+  // element's own magnitude) plus the writer's compute path (batch shape, kernels, and above all
+  // its compute dtype: a writer computing in bf16 drifts by up to ~0.05 over SmolLM2's 30 layers,
+  // in fp32 or bf16 payloads alike), so one tolerance, 3x that, serves every dtype. KV of other
+  // tokens deviates by the order of the values themselves. Measured: docs/reliability.md.
+  return 0.15;
 }
 
 namespace {
@@ -107,10 +106,12 @@ Status run_audit(const AuditOptions& o, AuditReport* r) {
 
   // Draw the blocks: a uniform reservoir over the index (or all of them).
   std::vector<BlockHash> drawn;
+  std::set<BlockHash> parents;  // --all: the blocks that have a child, so chain ends go first
   std::mt19937_64 rng(o.seed);
   uint64_t seen = 0;
-  st = store->for_each_block(ns, [&](const BlockHash& h, const BlockInfo&) {
+  st = store->for_each_block(ns, [&](const BlockHash& h, const BlockInfo& bi) {
     ++seen;
+    if (o.all) parents.insert(bi.parent);
     if (o.all || drawn.size() < o.sample) drawn.push_back(h);
     else if (const uint64_t k = rng() % seen; k < o.sample) drawn[k] = h;
     return true;
@@ -120,6 +121,9 @@ Status run_audit(const AuditOptions& o, AuditReport* r) {
   r->sampled = drawn.size();
   std::sort(drawn.begin(), drawn.end());
   drawn.erase(std::unique(drawn.begin(), drawn.end()), drawn.end());  // a block in two shards
+  // --all: the ends of chains first; one prefill each then covers every block before them.
+  if (o.all)
+    std::stable_partition(drawn.begin(), drawn.end(), [&](const BlockHash& h) { return !parents.count(h); });
 
   const size_t T = d.block_size, H = d.num_kv_heads, D = d.head_dim, L = d.num_layers;
   const torch::ScalarType kv_dtype = torch_dtype(d.dtype);

@@ -23,7 +23,9 @@ import ucm
 
 DOCS_DIR = Path(os.environ.get("UCM_CORPUS_DIR", "/usr/share/doc/python3.11/html/_sources"))
 DOCS = ["c-api/apiabiversion.rst.txt", "library/sched.rst.txt", "c-api/bool.rst.txt"]
-FAST = ["--compute-dtype", "auto", "--threads", "1"]
+# fp32 compute for the writer too: a bf16-computing writer is honest but drifts by ~5% (its own
+# margin is measured on real stores, docs/reliability.md); here the margins are exact.
+FP32 = ["--compute-dtype", "fp32", "--threads", "1"]
 
 
 def run(cmd, ok=(0,)):
@@ -43,14 +45,16 @@ def store(tmp_path_factory, ucm_bin, model_dir):
             text = (DOCS_DIR / name).read_text(encoding="utf-8")[:1500]
             f.write(json.dumps({"id": name, "text": text}) + "\n")
     path = d / "store"
-    out = run([ucm_bin, "precompute", *FAST, "--model", model_dir, "--corpus", corpus, "--store", path,
+    out = run([ucm_bin, "precompute", *FP32, "--model", model_dir, "--corpus", corpus, "--store", path,
                "--dtype", "fp32", "--block-size", "16", "--json"])
     assert json.loads(out.stdout)["documents"] == len(DOCS)
     return path, corpus
 
 
 def audit(ucm_bin, model_dir, path, *extra, ok=(0,)):
-    p = run([ucm_bin, "inspect", path, "--audit", "--model", model_dir, *FAST, *extra, "--json"], ok=ok)
+    # The audit recomputes in fp32 (its default): the reference must not drift (bf16 compute does).
+    p = run([ucm_bin, "inspect", path, "--audit", "--model", model_dir, "--compute-threads", "1", *extra, "--json"],
+            ok=ok)
     return p.returncode, json.loads(p.stdout)
 
 
@@ -58,7 +62,7 @@ def test_honest_store_passes_and_poisoned_blocks_are_caught_and_fixed(store, ucm
     src, corpus = store
     code, rep = audit(ucm_bin, model_dir, src, "--all")
     assert rep["poisoned_total"] == 0 and rep["audited"] == rep["blocks_in_namespace"] > 0, rep
-    assert rep["tokens_unknown"] == 0 and rep["max_honest_deviation"] < rep["tolerance"] / 10, rep
+    assert rep["tokens_unknown"] == 0 and rep["max_honest_deviation"] < rep["tolerance"] / 100, rep
 
     # A copy of the store, then a second writer that saves document 0's chain (its ids and hashes)
     # with document 1's KV, block for block: valid checksums, wrong KV.
@@ -90,7 +94,7 @@ def test_honest_store_passes_and_poisoned_blocks_are_caught_and_fixed(store, ucm
     assert code == 3 and rep["poisoned_total"] == n, rep
     assert {p["chain_position"] for p in rep["poisoned"]} == set(range(n))
     assert all(p["first_bad_layer"] == 0 and p["first_bad_kv"] == "K" for p in rep["poisoned"]), rep["poisoned"]
-    assert rep["min_poisoned_deviation"] > 3 * rep["tolerance"] > 30 * rep["max_honest_deviation"], rep
+    assert rep["min_poisoned_deviation"] > 2 * rep["tolerance"] > 200 * rep["max_honest_deviation"], rep
     assert rep["honest"] == rep["audited"] - n
 
     code, fixed = audit(ucm_bin, model_dir, path, "--all", "--fix")
