@@ -38,8 +38,8 @@ CLI::App* setup_inspect(CLI::App& app) {
   sub->add_flag("--all", opt->all, "--audit: every block instead of a sample");
   sub->add_flag("--fix", opt->fix, "--audit: remove poisoned blocks, every block chained after them and their "
                                    "documents (precompute --resume recomputes them)");
-  sub->add_option("--tolerance", opt->tolerance, "--audit: largest honest deviation (max |stored - recomputed| "
-                                                 "/ max |recomputed| per layer and K|V); 0 = the dtype's default")
+  sub->add_option("--tolerance", opt->tolerance, "--audit: largest honest deviation (||stored - recomputed|| "
+                                                 "/ ||recomputed|| per layer and K|V); 0 = the default, 0.15")
       ->check(CLI::Range(0.0, 10.0));
   sub->add_option("--seed", opt->seed, "--audit: sampling seed")->capture_default_str();
   sub->add_option("--device", opt->device, "--audit: cpu | cuda[:N]")->capture_default_str();
@@ -47,7 +47,7 @@ CLI::App* setup_inspect(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   sub->add_option("--compute-dtype", opt->compute_dtype,
-                  "--audit: fp32 | bf16 | auto (bf16 compute drifts by ~5% over the layers: keep fp32)")
+                  "--audit: fp32 | bf16 | auto (bf16 compute drifts over the layers: keep fp32)")
       ->capture_default_str();
   add_common_flags(sub, &opt->common);
   sub->callback([opt] { run_inspect(*opt); });
