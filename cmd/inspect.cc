@@ -38,8 +38,8 @@ CLI::App* setup_inspect(CLI::App& app) {
   sub->add_flag("--all", opt->all, "--audit: every block instead of a sample");
   sub->add_flag("--fix", opt->fix, "--audit: remove poisoned blocks, every block chained after them and their "
                                    "documents (precompute --resume recomputes them)");
-  sub->add_option("--tolerance", opt->tolerance, "--audit: largest honest deviation (||stored - recomputed|| "
-                                                 "/ ||recomputed|| per layer and K|V); 0 = the default, 0.15")
+  sub->add_option("--tolerance", opt->tolerance, "--audit: largest honest deviation (per layer and K|V, the "
+                                                 "largest token error over the RMS token norm); 0 = the default, 0.2")
       ->check(CLI::Range(0.0, 10.0));
   sub->add_option("--seed", opt->seed, "--audit: sampling seed")->capture_default_str();
   sub->add_option("--device", opt->device, "--audit: cpu | cuda[:N]")->capture_default_str();

@@ -20,8 +20,8 @@ struct AuditOptions {
   uint64_t sample = 64;              ///< blocks drawn uniformly (a reservoir over the index)
   bool all = false;                  ///< every block instead of a sample
   uint64_t seed = 0;                 ///< sampling seed
-  /// Largest deviation an honest block may show: ||stored - recomputed|| / ||recomputed|| over a
-  /// (layer, K|V) slice [T][H][D] of the block (Frobenius norms). 0 = default_tolerance.
+  /// Largest deviation an honest block may show, per (layer, K|V) slice [T][H][D]: the largest
+  /// over its tokens t of ||stored_t - recomputed_t|| / RMS_t ||recomputed_t||. 0 = default_tolerance.
   double tolerance = 0;
   std::string device = "cpu";        ///< "cpu" | "cuda[:N]"
   /// "fp32" | "bf16" | "auto" (model_load.h). fp32 by default: the recomputation is the reference,
