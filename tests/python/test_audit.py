@@ -1,6 +1,6 @@
 """`ucm inspect --audit` on a real store (issue 38, point 3): what checksums cannot see.
 
-A precomputed store of python3.11-doc pages (SmolLM2-135M-Instruct, fp32 payloads, block 16):
+A precomputed store of two python3.11-doc pages (SmolLM2-135M-Instruct, fp32 payloads, block 16):
   * the audit of every block finds none poisoned, and reports its largest honest deviation;
   * a second writer saves one document's chain with the KV of another document (valid checksums,
     the right token ids and hashes: what a server that saves KV it never computed leaves):
@@ -22,7 +22,7 @@ import pytest
 import ucm
 
 DOCS_DIR = Path(os.environ.get("UCM_CORPUS_DIR", "/usr/share/doc/python3.11/html/_sources"))
-DOCS = ["c-api/apiabiversion.rst.txt", "library/sched.rst.txt", "c-api/bool.rst.txt"]
+DOCS = ["c-api/apiabiversion.rst.txt", "library/sched.rst.txt"]  # two pages: the suite's time is counted
 # fp32 compute for the writer too: a bf16-computing writer is honest but drifts by ~5% (its own
 # margin is measured on real stores, docs/reliability.md); here the margins are exact.
 FP32 = ["--compute-dtype", "fp32", "--threads", "1"]
@@ -42,7 +42,7 @@ def store(tmp_path_factory, ucm_bin, model_dir):
     corpus = d / "docs.jsonl"
     with open(corpus, "w") as f:
         for name in DOCS:
-            text = (DOCS_DIR / name).read_text(encoding="utf-8")[:1500]
+            text = (DOCS_DIR / name).read_text(encoding="utf-8")[:1200]
             f.write(json.dumps({"id": name, "text": text}) + "\n")
     path = d / "store"
     out = run([ucm_bin, "precompute", *FP32, "--model", model_dir, "--corpus", corpus, "--store", path,
