@@ -129,7 +129,7 @@ Status run_audit(const AuditOptions& o, AuditReport* r) {
   const torch::ScalarType kv_dtype = torch_dtype(d.dtype);
   const BlockHash root = root_hash(d.hash_seed());
   std::set<BlockHash> done;
-  std::string payload(d.payload_bytes(), '\0');
+  std::string payload;  // the loaded payloads of one chain
   bool have_poisoned_dev = false;
   size_t k = 0;
   for (const BlockHash& h : drawn) {
@@ -168,20 +168,29 @@ Status run_audit(const AuditOptions& o, AuditReport* r) {
     }
     ++r->chains;
     r->tokens_recomputed += ids.size();
-    for (size_t j = 0; j < nb; ++j) {
-      if (!done.insert(chain[j]).second) continue;
-      LoadDest dest;
-      dest.kind = LoadDest::Kind::kContiguous;
-      dest.ptrs.push_back(payload.data());
-      Status ls = store->load(ns, &chain[j], 1, dest)->wait();
-      if (!ls.ok()) {
+    // The chain's blocks not audited yet, loaded in one task.
+    std::vector<size_t> todo;
+    for (size_t j = 0; j < nb; ++j)
+      if (done.insert(chain[j]).second) todo.push_back(j);
+    std::vector<BlockHash> want;
+    for (size_t j : todo) want.push_back(chain[j]);
+    payload.resize(todo.size() * d.payload_bytes());
+    LoadDest dest;
+    dest.kind = LoadDest::Kind::kContiguous;
+    for (size_t k2 = 0; k2 < todo.size(); ++k2) dest.ptrs.push_back(payload.data() + k2 * d.payload_bytes());
+    auto task = store->load(ns, want.data(), want.size(), dest);
+    (void)task->wait();  // per-block results below
+    for (size_t k2 = 0; k2 < todo.size(); ++k2) {
+      const size_t j = todo[k2];
+      if (!task->block_status()[k2].ok()) {
         ++r->load_errors;
         continue;
       }
       ++r->audited;
       // stored: [L][2][T][H][D]; recomputed: out.k[l] / out.v[l] [1, n, H, D].
-      torch::Tensor stored =
-          torch::from_blob(payload.data(), {int64_t(L), 2, int64_t(T), int64_t(H), int64_t(D)}, kv_dtype).to(torch::kFloat);
+      torch::Tensor stored = torch::from_blob(payload.data() + k2 * d.payload_bytes(),
+                                              {int64_t(L), 2, int64_t(T), int64_t(H), int64_t(D)}, kv_dtype)
+                                 .to(torch::kFloat);
       double worst = 0;
       int bad_layer = -1;
       const char* bad_kv = "K";
