@@ -18,6 +18,7 @@
 #include "ucm/format/format.h"
 #include "gc.h"
 #include "inspect.h"
+#include "events.h"
 #include "migrate.h"
 #include "tokenize.h"
 #include "torch_commands.h"
@@ -62,6 +63,7 @@ const SubcommandEntry kSubcommands[] = {
     {"inspect", ucm::cli::setup_inspect, nullptr, nullptr},
     {"gc", ucm::cli::setup_gc, nullptr, nullptr},
     {"migrate", ucm::cli::setup_migrate, nullptr, nullptr},
+    {"events", ucm::cli::setup_events, nullptr, nullptr},
     {"tokenize", ucm::cli::setup_tokenize, nullptr, nullptr},
 #if UCM_CLI_HAVE_BENCH
     {"bench", ucm::cli::setup_bench, nullptr, nullptr},

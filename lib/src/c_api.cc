@@ -11,6 +11,7 @@
 #include "ucm/format/format.h"
 #include "ucm/format/shards.h"
 #include "ucm/core/log.h"
+#include "ucm/events.h"
 #include "ucm/hash.h"
 #include "ucm/status.h"
 #include "ucm/store.h"
@@ -432,6 +433,13 @@ UCM_API int ucm_store_metrics(ucm_store_t* store, char* buf, size_t cap, size_t*
   return guarded("ucm_store_metrics", [&] {
     if (!store) return fail(UCM_E_INVALID, "ucm_store_metrics: store is NULL");
     return sized_output("ucm_store_metrics", store->s->metrics_text(), true, buf, cap, len);
+  });
+}
+
+UCM_API int ucm_event_medium(const char* store_path, char* buf, size_t cap, size_t* len) {
+  return guarded("ucm_event_medium", [&] {
+    if (!store_path) return fail(UCM_E_INVALID, "ucm_event_medium: store_path is NULL");
+    return sized_output("ucm_event_medium", ucm::kv_event_medium(store_path), true, buf, cap, len);
   });
 }
 

@@ -376,6 +376,14 @@ UCM_API int ucm_task_block_status(ucm_task_t* task, size_t i);
  * are no longer used when this returns. Call it exactly once per task, from one thread. */
 UCM_API void ucm_task_free(ucm_task_t* task);
 
+/* The `medium` ucm's KV events give blocks of the store at store_path (vLLM's BlockStored and
+ * BlockRemoved, vllm/distributed/kv_events.py): "ucm:" + the store directory's name, e.g.
+ * "/srv/kv/corpus/" -> "ucm:corpus" (no symlink is resolved; nothing is read). NUL-terminated into
+ * buf[cap], a sized output ("Sized outputs"); *len (may be NULL) gets the length needed. `ucm
+ * events` and the vLLM connector's take_events() both name the store this way, so a router sees
+ * one medium. Errors: UCM_E_INVALID (NULL store_path, cap too small). Added in ucm 0.7.0. */
+UCM_API int ucm_event_medium(const char* store_path, char* buf, size_t cap, size_t* len);
+
 /* Prometheus text exposition into buf[cap] (NUL-terminated), a sized output ("Sized outputs");
  * *len (may be NULL) gets the length needed. Errors: UCM_E_INVALID (NULL store, cap too small). */
 UCM_API int ucm_store_metrics(ucm_store_t* store, char* buf, size_t cap, size_t* len);

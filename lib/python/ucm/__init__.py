@@ -29,8 +29,8 @@ from .blend import RopeParams, blend_select, blend_select_relevant, rope_shift
 from .errors import (IO, Busy, Corruption, Error, Internal, Invalid, LibraryNotFound, NoSpace, NotFound,
                      NotSupported, Pending, Version)
 from .retrieval import ReprBuffers, ReprInfo, Retriever, RetrieverParams, repr_encode
-from .store import (Document, LookupResult, Namespace, Store, Task, code_name, format_version, hash_blocks,
-                    hash_root, namespace_id, parents_of, strerror, version)
+from .store import (Document, LookupResult, Namespace, Store, Task, code_name, event_medium, format_version,
+                    hash_blocks, hash_root, namespace_id, parents_of, strerror, version)
 
 __version__ = (_Path(__file__).with_name("VERSION")).read_text().strip()  # CMake reads it too
 

@@ -144,6 +144,7 @@ SIGNATURES = {
     "ucm_task_block_status": (_I, [C.c_void_p, C.c_size_t]),
     "ucm_task_free": (None, [C.c_void_p]),
     "ucm_store_metrics": (_I, [C.c_void_p, C.c_char_p, C.c_size_t, szp]),
+    "ucm_event_medium": (_I, [C.c_char_p, C.c_char_p, C.c_size_t, szp]),
     # ucm/retrieval.h
     "ucm_store_repr_info": (_I, [C.c_void_p, u8p, C.POINTER(ReprInfoC)]),
     "ucm_store_load_repr": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, C.POINTER(ReprBuffersC), C.c_size_t, vpp]),

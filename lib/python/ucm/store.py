@@ -40,6 +40,14 @@ def strerror(code: int) -> str:
     return L.lib().ucm_strerror(code).decode()
 
 
+def event_medium(store_path: str) -> str:
+    """The `medium` of the KV events that describe blocks of the store at store_path (vLLM's
+    BlockStored / BlockRemoved): "ucm:" + the store directory's name, as `ucm events` gives it
+    (ucm_event_medium; nothing is read)."""
+    p = str(store_path).encode()
+    return _sized_text(lambda buf, cap, need: L.lib().ucm_event_medium(p, buf, cap, need), "ucm_event_medium")
+
+
 def code_name(code: int) -> str:
     """The name of a return code, e.g. "UCM_E_CORRUPTION"."""
     return L.lib().ucm_code_name(code).decode()

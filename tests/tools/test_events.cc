@@ -1,0 +1,316 @@
+// tests/tools/test_events.cc: StoreFollower (lib/admin/events_follow.h) on real stores: the
+// snapshot in chain order with the ids the writer gave, journal following (adds, gc removals),
+// blocks without ids, a trimmed journal, sharded stores; and the msgpack batch layout
+// (events_wire.h) read back with msgpack-c. The wire format against vLLM's own decoder:
+// tests/vllm/test_events.py (the reference; needs the vLLM venv).
+#ifdef UCM_HAVE_EVENTS
+#define MSGPACK_NO_BOOST 1
+#include <gtest/gtest.h>
+#include <msgpack.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "events_follow.h"
+#include "events_wire.h"
+#include "store_blocks.h"
+#include "ucm/admin.h"
+#include "ucm/hash.h"
+#include "ucm/store.h"
+
+using namespace ucm;
+using ucm::admin::KvEvent;
+using ucm::admin::StoreFollower;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  explicit TempDir(const std::string& tag) {
+    path = (fs::temp_directory_path() / ("ucm-events-" + tag + "-" + std::to_string(::getpid()))).string();
+    fs::remove_all(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+NamespaceDesc tiny_ns() { return test::test_ns("events", 1, 1, 8); }  // 512-byte payloads
+
+struct Chain {
+  std::vector<uint32_t> ids;
+  std::vector<BlockHash> hashes;
+  BlockHash parent{};  // of the first block
+};
+
+Chain make_chain(const BlockHash& parent, size_t blocks, uint32_t seed) {
+  Chain c;
+  c.parent = parent;
+  c.ids.resize(blocks * 16);
+  std::mt19937 rng(seed);
+  for (auto& t : c.ids) t = rng() % 49152;
+  hash_blocks(parent, c.ids.data(), c.ids.size(), 16, &c.hashes);
+  return c;
+}
+
+std::unique_ptr<Store> open_rw(const std::string& p, const std::string& shard = "") {
+  OpenOptions o;
+  o.mode = OpenOptions::Mode::kReadWrite;
+  o.create_if_missing = true;
+  o.shard = shard;
+  o.io_threads = 2;
+  std::unique_ptr<Store> s;
+  Status st = Store::Open(p, o, &s);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return s;
+}
+
+// Dumps blocks [from, to) of chain c, with their ids unless `no_ids`.
+void dump(Store* s, const NamespaceId& ns, const Chain& c, size_t from, size_t to, bool no_ids = false) {
+  const uint64_t n = tiny_ns().payload_bytes();
+  std::vector<std::vector<uint8_t>> pl;
+  std::vector<DumpItem> items;
+  for (size_t i = from; i < to; ++i) pl.push_back(test::block_payload(c.hashes[i], n));
+  for (size_t i = from; i < to; ++i) {
+    DumpItem it;
+    it.hash = c.hashes[i];
+    it.parent = i == 0 ? c.parent : c.hashes[i - 1];
+    it.token_count = 16;
+    it.kv = pl[i - from].data();
+    it.tokens = no_ids ? nullptr : c.ids.data() + i * 16;
+    items.push_back(it);
+  }
+  Status st = s->dump(ns, items.data(), items.size())->wait(-1);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
+// Every block hash published as stored (in order) and removed, with the ids each came with.
+struct Seen {
+  std::vector<BlockHash> stored, removed;
+  std::map<BlockHash, std::vector<uint32_t>> ids;
+  std::map<BlockHash, BlockHash> parent;  // zero hash: published without a parent (chain start)
+  size_t cleared = 0;
+};
+
+void collect(const std::vector<KvEvent>& evs, Seen* seen) {
+  for (const auto& e : evs) {
+    if (e.kind == KvEvent::Kind::kCleared) {
+      ++seen->cleared;
+      continue;
+    }
+    if (e.kind == KvEvent::Kind::kRemoved) {
+      seen->removed.insert(seen->removed.end(), e.hashes.begin(), e.hashes.end());
+      continue;
+    }
+    ASSERT_EQ(e.tokens.size(), e.hashes.size() * e.block_size);
+    for (size_t i = 0; i < e.hashes.size(); ++i) {
+      seen->stored.push_back(e.hashes[i]);
+      seen->ids[e.hashes[i]].assign(e.tokens.begin() + i * e.block_size, e.tokens.begin() + (i + 1) * e.block_size);
+      seen->parent[e.hashes[i]] = i > 0 ? e.hashes[i - 1] : (e.has_parent ? e.parent : BlockHash{});
+    }
+  }
+}
+
+size_t pos(const std::vector<BlockHash>& v, const BlockHash& h) {
+  return static_cast<size_t>(std::find(v.begin(), v.end(), h) - v.begin());
+}
+
+TEST(Events, SnapshotInChainOrderWithTheWritersIds) {
+  TempDir dir("snap");
+  NamespaceId ns{};
+  Chain a, b, c;
+  {
+    auto s = open_rw(dir.path);
+    ASSERT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
+    const BlockHash root = root_hash(ns);
+    a = make_chain(root, 12, 1);
+    b = make_chain(a.hashes[5], 4, 2);  // branches off a's 6th block
+    c = make_chain(root, 3, 3);
+    dump(s.get(), ns, b, 0, 4);          // children committed before their parents
+    dump(s.get(), ns, a, 0, 12);
+    dump(s.get(), ns, c, 0, 3, /*no_ids=*/true);
+  }
+  std::unique_ptr<StoreFollower> f;
+  ASSERT_TRUE(StoreFollower::Open(dir.path, "", &f).ok());
+  std::vector<KvEvent> evs;
+  ASSERT_TRUE(f->snapshot(&evs, 5).ok());
+  Seen seen;
+  collect(evs, &seen);
+  EXPECT_EQ(seen.stored.size(), 16u);  // a and b; c has no ids
+  EXPECT_EQ(f->stats().without_tokens, 3u);
+  EXPECT_EQ(f->published(), 16u);
+  for (const Chain* ch : {&a, &b})
+    for (size_t i = 0; i < ch->hashes.size(); ++i) {
+      const BlockHash& h = ch->hashes[i];
+      ASSERT_LT(pos(seen.stored, h), seen.stored.size());
+      EXPECT_EQ(seen.ids[h], std::vector<uint32_t>(ch->ids.begin() + i * 16, ch->ids.begin() + (i + 1) * 16));
+      const BlockHash parent = i ? ch->hashes[i - 1] : ch->parent;
+      EXPECT_EQ(seen.parent[h], parent == root_hash(ns) ? BlockHash{} : parent);
+      if (parent != root_hash(ns)) {
+        EXPECT_LT(pos(seen.stored, parent), pos(seen.stored, h));  // parents first
+      }
+    }
+  for (const auto& e : evs) EXPECT_LE(e.hashes.size(), 5u);
+  // Nothing changed: a poll publishes nothing.
+  evs.clear();
+  ASSERT_TRUE(f->poll(&evs, 5).ok());
+  EXPECT_TRUE(evs.empty());
+}
+
+TEST(Events, FollowsAddsAndGcRemovalsAndRescansATrimmedJournal) {
+  TempDir dir("follow");
+  NamespaceId ns{};
+  Chain a = make_chain(BlockHash{}, 0, 0);
+  {
+    auto s = open_rw(dir.path);
+    ASSERT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
+    a = make_chain(root_hash(ns), 8, 7);
+    dump(s.get(), ns, a, 0, 4);
+  }
+  std::unique_ptr<StoreFollower> f;
+  ASSERT_TRUE(StoreFollower::Open(dir.path, "", &f).ok());
+  std::vector<KvEvent> evs;
+  ASSERT_TRUE(f->snapshot(&evs, 64).ok());
+  Seen seen;
+  collect(evs, &seen);
+  ASSERT_EQ(seen.stored.size(), 4u);
+
+  {  // a writer adds the rest of the chain while the follower runs
+    auto s = open_rw(dir.path);
+    dump(s.get(), ns, a, 4, 8);
+  }
+  evs.clear();
+  ASSERT_TRUE(f->poll(&evs, 64).ok());
+  Seen added;
+  collect(evs, &added);
+  ASSERT_EQ(added.stored, std::vector<BlockHash>(a.hashes.begin() + 4, a.hashes.end()));
+  ASSERT_EQ(evs.size(), 1u);  // one run, chained to the block before it
+  EXPECT_TRUE(evs[0].has_parent);
+  EXPECT_EQ(evs[0].parent, a.hashes[3]);
+
+  // gc removes block 6 (and 7, chained after it).
+  admin::GcOptions g;
+  g.remove.push_back({ns, a.hashes[6]});
+  g.grace_ms = 0;
+  admin::GcReport rep;
+  ASSERT_TRUE(admin::gc(dir.path, g, &rep).ok());
+  evs.clear();
+  ASSERT_TRUE(f->poll(&evs, 64).ok());
+  Seen removed;
+  collect(evs, &removed);
+  std::sort(removed.removed.begin(), removed.removed.end());
+  std::vector<BlockHash> want = {a.hashes[6], a.hashes[7]};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(removed.removed, want);
+  EXPECT_EQ(f->published(), 6u);
+
+  // The journal trimmed past the follower: it rescans and still publishes the difference.
+  {
+    auto s = open_rw(dir.path);
+    dump(s.get(), ns, a, 6, 8);
+  }
+  g.remove = {{ns, a.hashes[0]}};  // takes the whole chain
+  g.journal_keep = 1;
+  ASSERT_TRUE(admin::gc(dir.path, g, &rep).ok());
+  evs.clear();
+  ASSERT_TRUE(f->poll(&evs, 64).ok());
+  EXPECT_GE(f->stats().rescans, 1u);
+  Seen last;
+  collect(evs, &last);
+  EXPECT_EQ(last.removed.size(), 6u);  // 0-5; 6 and 7 came and went between two polls
+  EXPECT_EQ(f->published(), 0u);
+}
+
+TEST(Events, ShardedStoreBlockHeldByTwoShardsIsPublishedOnce) {
+  TempDir dir("sharded");
+  NamespaceId ns{};
+  Chain a = make_chain(BlockHash{}, 0, 0);
+  {
+    auto s = open_rw(dir.path, "one");
+    ASSERT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
+    a = make_chain(root_hash(ns), 4, 11);
+    dump(s.get(), ns, a, 0, 4);
+  }
+  {
+    auto s = open_rw(dir.path, "two");
+    ASSERT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
+    dump(s.get(), ns, a, 0, 2);
+  }
+  std::unique_ptr<StoreFollower> f;
+  ASSERT_TRUE(StoreFollower::Open(dir.path, tiny_ns().display_name(), &f).ok());
+  std::vector<KvEvent> evs;
+  ASSERT_TRUE(f->snapshot(&evs, 64).ok());
+  Seen seen;
+  collect(evs, &seen);
+  EXPECT_EQ(seen.stored.size(), 4u);
+  EXPECT_EQ(f->stats().shards, 2u);
+
+  // A third writer's new shard is picked up by the next poll.
+  Chain b = make_chain(a.hashes[3], 2, 12);
+  {
+    auto s = open_rw(dir.path, "three");
+    ASSERT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
+    dump(s.get(), ns, b, 0, 2);
+  }
+  evs.clear();
+  ASSERT_TRUE(f->poll(&evs, 64).ok());
+  Seen more;
+  collect(evs, &more);
+  EXPECT_EQ(more.stored, b.hashes);
+  EXPECT_EQ(f->stats().shards, 3u);
+
+  std::unique_ptr<StoreFollower> g;
+  EXPECT_EQ(StoreFollower::Open(dir.path, "no-such-namespace", &g).code(), Code::kInvalidArgument);
+}
+
+// The batch read back with msgpack-c: the layout events_wire.h documents.
+TEST(Events, BatchLayoutIsVllmsKVEventBatch) {
+  std::vector<KvEvent> evs(3);
+  evs[0].kind = KvEvent::Kind::kCleared;
+  evs[1].kind = KvEvent::Kind::kStored;
+  evs[1].hashes = {BlockHash{1}, BlockHash{2}};
+  evs[1].tokens.assign(32, 7);
+  evs[1].tokens[31] = 100000;
+  evs[1].block_size = 16;
+  evs[1].has_parent = false;
+  evs[2].kind = KvEvent::Kind::kRemoved;
+  evs[2].hashes = {BlockHash{3}};
+  const std::string b = admin::encode_kv_event_batch(1234.5, evs, 0, 3, "ucm:corpus");
+  msgpack::object_handle oh = msgpack::unpack(b.data(), b.size());
+  const msgpack::object& o = oh.get();
+  ASSERT_EQ(o.type, msgpack::type::ARRAY);
+  ASSERT_EQ(o.via.array.size, 2u);  // [ts, events]: data_parallel_rank omitted (None)
+  EXPECT_EQ(o.via.array.ptr[0].type, msgpack::type::FLOAT64);
+  EXPECT_EQ(o.via.array.ptr[0].as<double>(), 1234.5);
+  const msgpack::object& events = o.via.array.ptr[1];
+  ASSERT_EQ(events.via.array.size, 3u);
+  auto as_map = [](const msgpack::object& m) {
+    std::map<std::string, msgpack::object> r;
+    for (uint32_t i = 0; i < m.via.map.size; ++i) r[m.via.map.ptr[i].key.as<std::string>()] = m.via.map.ptr[i].val;
+    return r;
+  };
+  auto cleared = as_map(events.via.array.ptr[0]);
+  EXPECT_EQ(cleared.size(), 1u);
+  EXPECT_EQ(cleared["type"].as<std::string>(), "AllBlocksCleared");
+  auto st = as_map(events.via.array.ptr[1]);
+  EXPECT_EQ(st["type"].as<std::string>(), "BlockStored");
+  ASSERT_EQ(st["block_hashes"].via.array.size, 2u);
+  EXPECT_EQ(st["block_hashes"].via.array.ptr[1].type, msgpack::type::BIN);
+  EXPECT_EQ(st["block_hashes"].via.array.ptr[1].via.bin.size, 16u);
+  EXPECT_EQ(static_cast<uint8_t>(st["block_hashes"].via.array.ptr[1].via.bin.ptr[0]), 2);
+  EXPECT_TRUE(st["parent_block_hash"].is_nil());
+  EXPECT_EQ(st["token_ids"].via.array.size, 32u);
+  EXPECT_EQ(st["token_ids"].via.array.ptr[31].as<uint32_t>(), 100000u);
+  EXPECT_EQ(st["block_size"].as<uint32_t>(), 16u);
+  EXPECT_TRUE(st["lora_id"].is_nil());
+  EXPECT_TRUE(st["lora_name"].is_nil());
+  EXPECT_EQ(st["medium"].as<std::string>(), "ucm:corpus");
+  auto rm = as_map(events.via.array.ptr[2]);
+  EXPECT_EQ(rm.size(), 3u);
+  EXPECT_EQ(rm["type"].as<std::string>(), "BlockRemoved");
+  EXPECT_EQ(rm["medium"].as<std::string>(), "ucm:corpus");
+}
+
+}  // namespace
+#endif  // UCM_HAVE_EVENTS
