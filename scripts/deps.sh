@@ -10,6 +10,7 @@ APT_PACKAGES=(
   libcli11-dev librocksdb-dev libtbb-dev libspdlog-dev libtorch-dev libgtest-dev
   libopenblas0-pthread nlohmann-json3-dev libxxhash-dev libssl-dev libyaml-cpp-dev
   liburing-dev libpcre2-dev libicu-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev   # ucm events (ZeroMQ, msgpack)
   python3.11-doc
   gnuplot-nox
 )

@@ -13,4 +13,4 @@ scripts/venv_vllm.sh
 [ -x "${BUILD_DIR:-build}/bin/ucm" ] || scripts/build.sh
 [ -f models/SmolLM2-135M-Instruct/config.json ] || .venv/bin/python scripts/fetch_model.py --out models/SmolLM2-135M-Instruct
 export UCM_BIN=$PWD/${BUILD_DIR:-build}/bin/ucm UCM_LIB=$PWD/${BUILD_DIR:-build}/lib/libucm.so VLLM_CPU_KVCACHE_SPACE=1
-exec .venv-vllm/bin/python -m pytest -q -s -p no:cacheprovider tests/vllm/test_cpu_cache.py tests/vllm/test_gpu_layouts.py tests/vllm/test_vllm.py tests/vllm/test_vllm_load.py "$@"
+exec .venv-vllm/bin/python -m pytest -q -s -p no:cacheprovider tests/vllm/test_cpu_cache.py tests/vllm/test_gpu_layouts.py tests/vllm/test_vllm.py tests/vllm/test_vllm_load.py tests/vllm/test_events.py "$@"

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <deque>
 #include <thread>
+#include <cerrno>
 
 #include "events_follow.h"
 #include "events_wire.h"
@@ -85,16 +86,24 @@ class Publisher {
   /// Answers replay requests for up to `wait_ms`.
   void serve_replay(long wait_ms, EventsReport* rep) {
     if (!replay_) {
-      if (wait_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+      const auto until = Clock::now() + std::chrono::milliseconds(wait_ms);
+      while (Clock::now() < until && !(o_.stop && o_.stop->load()))
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min<long>(wait_ms, 50)));
       return;
     }
     const auto until = Clock::now() + std::chrono::milliseconds(wait_ms);
     do {
+      if (o_.stop && o_.stop->load()) return;
       zmq::pollitem_t item{replay_.handle(), 0, ZMQ_POLLIN, 0};
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(std::max<long>(0, left.count()))) <= 0) continue;
       std::vector<zmq::message_t> req;
-      if (!zmq::recv_multipart(replay_, std::back_inserter(req), zmq::recv_flags::dontwait)) continue;
+      try {
+        if (zmq::poll(&item, 1, std::chrono::milliseconds(std::max<long>(0, left.count()))) <= 0) continue;
+        if (!zmq::recv_multipart(replay_, std::back_inserter(req), zmq::recv_flags::dontwait)) continue;
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) return;  // SIGTERM / SIGINT: the caller sees the stop flag
+        throw;
+      }
       if (req.size() != 3 || req[2].size() != 8) continue;  // (identity, "", start seq), as vLLM
       uint64_t start = 0;
       for (size_t i = 0; i < 8; ++i) start = (start << 8) | static_cast<const uint8_t*>(req[2].data())[i];
@@ -122,7 +131,17 @@ class Publisher {
 
 }  // namespace
 
+Status publish_events_impl(const std::string& store, const EventsOptions& opts, EventsReport* rep);
+
 Status publish_events(const std::string& store, const EventsOptions& opts, EventsReport* rep) {
+  try {
+    return publish_events_impl(store, opts, rep);
+  } catch (const zmq::error_t& e) {
+    return Status::IOError(std::string("events: ZeroMQ: ") + e.what());
+  }
+}
+
+Status publish_events_impl(const std::string& store, const EventsOptions& opts, EventsReport* rep) {
   const auto t0 = Clock::now();
   rep->store = store;
   rep->medium = opts.medium.empty() ? kv_event_medium(store) : opts.medium;
