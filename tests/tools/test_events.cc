@@ -9,14 +9,21 @@
 #include <msgpack.hpp>
 #include <unistd.h>
 
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <atomic>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "events_follow.h"
 #include "events_wire.h"
 #include "store_blocks.h"
 #include "ucm/admin.h"
+#include "ucm/admin_events.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
 
@@ -310,6 +317,93 @@ TEST(Events, BatchLayoutIsVllmsKVEventBatch) {
   EXPECT_EQ(rm.size(), 3u);
   EXPECT_EQ(rm["type"].as<std::string>(), "BlockRemoved");
   EXPECT_EQ(rm["medium"].as<std::string>(), "ucm:corpus");
+}
+
+// publish_events end to end on sockets: the replay socket gives the snapshot as vLLM's
+// publisher frames it, the PUB socket the live batch of a writer's blocks, and a second
+// publisher on a taken port fails with IOError.
+TEST(Events, PublishesVllmFramesAndAnswersReplay) {
+  TempDir dir("zmq");
+  NamespaceId ns{};
+  Chain a = make_chain(BlockHash{}, 0, 0);
+  {
+    auto s = open_rw(dir.path);
+    ASSERT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
+    a = make_chain(root_hash(ns), 6, 21);
+    dump(s.get(), ns, a, 0, 3);
+  }
+  std::atomic<bool> stop{false};
+  std::promise<std::pair<std::string, std::string>> ready;
+  admin::EventsOptions o;
+  o.endpoint = "tcp://*:0";
+  o.replay_endpoint = "tcp://127.0.0.1:0";
+  o.topic = "kv";
+  o.poll_ms = 50;
+  o.stop = &stop;
+  o.on_ready = [&](const std::string& p, const std::string& r) { ready.set_value({p, r}); };
+  admin::EventsReport rep;
+  Status result;
+  std::thread t([&] { result = admin::publish_events(dir.path, o, &rep); });
+  auto eps = ready.get_future().get();
+  const std::string pub_port = eps.first.substr(eps.first.rfind(':') + 1);
+
+  zmq::context_t ctx;
+  zmq::socket_t sub(ctx, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::subscribe, "kv");
+  sub.connect("tcp://127.0.0.1:" + pub_port);
+  zmq::socket_t replay(ctx, zmq::socket_type::dealer);
+  replay.connect(eps.second);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the subscription reaches the PUB
+
+  std::array<zmq::const_buffer, 2> req = {zmq::const_buffer(), zmq::buffer(std::string(8, '\0'))};  // from seq 0
+  ASSERT_TRUE(zmq::send_multipart(replay, req));
+  std::vector<std::vector<zmq::message_t>> got;
+  for (;;) {
+    std::vector<zmq::message_t> f;
+    ASSERT_TRUE(zmq::recv_multipart(replay, std::back_inserter(f)));
+    ASSERT_EQ(f.size(), 4u);  // "", topic, seq, payload
+    if (f[2].to_string() == std::string(8, '\xff')) break;  // the end marker: seq -1
+    EXPECT_EQ(f[1].to_string(), "kv");
+    got.push_back(std::move(f));
+  }
+  ASSERT_EQ(got.size(), 1u);  // AllBlocksCleared + the 3-block run: one batch
+  EXPECT_EQ(got[0][2].to_string(), std::string(8, '\0'));
+  msgpack::object_handle oh = msgpack::unpack(static_cast<const char*>(got[0][3].data()), got[0][3].size());
+  ASSERT_EQ(oh.get().via.array.ptr[1].via.array.size, 2u);
+
+  {  // a writer adds the rest: the live batch, sequence 1, on the PUB socket
+    auto s = open_rw(dir.path);
+    dump(s.get(), ns, a, 3, 6);
+  }
+  sub.set(zmq::sockopt::rcvtimeo, 10000);
+  std::vector<zmq::message_t> live;
+  do {  // the snapshot (seq 0) may have reached the SUB socket too
+    live.clear();
+    ASSERT_TRUE(zmq::recv_multipart(sub, std::back_inserter(live)));
+    ASSERT_EQ(live.size(), 3u);
+  } while (live[1].to_string() == std::string(8, '\0'));
+  EXPECT_EQ(live[0].to_string(), "kv");
+  EXPECT_EQ(live[1].to_string(), std::string("\0\0\0\0\0\0\0\1", 8));
+  msgpack::object_handle lh = msgpack::unpack(static_cast<const char*>(live[2].data()), live[2].size());
+  const msgpack::object& ev = lh.get().via.array.ptr[1].via.array.ptr[0];
+  bool stored = false;
+  for (uint32_t i = 0; i < ev.via.map.size; ++i)
+    if (ev.via.map.ptr[i].key.as<std::string>() == "block_hashes") stored = ev.via.map.ptr[i].val.via.array.size == 3;
+  EXPECT_TRUE(stored);
+
+  admin::EventsOptions taken = o;  // the same PUB port again
+  taken.endpoint = "tcp://*:" + pub_port;
+  taken.replay_endpoint.clear();
+  taken.on_ready = nullptr;
+  admin::EventsReport r2;
+  EXPECT_EQ(admin::publish_events(dir.path, taken, &r2).code(), Code::kIOError);
+
+  stop = true;
+  t.join();
+  ASSERT_TRUE(result.ok()) << result.ToString();
+  EXPECT_EQ(rep.batches, 2u);
+  EXPECT_EQ(rep.blocks_stored, 6u);
+  EXPECT_EQ(rep.replay_requests, 1u);
 }
 
 }  // namespace
