@@ -50,12 +50,15 @@ inline std::vector<BlockHash> random_chain(const BlockHash& parent, size_t block
 }
 
 /// Store::Open with io_threads; EXPECTs success (null on failure).
+/// `shard`: read-write, the writer shard (store_v1.md §11; creating a missing store with one makes
+/// it sharded).
 inline std::unique_ptr<Store> open_test_store(const std::string& p, bool rw, bool create = false,
-                                              uint32_t io_threads = 2) {
+                                              uint32_t io_threads = 2, const std::string& shard = "") {
   OpenOptions o;
   o.mode = rw ? OpenOptions::Mode::kReadWrite : OpenOptions::Mode::kReadOnly;
   o.create_if_missing = create;
   o.io_threads = io_threads;
+  o.shard = shard;
   std::unique_ptr<Store> s;
   Status st = Store::Open(p, o, &s);
   EXPECT_TRUE(st.ok()) << st.ToString();

@@ -62,15 +62,7 @@ Chain make_chain(const BlockHash& parent, size_t blocks, uint32_t seed) {
 }
 
 std::unique_ptr<Store> open_rw(const std::string& p, const std::string& shard = "") {
-  OpenOptions o;
-  o.mode = OpenOptions::Mode::kReadWrite;
-  o.create_if_missing = true;
-  o.shard = shard;
-  o.io_threads = 2;
-  std::unique_ptr<Store> s;
-  Status st = Store::Open(p, o, &s);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return s;
+  return test::open_test_store(p, /*rw=*/true, /*create=*/true, 2, shard);
 }
 
 // Dumps blocks [from, to) of chain c, with their ids unless `no_ids`.

@@ -43,15 +43,7 @@ struct TempDir {
 };
 
 std::unique_ptr<Store> open_rw(const std::string& p, const std::string& shard = "") {
-  OpenOptions o;
-  o.mode = OpenOptions::Mode::kReadWrite;
-  o.create_if_missing = true;
-  o.shard = shard;
-  o.io_threads = 2;
-  std::unique_ptr<Store> s;
-  Status st = Store::Open(p, o, &s);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return s;
+  return test::open_test_store(p, /*rw=*/true, /*create=*/true, 2, shard);
 }
 
 Status dump(Store* s, const NamespaceId& ns, const BlockHash& parent, const std::vector<BlockHash>& hs) {
