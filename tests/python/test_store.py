@@ -59,6 +59,16 @@ def test_version_and_codes():
     assert os.path.exists(ucm.library_path())
 
 
+def test_event_medium_names_the_store_directory(tmp_path, monkeypatch):
+    """The KV events' medium (ucm/events.h, docs/cli.md "ucm events"): "ucm:" + the directory's name."""
+    assert ucm.event_medium("/srv/kv/corpus") == "ucm:corpus"
+    assert ucm.event_medium("/srv/kv/corpus/") == "ucm:corpus"
+    assert ucm.event_medium("/srv/kv/./corpus/../shared") == "ucm:shared"
+    monkeypatch.chdir(tmp_path)
+    assert ucm.event_medium(".") == "ucm:" + tmp_path.name
+    assert ucm.event_medium("rel/store") == "ucm:store"
+
+
 def test_hash_chain_matches_the_spec(tmp_path):
     ns = ucm.namespace_id(DESC)
     tokens = list(range(1000, 1000 + 3 * T + 5))
