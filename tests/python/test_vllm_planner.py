@@ -5,7 +5,8 @@ Scheduler outputs are built with the fields vLLM 0.32's scheduler fills
 new_block_ids = all blocks of a resumed request, num_computed_tokens before the step), in the
 sequences its scheduler produces: chunked prefill, preemption (num_computed_tokens back to 0, the
 connector asked again), a load-failure rollback (num_computed_tokens truncated at the failed
-block). The real engine runs the same paths in tests/vllm (scripts/test_vllm.sh).
+block). The real engine runs the same paths in tests/vllm (scripts/test_vllm.sh). Also the
+connector's KV events without vLLM (events.py: runs, the TP quorum, the worker's buffer).
 """
 import threading
 import time
@@ -14,6 +15,7 @@ from types import SimpleNamespace as NS
 import numpy as np
 import pytest
 
+from ucm.vllm import events
 from ucm.vllm.planner import Planner, head_range
 from ucm.vllm.save_queue import SaveQueue
 
@@ -218,3 +220,83 @@ def test_save_queue_is_bounded_never_blocks_and_drains_on_close():
     assert q.close(drain_timeout=0.05)                    # "d" was running: finished; "e" dropped
     assert ran == ["a", "d"] and q.counters["dropped_at_close"] == 1
     assert not q.offer("f", 1)
+
+
+def test_loads_carry_their_token_ids_only_for_kv_events():
+    st = FakeStore()
+    st.add(fake_hash(PROMPT)[:8])
+    for with_tokens in (False, True):
+        p = Planner(EB, T, fake_hash, st.lookup, load_tokens=with_tokens)
+        p.allocated("a", p.matched("a", PROMPT, 32))
+        (ld,), _ = p.plan(out(new=[new_req("a", PROMPT, range(10, 17), 128)], sched={"a": 72}))
+        assert (ld.first_token, ld.n_tokens) == (32, 128)
+        if with_tokens:  # tokens [32, 128): ucm blocks 2..7
+            assert ld.tokens.dtype == np.uint32 and ld.tokens.tolist() == PROMPT[32:128]
+        else:
+            assert ld.tokens is None
+
+
+def test_kv_events_enabled_only_with_vllm_kv_cache_events():
+    assert not events.enabled(NS())
+    assert not events.enabled(NS(kv_events_config=None))
+    assert not events.enabled(NS(kv_events_config=NS(enable_kv_cache_events=False, publisher="zmq")))
+    assert events.enabled(NS(kv_events_config=NS(enable_kv_cache_events=True)))
+
+
+def test_block_runs_one_per_run_of_stored_blocks_with_parent_and_tokens():
+    ids = list(range(500, 500 + 6 * T))
+    h = fake_hash(ids)                                    # a chain of 6 blocks
+    whole = events.block_runs(h, None, None, np.asarray(ids, np.uint32), T)
+    assert len(whole) == 1 and whole[0].parent_block_hash is None
+    assert whole[0].block_hashes == [x.tobytes() for x in h] and all(type(b) is bytes for b in whole[0].block_hashes)
+    assert whole[0].token_ids == ids and all(type(t) is int for t in whole[0].token_ids)
+    # blocks 2..5 of the chain, block 3 not stored: runs [2] and [4, 5]
+    r = events.block_runs(h[2:], h[1].tobytes(), [True, False, True, True], np.asarray(ids[2 * T:], np.uint32), T)
+    assert [x.block_hashes for x in r] == [[h[2].tobytes()], [h[4].tobytes(), h[5].tobytes()]]
+    assert [x.parent_block_hash for x in r] == [h[1].tobytes(), h[3].tobytes()]
+    assert r[0].token_ids == ids[2 * T:3 * T] and r[1].token_ids == ids[4 * T:6 * T]
+    assert events.block_runs(h[:2], None, [False, False], None, T) == []
+    assert events.block_runs(h[:2], None, None, None, T)[0].token_ids == []
+    with pytest.raises(ValueError):
+        events.block_runs(h[:2], None, None, np.zeros(T, np.uint32), T)
+    with pytest.raises(ValueError):
+        events.block_runs(h[:2], None, [True], None, T)
+
+
+def test_event_quorum_keeps_what_every_worker_reported_in_order():
+    one = events.EventQuorum()
+    one.add_events(["a", "b", "a"])                        # one worker: all of it, repeats and order kept
+    assert one.common_events() == ["a", "b", "a"] and one.aggregate().get_all_events() == ["a", "b", "a"]
+    # vLLM's KVOutputAggregator: the first worker's container, + each other worker's events
+    q = events.EventQuorum(1)
+    q.add_events(["x", "y", "y"])
+    q.add_events(["y", "x"])
+    q.increment_workers(1)
+    assert q.get_number_of_workers() == 2 and len(q.get_all_events()) == 5
+    assert q.aggregate().get_all_events() == ["x", "y"] and q.get_number_of_workers() == 1
+    q.clear_events()
+    assert q.get_all_events() == [] and q.get_number_of_workers() == 1
+    with pytest.raises(TypeError):
+        q.add_events(("x",))
+    with pytest.raises(ValueError):
+        events.EventQuorum(0)
+
+
+def test_event_buffer_is_thread_safe_and_bounded():
+    buf = events.EventBuffer(max_events=1000)
+
+    def add(k):
+        for i in range(100):
+            buf.add([(k, i)])
+    threads = [threading.Thread(target=add, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    got = []
+    while any(t.is_alive() for t in threads):
+        got += buf.drain()
+    for t in threads:
+        t.join()
+    got += buf.drain()
+    assert sorted(got) == sorted((k, i) for k in range(4) for i in range(100)) and buf.drain() == []
+    buf.add(list(range(1500)))                             # no consumer: bounded, the rest counted
+    assert len(buf.drain()) == 1000 and buf.dropped == 500

@@ -42,6 +42,7 @@ class LoadSpec:
     block_ids: List[int]        # engine blocks of the request, in order
     first_token: int
     n_tokens: int
+    tokens: Optional[np.ndarray] = None  # uint32 [n_tokens - first_token]: the loaded ids (KV events only)
 
 
 @dataclass
@@ -71,12 +72,14 @@ class Planner:
     Single-threaded (vLLM's scheduler calls it from one thread)."""
 
     def __init__(self, engine_block: int, ucm_block: int, hash_blocks: Callable, lookup: Callable, *,
-                 load: bool = True, save: bool = False, log: Optional[Callable[[str], None]] = None):
+                 load: bool = True, save: bool = False, log: Optional[Callable[[str], None]] = None,
+                 load_tokens: bool = False):
         if engine_block % ucm_block:
             raise ValueError(f"ucm block size {ucm_block} does not divide the engine's block size {engine_block}")
         self.eb, self.T = engine_block, ucm_block
         self.hash_blocks, self.lookup = hash_blocks, lookup
         self.do_load, self.do_save = load, save
+        self.load_tokens = load_tokens           # LoadSpec.tokens: the worker reports loads as KV events
         self.log = log or (lambda msg: None)
         self._reqs: Dict[str, _Req] = {}
         self._pending: Dict[str, int] = {}       # req id -> external tokens accepted this step
@@ -171,7 +174,8 @@ class Planner:
             return
         # before = vLLM's local prefix hit + the external hit, in whole engine blocks
         hashes = self.hash_blocks(st.ids[:before])
-        loads.append(LoadSpec(rid, hashes, list(st.blocks), before - n_ext, before))
+        toks = np.asarray(st.ids[before - n_ext: before], dtype=np.uint32) if self.load_tokens else None
+        loads.append(LoadSpec(rid, hashes, list(st.blocks), before - n_ext, before, toks))
         self.counters["loads_planned"] += 1
 
     def _plan_save(self, rid: str, st: _Req) -> Optional[SaveSpec]:
