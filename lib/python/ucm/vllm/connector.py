@@ -25,6 +25,10 @@ by a background thread, so a step waits only for the copy.
 
 Synchronous loads: vLLM runs start_load_kv before the forward only for sync loads
 (load_async=False), which is what a CPU engine wants.
+
+KV events (vLLM's --kv-events-config with enable_kv_cache_events; events.py): the blocks a save
+stored and the blocks vLLM keeps from a load are reported as BlockStored events of medium
+ucm.event_medium(store), from TP rank 0, and published by vLLM's own publisher (take_events).
 """
 from __future__ import annotations
 
@@ -45,10 +49,12 @@ import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
                                                                  KVConnectorRole)
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+from vllm.distributed.kv_events import BlockStored, KVConnectorKVEvents
 
 import ucm
 from ucm.model import fingerprint
 
+from . import events
 from .planner import LoadSpec, Planner, SaveSpec, head_range
 from .save_queue import SaveQueue
 
@@ -94,6 +100,12 @@ class UcmConnectorStats(KVConnectorStats):
         return not any(self.data.get(k, 0) for k in _COUNTERS)
 
 
+class UcmKVEvents(events.EventQuorum, KVConnectorKVEvents):
+    """The connector's KV events of a step (BlockStored, medium ucm.event_medium(store)), from the
+    worker to the scheduler in KVConnectorOutput.kv_cache_events; vLLM's KVOutputAggregator merges
+    the TP workers' containers and only events every reporting worker gave are published."""
+
+
 def _layer_index(name: str) -> int:
     m = re.search(r"layers\.(\d+)\.", name)
     if not m:
@@ -129,10 +141,15 @@ class UcmConnector(KVConnectorBase_V1):
         self.store = self._open_store(role, int(get("io_threads", 8)), get("shard", None))
         self.ns = self._resolve_namespace(get("namespace", None), get("ucm_bin", None))
         self.T = self.ns.block_size
+        # KV events: only when vLLM publishes them (else nothing is collected)
+        self._events_on = events.enabled(vllm_config)
+        self.event_medium = ucm.event_medium(self.store_path) if self._events_on else None
         if role == KVConnectorRole.SCHEDULER:
             self.planner = Planner(self.engine_block, self.T, self._hashes, self._lookup, load=self.do_load,
-                                   save=self.do_save, log=lambda m: log.warning("UcmConnector: %s", m))
+                                   save=self.do_save, log=lambda m: log.warning("UcmConnector: %s", m),
+                                   load_tokens=self._events_on)
             self.sched_stats = {"store_errors": 0}
+            self._sched_events: list = []         # from the workers, until take_events
         else:
             self._kv: Dict[int, torch.Tensor] = {}
             self._isa: Dict[int, str] = {}
@@ -144,6 +161,9 @@ class UcmConnector(KVConnectorBase_V1):
             self._proj: Optional[np.ndarray] = None
             self._info = None
             self._closed = False
+            self._tp_rank = 0
+            self._event_buf = events.EventBuffer() if self._events_on else None
+            self._root = ucm.hash_root(self.ns.hash_seed) if self._events_on else None
             self.stats = {k: 0 for k in _COUNTERS}
             self.stats["load_seconds"] = 0.0
             # Fault injection for tests/vllm: before the first step with a load, write FILE.waiting
@@ -330,6 +350,19 @@ class UcmConnector(KVConnectorBase_V1):
         self.planner.finished(request.request_id)
         return False, None
 
+    def update_connector_output(self, connector_output):
+        """Keeps the workers' KV events of the step (those every reporting worker gave)."""
+        ev = getattr(connector_output, "kv_cache_events", None)
+        if self._events_on and isinstance(ev, UcmKVEvents):
+            self._sched_events.extend(ev.aggregate().get_all_events())
+
+    def take_events(self):
+        """The KV events since the last call, for vLLM's publisher (called once per step)."""
+        if not self._events_on or not self._sched_events:
+            return []
+        out, self._sched_events = self._sched_events, []
+        return out
+
     # ------------------------------------------------------------------ worker side
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]):
         """Checks every layer's KV cache (device, dtype, shape, strides) against the layouts this
@@ -369,6 +402,7 @@ class UcmConnector(KVConnectorBase_V1):
         if self.tp_size > 1:
             from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
             tp_rank = get_tensor_model_parallel_rank()
+        self._tp_rank = tp_rank
         self.heads = head_range(self.total_kv_heads, self.tp_size, tp_rank, first.shape[1])
 
     def _slots(self, block_ids: List[int], n_tokens: int) -> torch.Tensor:
@@ -384,12 +418,16 @@ class UcmConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         if meta.loads and self._pause_file:
             self._pause_before_load()
+        kept = []
         for ld in meta.loads:
             try:
-                self._load(ld)
+                kept.append(self._load(ld))
             except Exception as e:
                 self.stats["store_errors"] += 1
                 self._fail_load(ld, ld.first_token // self.T, f"{type(e).__name__}: {e}")
+                kept.append(0)
+        if self._event_buf is not None and meta.loads:
+            self._report_loads(meta.loads, kept)
 
     def _pause_before_load(self) -> None:
         path, self._pause_file = self._pause_file, None
@@ -412,7 +450,9 @@ class UcmConnector(KVConnectorBase_V1):
                     ld.hashes[ucm_index].tobytes().hex() if ucm_index < len(ld.hashes) else "-", why,
                     ld.block_ids[eb_first:eb_end])
 
-    def _load(self, ld: LoadSpec):
+    def _load(self, ld: LoadSpec) -> int:
+        """Loads ld; returns the ucm blocks (from ld.first_token) vLLM keeps: all of them, or after a
+        failure those before the engine block that holds the failed one."""
         t0 = time.perf_counter()
         first = ld.first_token // self.T                          # ucm blocks vLLM already holds
         n = len(ld.hashes) - first
@@ -443,14 +483,66 @@ class UcmConnector(KVConnectorBase_V1):
                 k = staging[:good, l, 0].reshape(n_tok, hs, d)
                 v = staging[:good, l, 1].reshape(n_tok, hs, d)
                 write(self._kv[l], k, v, slots, self._isa[l])
+        kept = n
         if len(bad):
             self._fail_load(ld, first + good, ucm.code_name(int(status[good])))
+            kept = max(0, ((first + good) * self.T // self.engine_block * self.engine_block - ld.first_token) // self.T)
         dt = time.perf_counter() - t0
         self.stats["loaded_blocks"] += good
         self.stats["loaded_bytes"] += good * self.ns.block_bytes((h0, h1))
         self.stats["load_seconds"] += dt
         self._record({"event": "load", "req": ld.req_id, "blocks": good, "failed": int(n - good),
                       "bytes": good * self.ns.block_bytes((h0, h1)), "seconds": dt})
+        return kept
+
+    # ------------------------------------------------------------------ KV events (events.py)
+    def _report(self, req_id: str, what: str, make_runs) -> None:
+        """Adds BlockStored events of make_runs(); an error is logged, never raised (into vLLM's
+        step or the save thread): the events are lost, the load or save stands."""
+        try:
+            self._event_buf.add([BlockStored(block_hashes=r.block_hashes, parent_block_hash=r.parent_block_hash,
+                                             token_ids=r.token_ids, block_size=self.T, lora_id=None,
+                                             medium=self.event_medium, lora_name=None) for r in make_runs()])
+        except Exception as e:
+            log.warning("UcmConnector: request %s: the KV events of its %s were not reported (%s: %s)", req_id, what,
+                        type(e).__name__, e)
+
+    def _report_loads(self, loads: List[LoadSpec], kept: List[int]) -> None:
+        """Reuse reports of the blocks vLLM keeps from this step's loads: with TP, those every rank
+        loaded (the minimum over ranks, as vLLM recomputes from any rank's first failure), reported
+        by rank 0."""
+        if self.tp_size > 1:
+            kept = self._tp_min(kept)
+        if self._tp_rank != 0:
+            return
+        for ld, k in zip(loads, kept):
+            first = ld.first_token // self.T
+            if k <= 0:
+                continue
+            parent = ld.hashes[first - 1].tobytes() if first > 0 else None
+            toks = ld.tokens[:k * self.T] if ld.tokens is not None else None
+            self._report(ld.req_id, "load", lambda: events.block_runs(ld.hashes[first:first + k], parent, None, toks,
+                                                                      self.T))
+
+    def _tp_min(self, values: List[int]) -> List[int]:
+        """The minimum of each value over the TP ranks (every rank calls it with the same length)."""
+        from vllm.distributed.parallel_state import get_tp_group
+        x = torch.tensor([[float(v) for v in values]], dtype=torch.float32)  # (CPU shm all_gather: no ints)
+        got = get_tp_group().all_gather(x.to(self._kv[0].device), dim=0)     # [tp][n]
+        return [int(v) for v in got.amin(dim=0).tolist()]
+
+    def get_kv_connector_kv_cache_events(self):
+        """This worker's KV events since the last step (None when there are none, and on TP ranks
+        other than 0, which report nothing)."""
+        buf = getattr(self, "_event_buf", None)
+        if buf is None:
+            return None
+        evs = buf.drain()
+        if not evs:
+            return None
+        out = UcmKVEvents(num_workers=1)
+        out.add_events(evs)
+        return out
 
     def wait_for_layer_load(self, layer_name: str):
         return  # loads are finished in start_load_kv (synchronous: before the forward)
@@ -553,6 +645,10 @@ class UcmConnector(KVConnectorBase_V1):
         self.stats["saved_blocks"] += ok
         self.stats["saved_bytes"] += ok * self.ns.block_bytes()
         self._record({"event": "save", "req": req_id, "blocks": ok, "failed": int(len(st) - ok)})
+        if self._event_buf is not None and ok:  # the runs of blocks this dump stored
+            p0 = parents[0].tobytes()
+            self._report(req_id, "save", lambda: events.block_runs(hashes, None if p0 == self._root else p0, st == 0,
+                                                                   tokens, self.T))
         if ok != len(st):
             log.warning("UcmConnector: request %s: %d of %d blocks not saved (%s)", req_id, len(st) - ok,
                         len(st), sorted({ucm.code_name(int(c)) for c in st if c}))
@@ -619,6 +715,9 @@ class UcmConnector(KVConnectorBase_V1):
             self.stats["saves_dropped"] += q.counters["dropped_at_close"]
         if hasattr(self, "stats"):
             log.info("UcmConnector stats: %s", self.stats)
+        if getattr(self, "_event_buf", None) is not None and self._event_buf.dropped:
+            log.warning("UcmConnector: %d KV events dropped (more than %d waited for an engine step)",
+                        self._event_buf.dropped, self._event_buf.max_events)
         if hasattr(self, "planner"):
             log.info("UcmConnector scheduler: %s, store errors %d", self.planner.counters, self.sched_stats["store_errors"])
         if self.store is not None and joined:
