@@ -63,7 +63,7 @@ void encode_record_header(const RecordHeader& h, uint8_t* p) {
   put_le64(p + 72, h.payload_checksum);
   put_le32(p + 80, h.token_count);
   put_le64(p + 88, h.created_ms);
-  if ((h.flags & kRecordFlagTokens) && h.tokens && h.token_count <= kMaxRecordTokens) {
+  if ((h.flags & kRecordFlagTokens) && h.tokens && h.token_count >= 1 && h.token_count <= kMaxRecordTokens) {
     for (uint32_t i = 0; i < h.token_count; ++i) put_le32(p + 128 + 4 * size_t(i), h.tokens[i]);
     put_le64(p + 96, xxh3(p + 128, 4 * size_t(h.token_count)));
   } else {
@@ -93,9 +93,9 @@ Status decode_record_header(const uint8_t* p, const std::string& where, RecordHe
   h->tokens_checksum = get_le64(p + 96);
   h->tokens = nullptr;
   if (h->flags & kRecordFlagTokens) {
-    if (h->type != RecordType::kBlockKV || h->token_count > kMaxRecordTokens)
+    if (h->type != RecordType::kBlockKV || h->token_count < 1 || h->token_count > kMaxRecordTokens)
       return Status::Corruption(where + ": token ids flagged on a " + record_type_name(h->type) + " record of " +
-                                std::to_string(h->token_count) + " tokens (at most " +
+                                std::to_string(h->token_count) + " tokens (1 to " +
                                 std::to_string(kMaxRecordTokens) + ", BLOCK_KV only)");
     if (xxh3(p + 128, 4 * size_t(h->token_count)) != h->tokens_checksum)
       return Status::Corruption(where + ": record token ids checksum mismatch");

@@ -468,6 +468,22 @@ TEST(Records, TokenIdsInTheHeaderPage) {
   r.type = fmt::RecordType::kBlockRepr;
   fmt::encode_record_header(r, bad);
   ASSERT_EQ(fmt::decode_record_header(bad, "t", &g).code(), Code::kCorruption);
+  // Zero ids: the encoder writes none (flag clear); a header flagging zero ids is corrupt
+  // (found by fuzz_data_file: flag set, token_count 0, tokens_checksum = XXH3 of no bytes).
+  n.tokens = most.data();
+  n.token_count = 0;
+  fmt::encode_record_header(n, page);
+  ASSERT_TRUE(fmt::decode_record_header(page, "t", &g).ok());
+  EXPECT_EQ(g.flags & fmt::kRecordFlagTokens, 0u);
+  EXPECT_TRUE(fmt::record_tokens(page, g).empty());
+  std::memcpy(bad, page, fmt::kPage);
+  const uint32_t with_tokens = g.flags | fmt::kRecordFlagTokens;
+  std::memcpy(bad + 12, &with_tokens, 4);
+  const uint64_t none = fmt::xxh3(bad + 128, 0);
+  std::memcpy(bad + 96, &none, 8);
+  const uint64_t hc = fmt::xxh3(bad, 120);
+  std::memcpy(bad + 120, &hc, 8);
+  ASSERT_EQ(fmt::decode_record_header(bad, "t", &g).code(), Code::kCorruption);
 }
 
 TEST(DataFile, WriteScanDetectsCorruptionAndTornTail) {
