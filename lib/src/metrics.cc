@@ -54,6 +54,13 @@ std::string Metrics::render(uint64_t index_blocks) const {
           gc_requests_refused.load());
   counter(&o, "ucm_gc_blocks_removed_total", "Blocks removed by gc requests this writer applied.",
           gc_blocks_removed.load());
+  counter(&o, "ucm_corrupt_blocks_reported_total",
+          "Corrupt blocks this handle's loads found and handed to the store's writer for removal (store_v1.md 11.6).",
+          corrupt_reported.load());
+  counter(&o, "ucm_corrupt_blocks_removed_total", "Of those, removed by the writer (its answers read so far).",
+          corrupt_removed.load());
+  counter(&o, "ucm_corrupt_blocks_unreported_total",
+          "Corrupt blocks not handed over (the request could not be written 3 times).", corrupt_dropped.load());
   counter(&o, "ucm_refreshes_total", "Catch-ups with the writer (read-only handles).", refreshes.load());
   o += "# HELP ucm_errors_total Per-block and per-call errors by code.\n# TYPE ucm_errors_total counter\n";
   for (int c = 1; c < int(errors.size()); ++c) {

@@ -258,6 +258,7 @@ StoreImpl::~StoreImpl() {
   bg_cv_.notify_all();
   if (bg_.joinable()) bg_.join();
   if (s_.pool) s_.pool->shutdown();     // finishes queued load / dump jobs
+  if (s_.index) s_.corrupt.flush(s_.path, &s_.metrics);  // left for the writer (the next, if this was it)
   if (writer_) writer_->stop_commits();  // then their commits
   if (s_.index && (!read_only() || save_pending_)) save_table(true);
   s_.access.close();
@@ -314,6 +315,9 @@ void StoreImpl::background() {
     if (lock_) lock_->touch();  // the heartbeat gc checks on shared file systems (store_v1.md §11.3)
     // A safe point for gc's requests (store_v1.md §11.5): removals commit under the writer's
     // commit mutex, between dump commits.
+    // Corrupt blocks this handle's loads met, as a request to the writer (§11.6): this handle's
+    // own writer applies it just below.
+    s_.corrupt.flush(s_.path, &s_.metrics);
     if (writer_) writer_->poll_gc_requests();
     s_.access.flush();
     l.lock();

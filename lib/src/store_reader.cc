@@ -161,9 +161,11 @@ Status StoreReader::read_verified(const NamespaceId& ns, const BlockHash& hash, 
   for (int attempt = 0; attempt < 2; ++attempt) {
     s = s_.index->get_block(ns, hash, rec);
     if (!s.ok()) return s;
-    if (kv && kv_bytes && rec->kv_length != kv_bytes)
-      return Status::Corruption("block " + to_hex(hash) + ": index says " + std::to_string(rec->kv_length) +
-                                " payload bytes, namespace expects " + std::to_string(kv_bytes));
+    if (kv && kv_bytes && rec->kv_length != kv_bytes) {
+      s = Status::Corruption("block " + to_hex(hash) + ": index says " + std::to_string(rec->kv_length) +
+                             " payload bytes, namespace expects " + std::to_string(kv_bytes));
+      break;
+    }
     if (!kv && !rec->has_repr()) return Status::NotFound("block " + to_hex(hash) + " has no representations");
     fmt::RecordExpect e;
     e.type = kv ? fmt::RecordType::kBlockKV : fmt::RecordType::kBlockRepr;
@@ -178,6 +180,10 @@ Status StoreReader::read_verified(const NamespaceId& ns, const BlockHash& hash, 
     s_.files->drop(file);
     (void)refresh();
   }
+  // A record that fails its checks is handed to the store's writer for removal (§11.6), so the
+  // next save writes the block again instead of every later load failing on it.
+  if (s.code() == Code::kCorruption)
+    s_.corrupt.note(ns, hash, kv ? rec->kv_file : rec->repr_file, kv ? rec->kv_offset : rec->repr_offset);
   return s;
 }
 

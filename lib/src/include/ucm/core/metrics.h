@@ -32,6 +32,7 @@ struct Metrics {
   std::atomic<uint64_t> refreshes{0};
   // gc requests a live writer applied / refused, and the blocks they removed (store_v1.md §11.5)
   std::atomic<uint64_t> gc_requests_applied{0}, gc_requests_refused{0}, gc_blocks_removed{0};
+  std::atomic<uint64_t> corrupt_reported{0}, corrupt_removed{0}, corrupt_dropped{0};  // store_v1.md 11.6
   std::atomic<uint64_t> fptable_loaded{0};    // 1: the open used STORE/fptable; 0: it rebuilt the table
   std::atomic<uint64_t> fptable_replayed{0};  // journal entries replayed into it at open
   std::array<std::atomic<uint64_t>, 11> errors{};  // by ucm::Code

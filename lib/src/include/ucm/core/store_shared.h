@@ -17,6 +17,7 @@
 #include <string>
 
 #include "ucm/core/access_log.h"
+#include "ucm/core/corrupt_reports.h"
 #include "ucm/core/data_file_reader.h"
 #include "ucm/core/fptable.h"
 #include "ucm/core/index.h"
@@ -55,6 +56,7 @@ struct StoreShared {
   std::unique_ptr<ThreadPool> pool;       ///< the I/O threads: load, visit_repr, dump writes
   AccessLog access;                       ///< load recency for gc (STORE/access)
   Metrics metrics;
+  CorruptReports corrupt;                 ///< corrupt records loads met, for the writer (§11.6)
 
   // The lookup table (store_v1.md §8): one fingerprint per indexed block.
   std::shared_mutex table_mu;
