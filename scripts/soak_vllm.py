@@ -98,6 +98,8 @@ def serve(a):
             kv_connector_extra_config={"store": a.store, "save": a.save}, kv_load_failure_policy="recompute")
     if a.blocks:
         kw["num_gpu_blocks_override"] = a.blocks
+    if a.over_admit:
+        kw["scheduler_reserve_full_isl"] = False  # admit on the first chunk's blocks: thrashing
     llm = LLM(model=a.model, dtype=a.dtype, max_model_len=a.max_model_len, enforce_eager=True, seed=0,
               enable_prefix_caching=a.prefix_caching, max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=32,
               disable_log_stats=False, **kw)
@@ -138,7 +140,7 @@ def child(a, results, store=None, save=False, blocks=None, prefix_caching=False,
     if store:
         cmd += ["--store", str(store)] + (["--save"] if save else [])
     if blocks:
-        cmd += ["--blocks", str(blocks)]
+        cmd += ["--blocks", str(blocks)] + (["--over-admit"] if a.over_admit else [])
     if prefix_caching:
         cmd.append("--prefix-caching")
     if bursts:
@@ -244,6 +246,11 @@ def main():
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048,
                     help="vLLM's token budget per step: below the prompt lengths, prefill is chunked, and "
                          "requests part-way through their prefill hold blocks and ask for more (more preemption)")
+    ap.add_argument("--over-admit", action="store_true",
+                    help="the soak server admits a request when its first chunk fits "
+                         "(vLLM scheduler_reserve_full_isl=False, default True since 0.3x): with a "
+                         "--max-num-batched-tokens below the prompt lengths, requests part-way through their "
+                         "prefill outgrow the cache and vLLM preempts (the thrashing that setting prevents)")
     ap.add_argument("--gc-every", type=float, default=30.0, help="seconds between gc runs")
     ap.add_argument("--corrupt-every", type=int, default=100)
     ap.add_argument("--kill-at", type=float, default=0.5, help="SIGKILL the server once this share is done")
