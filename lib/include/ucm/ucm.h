@@ -384,6 +384,26 @@ UCM_API void ucm_task_free(ucm_task_t* task);
  * one medium. Errors: UCM_E_INVALID (NULL store_path, cap too small). Added in ucm 0.7.0. */
 UCM_API int ucm_event_medium(const char* store_path, char* buf, size_t cap, size_t* len);
 
+/* SGLang's HiCache storage page keys (sglang 0.5.23, mem_cache/utils.py get_hash_str;
+ * docs/sglang_0.5.23_hicache_facts.md §3): key_i = SHA-256(key_{i-1} || page i's token ids as u32
+ * little-endian), for the floor(n_tokens / page_size) full pages of tokens[n_tokens]; key_{-1} =
+ * prior ([32] raw bytes; NULL: the first page hashes its ids alone, as SGLang without a namespace
+ * seed). out_hashes: [max_pages][32] raw digests (SGLang passes them to a backend as 64 lower-case
+ * hex characters). *n_pages (may be NULL) = the number of full pages (UCM_E_INVALID when it exceeds
+ * max_pages). Pure. Errors: UCM_E_INVALID (page_size 0, NULL tokens with n_tokens > 0, NULL
+ * out_hashes with pages to write). Added in ucm 0.7.0. */
+UCM_API int ucm_sglang_page_hashes(const uint8_t* prior, const uint32_t* tokens, size_t n_tokens,
+                                   uint32_t page_size, uint8_t* out_hashes, size_t max_pages, size_t* n_pages);
+
+/* The prior of a chain that starts at the root, for a request's extra_key and cache_salt (SGLang's
+ * storage_namespace_seed): SHA-256("sglang-cache-namespace-v1" || for each of the two: 0x00 when
+ * absent, else 0x01 || u64 LE byte length || its UTF-8 bytes). extra_key[extra_key_len],
+ * cache_salt[cache_salt_len]: NULL for absent (None); a non-NULL pointer with length 0 is the empty
+ * string. seed_out: [32]; *has_seed = 0 (seed_out untouched) when both are absent: then the chain
+ * has no prior. Pure. Errors: UCM_E_INVALID (NULL seed_out or has_seed). Added in ucm 0.7.0. */
+UCM_API int ucm_sglang_namespace_seed(const char* extra_key, size_t extra_key_len, const char* cache_salt,
+                                      size_t cache_salt_len, uint8_t* seed_out, int* has_seed);
+
 /* Prometheus text exposition into buf[cap] (NUL-terminated), a sized output ("Sized outputs");
  * *len (may be NULL) gets the length needed. Errors: UCM_E_INVALID (NULL store, cap too small). */
 UCM_API int ucm_store_metrics(ucm_store_t* store, char* buf, size_t cap, size_t* len);

@@ -145,6 +145,8 @@ SIGNATURES = {
     "ucm_task_free": (None, [C.c_void_p]),
     "ucm_store_metrics": (_I, [C.c_void_p, C.c_char_p, C.c_size_t, szp]),
     "ucm_event_medium": (_I, [C.c_char_p, C.c_char_p, C.c_size_t, szp]),
+    "ucm_sglang_page_hashes": (_I, [u8p, u32p, C.c_size_t, C.c_uint32, u8p, C.c_size_t, szp]),
+    "ucm_sglang_namespace_seed": (_I, [C.c_char_p, C.c_size_t, C.c_char_p, C.c_size_t, u8p, C.POINTER(_I)]),
     # ucm/retrieval.h
     "ucm_store_repr_info": (_I, [C.c_void_p, u8p, C.POINTER(ReprInfoC)]),
     "ucm_store_load_repr": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, C.POINTER(ReprBuffersC), C.c_size_t, vpp]),
