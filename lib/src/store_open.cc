@@ -258,7 +258,10 @@ StoreImpl::~StoreImpl() {
   bg_cv_.notify_all();
   if (bg_.joinable()) bg_.join();
   if (s_.pool) s_.pool->shutdown();     // finishes queued load / dump jobs
-  if (s_.index) s_.corrupt.flush(s_.path, &s_.metrics);  // left for the writer (the next, if this was it)
+  if (s_.index) s_.corrupt.flush(s_.path, &s_.metrics);  // for the store's writer (§11.6)
+  // A safe point too: the writer applies what it (or anyone) asked for since its last heartbeat,
+  // so its own last loads' corrupt blocks do not wait for the next writer.
+  if (writer_) writer_->poll_gc_requests();
   if (writer_) writer_->stop_commits();  // then their commits
   if (s_.index && (!read_only() || save_pending_)) save_table(true);
   s_.access.close();

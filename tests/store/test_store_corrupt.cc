@@ -181,6 +181,29 @@ TEST(CorruptBlocks, WithoutALiveWriterTheRequestWaitsForTheNextOne) {
   fs::remove_all(p);
 }
 
+TEST(CorruptBlocks, AWriterClosedRightAfterItsLoadRemovesThemAtClose) {
+  const std::string p = tmpdir("close");
+  const NamespaceDesc d = test::test_ns("m", 2, 2, 8);
+  NamespaceId ns;
+  std::vector<BlockHash> hs;
+  {
+    auto w = test::open_test_store(p, true, true);
+    ASSERT_TRUE(w->register_namespace(d, &ns).ok());
+    hs = test::random_chain(root_hash(ns), 2, 13);
+    ASSERT_TRUE(dump(w.get(), ns, d, hs, 0, 2).ok());
+    BlockInfo b0;
+    ASSERT_TRUE(w->get_block(ns, hs[0], &b0).ok());
+    flip_payload_byte(p, b0);
+    bool bytes_ok = false;
+    EXPECT_EQ(load_all(w.get(), ns, d, hs, &bytes_ok)[0], Code::kCorruption);
+  }  // closed before any heartbeat
+  auto r = test::open_test_store(p, false);
+  EXPECT_FALSE(present(r.get(), ns, hs[0]));
+  EXPECT_TRUE(present(r.get(), ns, hs[1]));
+  r.reset();
+  fs::remove_all(p);
+}
+
 TEST(CorruptBlocks, AShardedReaderHandsABlockToTheShardThatHoldsIt) {
   const std::string p = tmpdir("sharded");
   auto a = test::open_test_store(p, true, true, 2, "a");
