@@ -20,38 +20,38 @@ bool CorruptReports::note(const NamespaceId& ns, const BlockHash& hash, uint32_t
 }
 
 void CorruptReports::flush(const std::string& store, Metrics* m) {
-  std::vector<fmt::GcRequestEntry> todo;
+  std::vector<fmt::GcRequestEntry> batch;
   {
     std::lock_guard<std::mutex> g(mu_);
-    todo.swap(pending_);
+    batch.swap(pending_);
   }
   const std::string dir = fmt::gc_requests_dir(store);
-  if (!todo.empty() && write_failures_ < 3) {
+  if (!batch.empty() && write_failures_ < 3) {
     fmt::GcRequest rq;
     const std::string nonce = fmt::new_gc_nonce();
     rq.flags = 0;  // removals only: dead bytes are reclaimed by the next gc
     rq.created_ms = fmt::now_ms();
     rq.expires_ms = rq.created_ms + kExpiresMs;
     rq.requester = fmt::sanitize_shard_name(fmt::host_name()).substr(0, 32) + ":" + std::to_string(::getpid()) + ":" + nonce;
-    rq.entries = todo;
+    rq.entries = batch;
     Status s = fmt::make_dirs(dir);
     if (s.ok()) s = fmt::write_file_atomic(dir, nonce + ".req", fmt::encode_gc_request(rq));
     if (s.ok()) {
       write_failures_ = 0;
       outstanding_.push_back(nonce);
-      m->corrupt_reported.fetch_add(todo.size(), std::memory_order_relaxed);
+      m->corrupt_reported.fetch_add(batch.size(), std::memory_order_relaxed);
       log().warn("store {}: {} corrupt block(s) found by loads (first {}) handed to the store's writer for removal "
                  "(request {}); the next save writes them again",
-                 store, todo.size(), to_hex(todo.front().hash), nonce);
+                 store, batch.size(), to_hex(batch.front().hash), nonce);
     } else {
       ++write_failures_;
-      log().warn("store {}: could not hand {} corrupt block(s) to the store's writer ({}){}", store, todo.size(),
+      log().warn("store {}: could not hand {} corrupt block(s) to the store's writer ({}){}", store, batch.size(),
                  s.message(), write_failures_ < 3 ? "; retried at the next heartbeat" : "; given up: gc --verify removes them");
       std::lock_guard<std::mutex> g(mu_);
-      pending_.insert(pending_.end(), todo.begin(), todo.end());
+      pending_.insert(pending_.end(), batch.begin(), batch.end());
     }
-  } else if (!todo.empty()) {
-    m->corrupt_dropped.fetch_add(todo.size(), std::memory_order_relaxed);
+  } else if (!batch.empty()) {
+    m->corrupt_dropped.fetch_add(batch.size(), std::memory_order_relaxed);
   }
   // Answers to earlier requests: the writer leaves <nonce>.done (or .bad); this handle deletes them.
   for (auto it = outstanding_.begin(); it != outstanding_.end();) {
