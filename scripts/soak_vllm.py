@@ -33,6 +33,10 @@ vLLM without the connector, roomy cache, vLLM's own prefix caching on to save ti
 store verifies. The report (stdout and OUT/report.json): requests/s, store hit rate (prompt tokens
 served by the connector), vLLM's preemptions, gc runs and what they did, load errors recovered,
 saves dropped, mismatches.
+
+The driver resumes: run it again with the same --out and it goes on where it stopped (the
+reference, the soak server's outputs, gc runs, corruptions and the soak's start and end times are
+kept in OUT as they happen; a fresh server's partial outputs are replayed from the start).
 """
 import argparse
 import json
@@ -300,7 +304,10 @@ def main():
 
     # --- the soak server, with gc beside it, corruption, one SIGKILL
     soak_file = a.out / "soak.jsonl"
-    gc_runs = []
+    gc_file = a.out / "gc_runs.jsonl"                  # kept as they happen, so a resumed driver reports all
+    corrupt_file = a.out / "corrupted.jsonl"
+    times_file = a.out / "soak_times.json"
+    gc_runs = lines_list(gc_file)
     stop = threading.Event()
 
     def gc_loop():
@@ -315,16 +322,21 @@ def main():
                 rep = json.loads(p.stdout)
             except ValueError:
                 rep = {"stderr": p.stderr[-500:]}
-            gc_runs.append({"rc": p.returncode, "seconds": round(time.time() - t0, 2), "target_bytes": half,
-                            "report": rep})
+            run = {"rc": p.returncode, "seconds": round(time.time() - t0, 2), "target_bytes": half, "report": rep}
+            gc_runs.append(run)
+            with open(gc_file, "a") as f:
+                f.write(json.dumps(run) + "\n")
 
     rng = random.Random(a.seed)
-    corrupted = []
-    t_start = time.time()
+    corrupted = lines_list(corrupt_file)
+    times = json.load(open(times_file)) if times_file.exists() else {}
+    if "start" not in times:
+        times["start"] = time.time()
+        json.dump(times, open(times_file, "w"))
     gc_thread = threading.Thread(target=gc_loop, daemon=True)
     gc_thread.start()
-    killed = False
-    restarts = 0
+    killed = times.get("killed", False)
+    restarts = times.get("restarts", 0)
     while len(lines(soak_file)) < n:
         proc = child(a, soak_file, store=store, save=True, blocks=a.blocks, log=log)
         next_corrupt = (len(lines(soak_file)) // a.corrupt_every + 1) * a.corrupt_every
@@ -334,18 +346,27 @@ def main():
             if len(done) >= next_corrupt:
                 h = corrupt_one(a, store, reqs, set(done), rng, None)
                 corrupted.append({"after": len(done), "block": h})
+                with open(corrupt_file, "a") as f:
+                    f.write(json.dumps(corrupted[-1]) + "\n")
                 next_corrupt += a.corrupt_every
             if not killed and len(done) >= a.kill_at * n:
                 time.sleep(rng.uniform(0.5, 3.0))      # into the next burst
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 killed = True
+                times["killed"] = True
+                json.dump(times, open(times_file, "w"))
                 print(f"soak: SIGKILL after {len(lines(soak_file))} requests", file=sys.stderr)
         if proc.returncode not in (0, -signal.SIGKILL):
             raise SystemExit(f"soak server failed ({proc.returncode}): {log}")
         if proc.returncode != 0:
             restarts += 1
-    soak_seconds = time.time() - t_start
+            times["restarts"] = restarts
+            json.dump(times, open(times_file, "w"))
+    if "end" not in times:
+        times["end"] = time.time()
+        json.dump(times, open(times_file, "w"))
+    soak_seconds = times["end"] - times["start"]
     per_server = {}                                   # the last count of each soak server process
     for r in lines_list(str(soak_file) + ".metrics.jsonl"):
         per_server[r["pid"]] = max(per_server.get(r["pid"], 0), r["preemptions"])
@@ -356,6 +377,8 @@ def main():
 
     # --- a fresh server on the surviving store
     fresh_file = a.out / "fresh.jsonl"
+    if fresh_file.exists():
+        fresh_file.unlink()                            # a fresh server replays from the start
     fresh_reqs = reqs if not a.fresh else reqs[: a.fresh]
     if a.fresh:
         json.dump(fresh_reqs, open(a.out / "requests.json.fresh", "w"))
