@@ -19,6 +19,7 @@
 #include "gc.h"
 #include "inspect.h"
 #include "events.h"
+#include "sglang_pages.h"
 #include "migrate.h"
 #include "tokenize.h"
 #include "torch_commands.h"
@@ -64,6 +65,7 @@ const SubcommandEntry kSubcommands[] = {
     {"gc", ucm::cli::setup_gc, nullptr, nullptr},
     {"migrate", ucm::cli::setup_migrate, nullptr, nullptr},
     {"events", ucm::cli::setup_events, nullptr, nullptr},
+    {"sglang-pages", ucm::cli::setup_sglang_pages, nullptr, nullptr},
     {"tokenize", ucm::cli::setup_tokenize, nullptr, nullptr},
 #if UCM_CLI_HAVE_BENCH
     {"bench", ucm::cli::setup_bench, nullptr, nullptr},

@@ -28,12 +28,16 @@ int load_host(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size
   }
   if (n && !p.ptrs) return fail(UCM_E_INVALID, "ucm_store_load: ptrs must not be NULL");
   dest.heads = {p.head_begin, p.head_end};
+  dest.token_stride = p.token_stride;
+  dest.head_stride = p.head_stride;
   if (np) dest.ptrs.assign(p.ptrs, p.ptrs + np);
   return finish_task(store->s->load(ns_of(ns), hashes_of(hashes), n, dest), task);
 }
 
 int load_device(ucm_store_t* store, const uint8_t* ns, const uint8_t* hashes, size_t n,
                 const ucm_store_load_params& p, const ucm::NamespaceDesc& d, ucm_task_t** task) {
+  if (p.token_stride || p.head_stride)
+    return fail(UCM_E_INVALID, "ucm_store_load_ex: token_stride / head_stride are for UCM_DEST_PAGED only");
   if (!p.layer_caches || (n && !p.slots))
     return fail(UCM_E_INVALID, "ucm_store_load_ex: device kinds need layer_caches and slots");
   ucm::detail::DeviceDest dest;

@@ -258,6 +258,8 @@ std::shared_ptr<Task> ShardedStore::load(const NamespaceId& ns, const BlockHash*
     LoadDest sd;
     sd.kind = dest.kind;
     sd.heads = dest.heads;
+    sd.token_stride = dest.token_stride;
+    sd.head_stride = dest.head_stride;
     sd.ptrs.reserve(idx.size() * per);
     for (size_t k = 0; k < idx.size(); ++k) {
       sub[k] = hs[idx[k]];

@@ -197,13 +197,25 @@ void StoreReader::load_one(const std::shared_ptr<TaskImpl>& t, size_t i, const N
     const size_t S = dtype_size(d.dtype), T = d.block_size, H = d.num_kv_heads, D = d.head_dim, L = d.num_layers;
     const size_t run = size_t(h1 - h0) * D * S;  // bytes per token in the destination
     const size_t page_src = T * H * D * S, page_dst = T * run;
+    const bool paged = dest.kind == LoadDest::Kind::kPaged;
+    const size_t ts = paged && dest.token_stride ? dest.token_stride : run;
+    const size_t hs = paged && dest.head_stride ? dest.head_stride : D * S;
+    const bool strided = paged && (ts != run || hs != D * S);
     for (size_t l = 0; l < L; ++l)
       for (size_t kv = 0; kv < 2; ++kv) {
         const uint8_t* sp = src + (l * 2 + kv) * page_src;
         uint8_t* dp = dest.kind == LoadDest::Kind::kContiguous
                           ? static_cast<uint8_t*>(dest.ptrs[i]) + (l * 2 + kv) * page_dst
                           : static_cast<uint8_t*>(dest.ptrs[(i * L + l) * 2 + kv]);
-        if (h0 == 0 && h1 == H) std::memcpy(dp, sp, page_src);
+        if (strided) {
+          for (size_t tt = 0; tt < T; ++tt) {
+            const uint8_t* st = sp + (tt * H + h0) * D * S;
+            uint8_t* dt = dp + tt * ts;
+            if (hs == D * S) std::memcpy(dt, st, run);
+            else
+              for (size_t h = 0; h < h1 - h0; ++h) std::memcpy(dt + h * hs, st + h * D * S, D * S);
+          }
+        } else if (h0 == 0 && h1 == H) std::memcpy(dp, sp, page_src);
         else
           for (size_t tt = 0; tt < T; ++tt) std::memcpy(dp + tt * run, sp + (tt * H + h0) * D * S, run);
       }
@@ -240,6 +252,17 @@ std::shared_ptr<Task> StoreReader::load(const NamespaceId& ns, const BlockHash* 
     bad = Status::InvalidArgument("load: " + std::to_string(dest.ptrs.size()) + " destination pointers, need " +
                                   std::to_string(need) + (dest.kind == LoadDest::Kind::kPaged ? " (n * L * 2, paged)" : " (n)"));
   if (bad.ok() && n && !hashes) bad = Status::InvalidArgument("load: hashes is null with n > 0");
+  if (bad.ok() && (dest.token_stride || dest.head_stride)) {
+    const uint64_t S = dtype_size(d.dtype), hs = dest.head_stride ? dest.head_stride : d.head_dim * S;
+    const uint64_t ts = dest.token_stride ? dest.token_stride : (h1 - h0) * d.head_dim * S;
+    if (dest.kind != LoadDest::Kind::kPaged)
+      bad = Status::InvalidArgument("load: token_stride / head_stride are for paged destinations only");
+    else if (const uint64_t nh = h1 - h0, e = d.head_dim * S;
+             hs < e || ts < e || !(nh == 1 || ts >= nh * hs || hs >= d.block_size * ts))
+      bad = Status::InvalidArgument("load: strides (token " + std::to_string(ts) + ", head " + std::to_string(hs) +
+                                    " bytes) make elements of a page overlap (a head is " +
+                                    std::to_string(d.head_dim * S) + " bytes)");
+  }
   if (bad.ok())
     for (size_t k = 0; k < need; ++k)
       if (!dest.ptrs[k]) {

@@ -274,6 +274,13 @@ typedef struct ucm_store_load_params {
   void* const* layer_events;   /* NULL or [L] cudaEvent_t: recorded after layer l's copies */
   ucm_layer_callback on_layer; /* NULL or called per layer (see ucm_layer_callback) */
   void* on_layer_data;         /* passed to on_layer */
+  /* UCM_DEST_PAGED only (added in ucm 0.8.0): bytes between consecutive tokens and between
+   * consecutive heads of a page: element (t, h, d) of page (i, l, kv) at
+   * ptrs[(i*L + l)*2 + kv] + t*token_stride + (h-h0)*head_stride + d*S. 0 = packed [T][h1-h0][D].
+   * So a page can sit inside a larger host layout (SGLang's page_first: token_stride = L*H*D*S).
+   * UCM_E_INVALID when the strides make elements overlap or are given for another kind. */
+  uint64_t token_stride;
+  uint64_t head_stride;
 } ucm_store_load_params;
 
 /* The defaults above. */
@@ -403,6 +410,29 @@ UCM_API int ucm_sglang_page_hashes(const uint8_t* prior, const uint32_t* tokens,
  * has no prior. Pure. Errors: UCM_E_INVALID (NULL seed_out or has_seed). Added in ucm 0.7.0. */
 UCM_API int ucm_sglang_namespace_seed(const char* extra_key, size_t extra_key_len, const char* cache_salt,
                                       size_t cache_salt_len, uint8_t* seed_out, int* has_seed);
+
+/* SGLang page aliases (store_v1.md §12.1): a namespace's table from SGLang page keys (of page
+ * size P, a multiple of the namespace's block size T; k = P / T blocks a page) to its blocks,
+ * built by `ucm sglang-pages` or `ucm precompute --sglang-page-size`. The handle holds the table in
+ * memory (96 bytes a page at P = 64, T = 16) and reads it again, at most every 5 s, when a lookup
+ * finds it rebuilt. Lifetime: close it before its store. Thread rules: any thread, concurrently.
+ * Added in ucm 0.8.0. */
+typedef struct ucm_sglang_pages ucm_sglang_pages_t;
+
+/* Opens the table of namespace ns for page_size. UCM_E_NOT_FOUND (the namespace, or no table for
+ * that page size: the message says how to build it), UCM_E_CORRUPTION / UCM_E_NOT_SUPPORTED (the
+ * table), UCM_E_INVALID (NULL arguments, page_size 0). */
+UCM_API int ucm_sglang_pages_open(ucm_store_t* store, const uint8_t* ns, uint32_t page_size,
+                                  ucm_sglang_pages_t** out);
+UCM_API void ucm_sglang_pages_close(ucm_sglang_pages_t* pages);
+/* *blocks_per_page = k, *n_pages = pages listed (either may be NULL). */
+UCM_API int ucm_sglang_pages_info(ucm_sglang_pages_t* pages, uint32_t* blocks_per_page, uint64_t* n_pages);
+/* For keys[n][32] (raw page keys): present[i] = 1 when page i is listed and all its k blocks are
+ * stored (ucm_store_lookup); blocks_out (may be NULL): [n][k][16], page i's block hashes in
+ * sequence order for a listed page (untouched otherwise); *prefix_pages (may be NULL): the leading
+ * present pages. Never reads a payload. Errors: UCM_E_INVALID (NULL pages / keys with n > 0). */
+UCM_API int ucm_sglang_pages_lookup(ucm_sglang_pages_t* pages, const uint8_t* keys, size_t n, uint8_t* blocks_out,
+                                    uint8_t* present, size_t* prefix_pages);
 
 /* Prometheus text exposition into buf[cap] (NUL-terminated), a sized output ("Sized outputs");
  * *len (may be NULL) gets the length needed. Errors: UCM_E_INVALID (NULL store, cap too small). */

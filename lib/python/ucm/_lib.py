@@ -97,7 +97,8 @@ class LoadParamsC(C.Structure):
     _fields_ = [("struct_size", C.c_uint32), ("dest_kind", C.c_int32), ("ptrs", vpp), ("head_begin", C.c_uint32),
                 ("head_end", C.c_uint32), ("layer_caches", vpp), ("slots", C.POINTER(C.c_int64)),
                 ("slot_stride", C.c_uint64), ("device", C.c_int32), ("stream", C.c_void_p),
-                ("layer_events", vpp), ("on_layer", LAYER_CALLBACK), ("on_layer_data", C.c_void_p)]
+                ("layer_events", vpp), ("on_layer", LAYER_CALLBACK), ("on_layer_data", C.c_void_p),
+                ("token_stride", C.c_uint64), ("head_stride", C.c_uint64)]
 
 class DumpParamsC(C.Structure):
     """ucm_store_dump_params (ucm 0.7.0)."""
@@ -147,6 +148,10 @@ SIGNATURES = {
     "ucm_event_medium": (_I, [C.c_char_p, C.c_char_p, C.c_size_t, szp]),
     "ucm_sglang_page_hashes": (_I, [u8p, u32p, C.c_size_t, C.c_uint32, u8p, C.c_size_t, szp]),
     "ucm_sglang_namespace_seed": (_I, [C.c_char_p, C.c_size_t, C.c_char_p, C.c_size_t, u8p, C.POINTER(_I)]),
+    "ucm_sglang_pages_open": (_I, [C.c_void_p, u8p, C.c_uint32, C.POINTER(C.c_void_p)]),
+    "ucm_sglang_pages_close": (None, [C.c_void_p]),
+    "ucm_sglang_pages_info": (_I, [C.c_void_p, C.POINTER(C.c_uint32), C.POINTER(C.c_uint64)]),
+    "ucm_sglang_pages_lookup": (_I, [C.c_void_p, u8p, C.c_size_t, u8p, u8p, szp]),
     # ucm/retrieval.h
     "ucm_store_repr_info": (_I, [C.c_void_p, u8p, C.POINTER(ReprInfoC)]),
     "ucm_store_load_repr": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, C.POINTER(ReprBuffersC), C.c_size_t, vpp]),

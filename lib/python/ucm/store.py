@@ -379,8 +379,8 @@ class Store:
         return LookupResult(int(prefix.value), present[:len(hs)].astype(bool))
 
     def load(self, ns: Any, hashes: Any, out: Any, *, heads: Optional[Tuple[int, int]] = None,
-             paged: bool = False, wait: bool = True, timeout: Optional[float] = None
-             ) -> Union[np.ndarray, Task]:
+             paged: bool = False, strides: Optional[Tuple[int, int]] = None, wait: bool = True,
+             timeout: Optional[float] = None) -> Union[np.ndarray, Task]:
         """Copies stored blocks into caller-owned host memory, every block checksum-verified first.
 
         Contiguous (paged=False): out is one buffer of n blocks, [n][L][2][T][Hs][D] (numpy array,
@@ -389,6 +389,9 @@ class Store:
         at (i * L + l) * 2 + kv, each [T][Hs][D] (buffers, or int addresses the caller vouches for:
         a server's paged KV cache). heads: KV-head range (h0, h1) of a tensor-parallel shard; None =
         all heads. Hs = h1 - h0.
+        strides (paged only; ucm >= 0.8.0): (token_stride, head_stride) in bytes, element (t, h, d)
+        of a page at its address + t * token_stride + (h - h0) * head_stride + d * S, so pages can
+        sit inside a larger host layout (SGLang's page_first); addresses then must be ints.
         wait=True returns each block's status, int32 [n] (0 OK; 1 miss; 2 corrupt: destination
         untouched). wait=False returns the Task (which keeps `out` alive until it is closed).
         Raises ucm.Invalid (sizes, head range), ucm.NotFound (namespace) at once."""
@@ -398,13 +401,27 @@ class Store:
         heads_t = tuple(heads) if heads else None
         if heads_t and not (0 <= heads_t[0] < heads_t[1] <= nsobj.num_kv_heads):
             raise errors.Invalid(f"heads {heads_t}: need 0 <= h0 < h1 <= {nsobj.num_kv_heads}")
-        ptrs, keep = self._dest_pointers(nsobj, n, out, heads_t, paged)
+        if strides is not None and not paged:
+            raise errors.Invalid("strides are for paged destinations only")
+        if strides is not None:
+            if len(out) != n * nsobj.num_layers * 2 or not all(isinstance(a, int) for a in out):
+                raise errors.Invalid(f"strided paged load: out must be {n * nsobj.num_layers * 2} int addresses")
+            ptrs = list(out)
+        else:
+            ptrs, keep = self._dest_pointers(nsobj, n, out, heads_t, paged)
         arr = (C.c_void_p * max(len(ptrs), 1))(*ptrs)
         h0, h1 = heads_t if heads_t else (0, 0)
         task = C.c_void_p()
-        L.check(L.lib().ucm_store_load(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), n,
-                                       L.DEST_PAGED if paged else L.DEST_CONTIGUOUS, arr, h0, h1,
-                                       C.byref(task)), "ucm_store_load")
+        if strides is None:
+            L.check(L.lib().ucm_store_load(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), n,
+                                           L.DEST_PAGED if paged else L.DEST_CONTIGUOUS, arr, h0, h1,
+                                           C.byref(task)), "ucm_store_load")
+        else:
+            p = L.lib().ucm_store_default_load_params()
+            p.dest_kind, p.ptrs, p.head_begin, p.head_end = L.DEST_PAGED, arr, h0, h1
+            p.token_stride, p.head_stride = int(strides[0]), int(strides[1])
+            L.check(L.lib().ucm_store_load_ex(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), n, C.byref(p),
+                                              C.byref(task)), "ucm_store_load_ex")
         t = Task(task, n, [out, arr, hs], self)
         if not wait:
             return t

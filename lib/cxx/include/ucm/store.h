@@ -70,6 +70,12 @@ struct LoadDest {
   Kind kind = Kind::kContiguous;
   HeadRange heads;
   std::vector<void*> ptrs;
+  /// kPaged only: bytes between consecutive tokens and between consecutive heads of a page,
+  /// element (t, h, d) at ptrs[..] + t * token_stride + (h - h0) * head_stride + d * S; 0 = packed
+  /// [T][h1-h0][D] ((h1-h0) * D * S and D * S). So a page can sit inside a larger host layout
+  /// (SGLang's page_first: token_stride = L * H * D * S). Strides must not make elements overlap.
+  uint64_t token_stride = 0;
+  uint64_t head_stride = 0;
 };
 
 /// Source of one block to dump. All KV heads are required.

@@ -5,6 +5,7 @@
 #include "ucm/format/data_file.h"
 #include "ucm/format/fptable_file.h"
 #include "ucm/format/gc_request.h"
+#include "ucm/format/sglang_pages.h"
 #include "ucm/format/index_values.h"
 #include "ucm/format/io.h"
 #include "ucm/format/layout.h"
