@@ -161,7 +161,7 @@ class UcmHiCacheStorage(_Base):
             got = getattr(pool, attr, None)
             if got is not None and int(got) != v:
                 raise ValueError(f"host pool {attr} {got}, namespace {ns.name} (TP rank {self.tp_rank}) needs {v}")
-        dt = str(getattr(pool, "dtype", "")).replace("torch.", "")
+        dt = str(getattr(pool, "dtype", None) or "").replace("torch.", "")
         if dt and dt != _DTYPES.get(ns.dtype, ns.dtype):
             raise ValueError(f"host pool dtype {dt}, namespace {ns.name} holds {ns.dtype}")
         if P % ns.block_size:
