@@ -18,6 +18,7 @@ struct PrecomputeArgs {
   int threads = 0;
   uint32_t block_size = 16, hash_bits = 128;
   uint64_t limit = 0, batch_tokens = 4096, max_doc_tokens = 0;
+  uint32_t sglang_page_size = 0;
   bool resume = false, strict = false, chunks = false;
   CommonFlags common;
   // options given on the command line (override --config)
@@ -60,6 +61,7 @@ void run(const PrecomputeArgs& a) {
   if (was_given(a, "batch-tokens")) o.batch_tokens = a.batch_tokens;
   if (was_given(a, "max-doc-tokens")) o.max_doc_tokens = a.max_doc_tokens;
   if (a.resume) o.resume = true;
+  if (was_given(a, "sglang-page-size")) o.sglang_page_size = a.sglang_page_size;
   if (a.chunks) o.chunks = true;
   if (a.strict) o.strict = true;
   o.progress = a.common.progress;
@@ -136,6 +138,11 @@ CLI::App* setup_precompute(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   add("--max-doc-tokens", "max-doc-tokens", &a->max_doc_tokens,
       "Cut longer documents (template included) here (default: max_position_embeddings)");
+  add("--sglang-page-size", "sglang-page-size", &a->sglang_page_size,
+      "Also build the namespace's SGLang page table for this page size (SGLang's --page-size, a multiple of "
+      "--block-size), so SGLang's HiCache (the ucm.sglang backend) finds the blocks: ucm sglang-pages, "
+      "store_v1.md §12.1")
+      ->check(CLI::PositiveNumber);
   sub->add_flag("--resume", a->resume, "Skip documents already registered in the namespace");
   sub->add_flag("--chunks", a->chunks,
                 "Store each document as a chunk, reusable at any position of a prompt (ucm generate --blend): "

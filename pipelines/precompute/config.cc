@@ -24,7 +24,8 @@ Status load_config(const std::string& path, PrecomputeOptions* o) {
   static const std::set<std::string> known = {
       "model", "tokenizer", "corpus", "corpus_suffix", "store", "template", "namespace_name",
       "block_size", "dtype", "hash_bits", "dense_layers", "projection_seed", "limit", "shard",
-      "resume", "strict", "batch_tokens", "max_doc_tokens", "max_batches_in_flight", "sort_window_batches", "device", "compute_dtype", "threads"};
+      "resume", "strict", "batch_tokens", "max_doc_tokens", "max_batches_in_flight", "sort_window_batches", "device", "compute_dtype", "threads",
+      "sglang_page_size"};
   std::string key;
   try {
     for (const auto& kv : root) {
@@ -51,6 +52,7 @@ Status load_config(const std::string& path, PrecomputeOptions* o) {
       else if (key == "device") o->device = v.as<std::string>();
       else if (key == "compute_dtype") o->compute_dtype = v.as<std::string>();
       else if (key == "threads") o->threads = v.as<int>();
+      else if (key == "sglang_page_size") o->sglang_page_size = v.as<uint32_t>();
     }
   } catch (const YAML::Exception& e) {
     return Status::InvalidArgument("config " + path + ": bad value for '" + key + "': " + e.what());

@@ -13,6 +13,7 @@
 #include "llama_model.h"
 #include "model_load.h"
 #include "signals.h"
+#include "ucm/sglang_pages.h"
 #include "ucm/tok/tokenizer.h"
 
 namespace ucm::precompute {
@@ -125,8 +126,16 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
 
   const uint64_t total = (o.progress || ::isatty(STDERR_FILENO)) ? count_documents(so) : 0;
   SignalScope sig(o.handle_signals);
-  return run_pipeline(o, *m, *tk, store.get(), ns, desc.hash_seed(), proj, chunk, src.get(),
-                      o.limit ? std::min<uint64_t>(o.limit, total) : total, sum);
+  st = run_pipeline(o, *m, *tk, store.get(), ns, desc.hash_seed(), proj, chunk, src.get(),
+                    o.limit ? std::min<uint64_t>(o.limit, total) : total, sum);
+  if (st.ok() && o.sglang_page_size && !sum->interrupted) {
+    SglangPagesBuildReport r;
+    st = build_sglang_pages(store.get(), ns, o.sglang_page_size, &r);
+    if (!st.ok()) return Status(st.code(), "SGLang page table: " + st.message());
+    sum->sglang_page_size = o.sglang_page_size;
+    sum->sglang_pages = r.pages;
+  }
+  return st;
 }
 
 }  // namespace ucm::precompute

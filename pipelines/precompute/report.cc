@@ -63,6 +63,10 @@ std::string PrecomputeSummary::to_json() const {
   j["signal"] = signal;
   j["namespace"] = namespace_name;
   j["namespace_id"] = namespace_id;
+  if (sglang_page_size) {
+    j["sglang_page_size"] = sglang_page_size;
+    j["sglang_pages"] = sglang_pages;
+  }
   return j.dump();
 }
 
@@ -89,6 +93,8 @@ std::string PrecomputeSummary::to_text() const {
                 (unsigned long long)tokens, seconds, tokens_per_second, prefill_seconds, compute_dtype.c_str(),
                 compute_path.c_str(), threads_text(threads, kernels, blas_core).c_str());
   s << buf;
+  if (sglang_page_size)
+    s << "SGLang page table for page size " << sglang_page_size << ": " << sglang_pages << " pages\n";
   if (interrupted)
     s << "interrupted" << (signal ? " by signal " + std::to_string(signal) : std::string())
       << ": re-run with --resume to continue\n";

@@ -51,6 +51,9 @@ struct PrecomputeOptions {
   /// when a shard name results from this, --shard or $UCM_SHARD. Single stores ignore it.
   std::string shard_name;
   bool resume = false;               ///< skip documents already registered in the namespace
+  /// > 0: after the documents, (re)build the namespace's SGLang page alias table for this page
+  /// size (store_v1.md §12.1; `ucm sglang-pages`), so SGLang's HiCache finds the blocks.
+  uint32_t sglang_page_size = 0;
   bool chunks = false;               ///< store each document as a chunk (store_v1.md §4.4): the
                                      ///< template's prefix then the document, tokenized apart,
                                      ///< registered as "chunk:<id>"; the template has no suffix
@@ -122,6 +125,8 @@ struct PrecomputeSummary {
   bool interrupted = false;      ///< stopped by SIGINT/SIGTERM
   int signal = 0;                ///< the signal that stopped the run (2 SIGINT, 15 SIGTERM), 0 = none
   std::string namespace_name, namespace_id;
+  uint32_t sglang_page_size = 0;  ///< the page table built (0: none)
+  uint64_t sglang_pages = 0;      ///< pages it lists
   std::string to_json() const;
   std::string to_text() const;
 };
