@@ -1,0 +1,156 @@
+"""ucm.sglang.backend.UcmHiCacheStorage without SGLang (CI): a real store precomputed by `ucm
+precompute --sglang-page-size` (SmolLM2-135M-Instruct, two python3.11-doc pages), read through the
+backend into host buffers laid out as sglang 0.5.23's MHATokenToKVPoolHost lays out kv_buffer in
+each layout (numpy stand-ins of its one tensor), at TP 1 and on each rank of TP 3: every page
+equals ucm's own payload of its blocks (Store.load), read by plain numpy indexing here. Misses and
+bad calls answer as misses. The same backend inside SGLang's own factory and host pool:
+tests/sglang/test_backend_sglang.py (scripts/test_sglang.sh)."""
+import json
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import ucm
+import ucm.sglang
+from ucm.sglang.backend import UcmHiCacheStorage, head_range
+
+P = 32
+DOCS = Path("/usr/share/doc/python3.11/html/_sources")
+LAYOUTS = ["page_first", "layer_first", "page_first_direct", "page_head"]
+
+
+class NpTensor:
+    """What the backend reads of a torch tensor: data_ptr(), stride() (elements), element_size()."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def data_ptr(self):
+        return self.a.ctypes.data
+
+    def stride(self):
+        return tuple(s // self.a.itemsize for s in self.a.strides)
+
+    def element_size(self):
+        return self.a.itemsize
+
+
+def pool(ns, layout, heads, pages=24):
+    """kv_buffer as sglang 0.5.23 init_kv_buffer shapes it (bf16 held as uint16), filled with 7s."""
+    L, D, size = ns.num_layers, ns.head_dim, pages * P
+    dims = {"layer_first": (2, L, size, heads, D), "page_first": (2, size, L, heads, D),
+            "page_first_direct": (2, pages, L, P, heads, D), "page_head": (2, pages, heads, P, L, D)}[layout]
+    buf = np.full(dims, 7, dtype=np.uint16)
+    return SimpleNamespace(layout=layout, page_size=P, layer_num=L, head_num=heads, head_dim=D, dtype=None,
+                           kv_buffer=NpTensor(buf)), buf
+
+
+def host_page(buf, layout, first):
+    """The page at host slot `first` as [2][L][P][H][D]."""
+    if layout == "layer_first":
+        return buf[:, :, first:first + P]
+    if layout == "page_first":
+        return buf[:, first:first + P].transpose(0, 2, 1, 3, 4)
+    if layout == "page_first_direct":
+        return buf[:, first // P]
+    return buf[:, first // P].transpose(0, 3, 2, 1, 4)
+
+
+@pytest.fixture(scope="module")
+def store(ucm_bin, model_dir, tmp_path_factory):
+    if not DOCS.is_dir():
+        pytest.skip(f"no corpus at {DOCS}")
+    s = tmp_path_factory.mktemp("sgl") / "store"
+    out = subprocess.run([ucm_bin, "precompute", "--model", str(model_dir), "--corpus", str(DOCS), "--corpus-suffix",
+                          ".rst.txt", "--store", str(s), "--template", "configs/template_chat.txt", "--limit", "2",
+                          "--compute-dtype", "auto", "--sglang-page-size", str(P), "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["sglang_page_size"] == P and rep["sglang_pages"] > 0
+    # The admin command rebuilds the same table.
+    again = json.loads(subprocess.run([ucm_bin, "sglang-pages", str(s), "--page-size", str(P), "--json"],
+                                      capture_output=True, text=True, check=True).stdout)
+    assert again["pages"] == rep["sglang_pages"] and again["documents_used"] == 2
+    docs = json.loads(subprocess.run([ucm_bin, "inspect", str(s), "--docs", "--json"], capture_output=True, text=True,
+                                     check=True).stdout)["docs"]
+    with ucm.Store(str(s)) as st:
+        ns = st.namespace(st.namespaces()[0]["id"])
+        ids = st.tokens(ns, bytes.fromhex(max(docs, key=lambda d: d["tokens"])["last_block"]))
+    return str(s), ns, [int(t) for t in ids]
+
+
+def backend(path, rank=0, size=1):
+    return UcmHiCacheStorage(SimpleNamespace(extra_config={"store": path}, is_mla_model=False, tp_rank=rank,
+                                             tp_size=size, model_name="SmolLM2-135M-Instruct"), {})
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("tp", [(0, 1), (0, 3), (2, 3)])
+def test_pages_land_in_each_host_layout_as_ucms_payload(store, layout, tp):
+    path, ns, ids = store
+    heads = head_range(tp[0], tp[1], ns.num_kv_heads)
+    be = backend(path, *tp)
+    hp, buf = pool(ns, layout, heads[1] - heads[0])
+    be.register_mem_pool_host(hp)
+    keys = ucm.sglang.page_hashes(ids, P)
+    assert len(keys) >= 16 and be.batch_exists(keys) == len(keys)
+    keys = keys[:16]
+    n = len(keys)
+    first = np.random.default_rng(tp[0]).permutation(24)[:n] * P  # scattered pages of the pool
+    idx = (first[:, None] + np.arange(P)[None, :]).reshape(-1)
+    assert be.batch_get_v1(keys, idx) == [True] * n
+    k = P // ns.block_size
+    hashes = ucm.hash_blocks(ns.hash_seed, ids, ns.block_size)
+    with ucm.Store(path) as s:
+        for i in range(n):
+            want = np.zeros((k, ns.num_layers, 2, ns.block_size, heads[1] - heads[0], ns.head_dim), dtype=np.uint16)
+            assert (s.load(ns, hashes[i * k:(i + 1) * k], want, heads=heads) == 0).all()
+            want = want.transpose(2, 1, 0, 3, 4, 5).reshape(2, ns.num_layers, P, heads[1] - heads[0], ns.head_dim)
+            assert np.array_equal(host_page(buf, layout, int(first[i])), want), f"page {i}"
+    spare = next(p * P for p in range(24) if p * P not in set(first.tolist()))
+    assert (host_page(buf, layout, spare) == 7).all()  # a page not read stays as it was
+    be.close()
+
+
+def test_misses_and_bad_calls_answer_as_misses(store):
+    path, ns, ids = store
+    be = backend(path)
+    hp, _ = pool(ns, "page_first", ns.num_kv_heads)
+    be.register_mem_pool_host(hp)
+    keys = ucm.sglang.page_hashes(ids, P)[:2]
+    other = ucm.sglang.page_hashes(list(range(1000, 1000 + 2 * P)), P)
+    assert be.batch_exists(keys + other) == 2 and be.batch_exists(other + keys) == 0
+    idx = np.arange(4 * P)
+    assert be.batch_get_v1(other + keys, idx) == [False, False, True, True]
+    assert be.batch_get_v1(keys, idx[:P]) == [False, False]          # indices for one page
+    assert be.batch_get_v1(["xyz", keys[0]], idx[:2 * P]) == [False, False]
+    assert be.batch_exists(["xyz"]) == 0
+    assert be.batch_set_v1(keys, idx[:2 * P]) == [False, False] and be.set(keys[0]) is False
+    assert be.get_stats()["errors"] >= 3
+    be.close()
+
+
+def test_a_pool_that_does_not_fit_makes_every_call_a_miss(store, caplog):
+    path, ns, ids = store
+    be = backend(path)
+    hp, _ = pool(ns, "page_first", ns.num_kv_heads)
+    hp.head_dim = ns.head_dim * 2
+    with caplog.at_level("ERROR", logger="ucm.sglang"):
+        be.register_mem_pool_host(hp)
+    assert "head_dim" in caplog.text
+    keys = ucm.sglang.page_hashes(ids, P)[:2]
+    assert be.batch_exists(keys) == 0 and be.batch_get_v1(keys, np.arange(2 * P)) == [False, False]
+    be.close()
+
+
+def test_refusals_at_construction(store):
+    path, ns, _ = store
+    with pytest.raises(ValueError, match="MLA"):
+        UcmHiCacheStorage(SimpleNamespace(extra_config={"store": path}, is_mla_model=True), {})
+    with pytest.raises(ValueError, match="does not divide"):
+        backend(path, 0, 2)       # 3 KV heads over TP 2
+    assert head_range(5, 6, 3) == (2, 3)  # TP 6 over 3 heads: each head on two ranks
