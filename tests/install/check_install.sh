@@ -29,7 +29,10 @@ LD_LIBRARY_PATH="$tmp/prefix/lib" "$tmp/c2" "$tmp/store2"
 "$tmp/prefix/bin/ucm" --version >/dev/null
 if [ -e "$build/libexec/ucm/ucm-torch" ]; then
   test -x "$tmp/prefix/libexec/ucm/ucm-torch" || { echo "libexec/ucm/ucm-torch not installed" >&2; exit 1; }
-  "$tmp/prefix/bin/ucm" precompute --help | grep -q "Usage: ucm precompute" \
+  # Captured first: `| grep -q` may close the pipe before ucm has written all of its help, and
+  # the SIGPIPE then fails the pipeline under pipefail.
+  help=$("$tmp/prefix/bin/ucm" precompute --help) || { echo "installed ucm precompute --help failed" >&2; exit 1; }
+  grep -q "Usage: ucm precompute" <<<"$help" \
     || { echo "installed ucm precompute --help did not reach ucm-torch" >&2; exit 1; }
 fi
 echo "check_install: OK"
