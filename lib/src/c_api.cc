@@ -337,13 +337,15 @@ UCM_API int ucm_store_dump_ex(ucm_store_t* store, const uint8_t* ns, const uint8
                               size_t n, const void* const* kv, const ucm_store_dump_params* params,
                               ucm_task_t** task) {
   return guarded("ucm_store_dump_ex", [&] {
-    if (!store || !ns || !task || (n && (!hashes || !parents || !kv)))
-      return fail(UCM_E_INVALID, "ucm_store_dump: store, ns, hashes, parents, kv and task must not be NULL");
+    if (!store || !ns || !task || (n && (!hashes || !parents)))
+      return fail(UCM_E_INVALID, "ucm_store_dump: store, ns, hashes, parents and task must not be NULL");
     ucm_store_dump_params p = ucm_store_default_dump_params();
     if (params) {
       ucm::Status st = ucm::capi::read_struct("ucm_store_dump_ex: params", params, p, &p);
       if (!st.ok()) return fail(st);
     }
+    if (n && !kv && !p.kv_pages)
+      return fail(UCM_E_INVALID, "ucm_store_dump: kv must not be NULL (or give params->kv_pages)");
     const void* const* reprs = p.reprs;
     const size_t* repr_lens = p.repr_lens;
     if (n && reprs && !repr_lens) return fail(UCM_E_INVALID, "ucm_store_dump_repr: reprs given without repr_lens");
@@ -356,7 +358,14 @@ UCM_API int ucm_store_dump_ex(ucm_store_t* store, const uint8_t* ns, const uint8
       std::memcpy(items[i].hash.data(), hashes + 16 * i, 16);
       std::memcpy(items[i].parent.data(), parents + 16 * i, 16);
       items[i].token_count = d.block_size;
-      items[i].kv = kv[i];
+      if (kv) items[i].kv = kv[i];
+      else {
+        items[i].kv_pages = p.kv_pages + i * size_t(d.num_layers) * 2;
+        items[i].page_token_stride = p.token_stride;
+        items[i].page_head_stride = p.head_stride;
+      }
+      if (kv && (p.token_stride || p.head_stride))
+        return fail(UCM_E_INVALID, "ucm_store_dump_ex: token_stride / head_stride are for kv_pages only");
       if (reprs && reprs[i]) {
         if (repr_lens[i] == 0)
           return fail(UCM_E_INVALID, "ucm_store_dump_repr: block " + std::to_string(i) + " has a repr of 0 bytes");

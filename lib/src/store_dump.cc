@@ -39,12 +39,22 @@ Status StoreWriter::dump_check(const NamespaceId& ns, const DumpItem* items, siz
                                     "hash with its parent (MD5(parent || tokens), store_v1.md §4.1): wrong ids, "
                                     "parent or hash");
     }
-    else if (items[i].kv_pages)
+    if (s.ok() && items[i].kv_pages && !items[i].kv) {
       for (size_t p = 0; p < size_t(d->num_layers) * 2; ++p)
         if (!items[i].kv_pages[p]) {
           s = Status::InvalidArgument("dump: item " + std::to_string(i) + " page " + std::to_string(p) + " is null");
           break;
         }
+      const uint64_t e = uint64_t(d->head_dim) * dtype_size(d->dtype), H = d->num_kv_heads;
+      const uint64_t ts = items[i].page_token_stride ? items[i].page_token_stride : H * e;
+      const uint64_t hs = items[i].page_head_stride ? items[i].page_head_stride : e;
+      if (s.ok() && (hs < e || ts < e || !(H == 1 || ts >= H * hs || hs >= d->block_size * ts)))
+        s = Status::InvalidArgument("dump: item " + std::to_string(i) + ": page strides (token " + std::to_string(ts) +
+                                    ", head " + std::to_string(hs) + " bytes) make elements overlap (a head is " +
+                                    std::to_string(e) + " bytes)");
+    } else if (s.ok() && (items[i].page_token_stride || items[i].page_head_stride)) {
+      s = Status::InvalidArgument("dump: item " + std::to_string(i) + ": page strides are for kv_pages only");
+    }
   }
   if (s.ok() && n) {
     uint64_t bytes = fmt::kPage;  // a new data file's header, if the dump rolls
@@ -117,9 +127,24 @@ Status StoreWriter::dump_write_one(DumpState* st, size_t i) {
   const uint64_t total = dump_record_bytes(d, it);
   if (!stage.reserve(total)) return Status::Internal("out of memory (dump staging buffer of " + std::to_string(total) + " bytes)");
   std::vector<std::pair<const void*, size_t>> pieces;
+  thread_local std::vector<uint8_t> gathered;  // strided pages, packed
+  const size_t page = d.payload_bytes() / (size_t(d.num_layers) * 2);
   if (it.kv) pieces.emplace_back(it.kv, d.payload_bytes());
-  else {
-    const size_t page = d.payload_bytes() / (size_t(d.num_layers) * 2);
+  else if (it.page_token_stride || it.page_head_stride) {
+    const size_t e = size_t(d.head_dim) * dtype_size(d.dtype), H = d.num_kv_heads, T = d.block_size;
+    const size_t ts = it.page_token_stride ? it.page_token_stride : H * e;
+    const size_t hs = it.page_head_stride ? it.page_head_stride : e;
+    gathered.resize(d.payload_bytes());
+    for (size_t p = 0; p < size_t(d.num_layers) * 2; ++p) {
+      const auto* src = static_cast<const uint8_t*>(it.kv_pages[p]);
+      uint8_t* dst = gathered.data() + p * page;
+      for (size_t t = 0; t < T; ++t)
+        if (hs == e) std::memcpy(dst + t * H * e, src + t * ts, H * e);
+        else
+          for (size_t h = 0; h < H; ++h) std::memcpy(dst + (t * H + h) * e, src + t * ts + h * hs, e);
+    }
+    pieces.emplace_back(gathered.data(), d.payload_bytes());
+  } else {
     for (size_t p = 0; p < size_t(d.num_layers) * 2; ++p) pieces.emplace_back(it.kv_pages[p], page);
   }
   fmt::RecordHeader h;

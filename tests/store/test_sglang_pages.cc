@@ -285,3 +285,99 @@ TEST(StridedLoads, PageFirstAndPageHeadLayoutsAndHeadRanges) {
   s.reset();
   fs::remove_all(p);
 }
+
+// Strided dump sources: blocks taken from inside a page_first host layout ([tokens][layer][head][dim]
+// per page), through the C++ API and the C ABI (kv NULL, params->kv_pages and strides), read back
+// as packed payloads equal to the host elements; overlapping strides refused; a 0.7.0-sized params
+// struct still accepted.
+TEST(StridedDumps, BlocksFromAPageFirstHostLayout) {
+  const size_t L = 3, H = 4, D = 8, T = 16, S = 2, P = 32;
+  std::vector<uint8_t> host(2 * P * L * H * D * S);  // [kv][P][L][H][D]
+  std::mt19937 rng(3);
+  for (auto& b : host) b = uint8_t(rng());
+  auto at = [&](size_t kv, size_t t, size_t l, size_t h) { return (((kv * P + t) * L + l) * H + h) * D * S; };
+  std::vector<uint32_t> ta = random_ids(P, 21);
+  NamespaceDesc d = test::test_ns("sgl-model", L, H, D);
+  const BlockHash root = root_hash(d.id());
+  std::vector<BlockHash> hs;
+  hash_blocks(root, ta.data(), ta.size(), T, &hs);
+  std::vector<const void*> pages;  // (block j, layer l, kv)
+  for (size_t j = 0; j < 2; ++j)
+    for (size_t l = 0; l < L; ++l)
+      for (size_t kv = 0; kv < 2; ++kv) pages.push_back(host.data() + at(kv, j * T, l, 0));
+  auto expect_payloads = [&](const std::string& p) {
+    auto s = test::open_test_store(p, false);
+    std::vector<uint8_t> got(2 * d.payload_bytes());
+    LoadDest ld;
+    ld.ptrs = {got.data(), got.data() + d.payload_bytes()};
+    ASSERT_TRUE(s->load(d.id(), hs.data(), 2, ld)->wait().ok());
+    for (size_t j = 0; j < 2; ++j)
+      for (size_t l = 0; l < L; ++l)
+        for (size_t kv = 0; kv < 2; ++kv)
+          for (size_t t = 0; t < T; ++t)
+            for (size_t h = 0; h < H; ++h)
+              ASSERT_EQ(std::memcmp(got.data() + j * d.payload_bytes() + ((((l * 2 + kv) * T + t) * H + h) * D) * S,
+                                    host.data() + at(kv, j * T + t, l, h), D * S),
+                        0)
+                  << p << " block " << j << " layer " << l << " kv " << kv << " token " << t << " head " << h;
+  };
+  // C++ API.
+  const std::string p1 = tmpdir("sdump1");
+  {
+    auto s = test::open_test_store(p1, true, true);
+    NamespaceId ns{};
+    ASSERT_TRUE(s->register_namespace(d, &ns).ok());
+    std::vector<DumpItem> items(2);
+    for (size_t j = 0; j < 2; ++j) {
+      items[j].hash = hs[j];
+      items[j].parent = j ? hs[0] : root;
+      items[j].token_count = T;
+      items[j].kv_pages = pages.data() + j * L * 2;
+      items[j].page_token_stride = L * H * D * S;
+      items[j].tokens = ta.data() + j * T;
+    }
+    DumpItem bad = items[0];
+    bad.page_token_stride = D * S;  // 4 heads of a token in one head's bytes
+    EXPECT_EQ(s->dump(ns, &bad, 1)->wait().code(), Code::kInvalidArgument);
+    ASSERT_TRUE(s->dump(ns, items.data(), 2)->wait().ok());
+  }
+  expect_payloads(p1);
+  // The C ABI.
+  const std::string p2 = tmpdir("sdump2");
+  {
+    auto s = test::open_test_store(p2, true, true);
+    NamespaceId ns{};
+    ASSERT_TRUE(s->register_namespace(d, &ns).ok());
+  }
+  ucm_store_t* st = nullptr;
+  ucm_store_open_params op = ucm_store_default_open_params();
+  op.mode = UCM_OPEN_READ_WRITE;
+  ASSERT_EQ(ucm_store_open(p2.c_str(), &op, &st), UCM_OK) << ucm_last_error();
+  std::vector<uint8_t> parents(32);
+  std::memcpy(parents.data(), root.data(), 16);
+  std::memcpy(parents.data() + 16, hs[0].data(), 16);
+  ucm_store_dump_params dp = ucm_store_default_dump_params();
+  dp.kv_pages = pages.data();
+  dp.token_stride = L * H * D * S;
+  ucm_task_t* task = nullptr;
+  dp.head_stride = 1;  // below a head: refused at once, no task
+  EXPECT_EQ(ucm_store_dump_ex(st, d.id().data(), hs[0].data(), parents.data(), 2, nullptr, &dp, &task), UCM_E_INVALID);
+  EXPECT_EQ(task, nullptr);
+  dp.head_stride = 0;
+  // hashes [2][16] contiguous
+  std::vector<uint8_t> hashes(32);
+  std::memcpy(hashes.data(), hs[0].data(), 16);
+  std::memcpy(hashes.data() + 16, hs[1].data(), 16);
+  ASSERT_EQ(ucm_store_dump_ex(st, d.id().data(), hashes.data(), parents.data(), 2, nullptr, &dp, &task), UCM_OK)
+      << ucm_last_error();
+  EXPECT_EQ(ucm_task_wait(task, -1), UCM_OK) << ucm_last_error();
+  ucm_task_free(task);
+  // A caller built against 0.7.0 passes the smaller struct: accepted, kv required.
+  ucm_store_dump_params old = ucm_store_default_dump_params();
+  old.struct_size = offsetof(ucm_store_dump_params, kv_pages);
+  EXPECT_EQ(ucm_store_dump_ex(st, d.id().data(), hashes.data(), parents.data(), 2, nullptr, &old, &task), UCM_E_INVALID);
+  ucm_store_close(st);
+  expect_payloads(p2);
+  fs::remove_all(p1);
+  fs::remove_all(p2);
+}

@@ -330,7 +330,7 @@ UCM_API int ucm_store_dump_repr(ucm_store_t* store, const uint8_t* ns, const uin
 
 /* What ucm_store_dump_ex writes besides the KV payloads. Get the defaults from
  * ucm_store_default_dump_params() and change fields. Grows at its end ("Structs that grow");
- * minimum struct_size: all of it (0.7.0's). Added in ucm 0.7.0. */
+ * minimum struct_size: up to tokens (0.7.0's). Added in ucm 0.7.0. */
 typedef struct ucm_store_dump_params {
   uint32_t struct_size;          /* sizeof(ucm_store_dump_params), set by the defaults call */
   const void* const* reprs;      /* [n] BLOCK_REPR payloads (as ucm_store_dump_repr), entries may be
@@ -340,6 +340,15 @@ typedef struct ucm_store_dump_params {
                                     the ids each hash was made from (block i: tokens[i*T .. i*T+T));
                                     NULL = none: the blocks are stored "tokens unknown". Read during
                                     the call only (copied). store_v1.md §3.2 */
+  /* Added in ucm 0.8.0: the payloads as pages, for blocks taken from inside a host layout (SGLang's
+   * host pool). kv_pages: NULL, or [n*L*2] pointers, (block i, layer l, K|V kv) at (i*L + l)*2 + kv,
+   * each a [T][H][D] page whose element (t, h, d) is at + t*token_stride + h*head_stride + d*S
+   * (0 = packed); with kv_pages the dump's kv argument may be NULL (a non-NULL kv wins). Read
+   * during the call only; the pages themselves must stay valid until the task is finished.
+   * UCM_E_INVALID when the strides make elements overlap, or are given without kv_pages. */
+  const void* const* kv_pages;
+  uint64_t token_stride;
+  uint64_t head_stride;
 } ucm_store_dump_params;
 
 /* The defaults above (no reprs, no token ids). */

@@ -93,7 +93,7 @@ LAYER_CALLBACK = C.CFUNCTYPE(None, C.c_uint32, C.c_int, C.c_void_p)
 
 
 class LoadParamsC(C.Structure):
-    """ucm_store_load_params (ucm 0.5.2)."""
+    """ucm_store_load_params (ucm 0.5.2; token_stride, head_stride 0.8.0)."""
     _fields_ = [("struct_size", C.c_uint32), ("dest_kind", C.c_int32), ("ptrs", vpp), ("head_begin", C.c_uint32),
                 ("head_end", C.c_uint32), ("layer_caches", vpp), ("slots", C.POINTER(C.c_int64)),
                 ("slot_stride", C.c_uint64), ("device", C.c_int32), ("stream", C.c_void_p),
@@ -101,8 +101,9 @@ class LoadParamsC(C.Structure):
                 ("token_stride", C.c_uint64), ("head_stride", C.c_uint64)]
 
 class DumpParamsC(C.Structure):
-    """ucm_store_dump_params (ucm 0.7.0)."""
-    _fields_ = [("struct_size", C.c_uint32), ("reprs", vpp), ("repr_lens", szp), ("tokens", u32p)]
+    """ucm_store_dump_params (ucm 0.7.0; kv_pages and the strides 0.8.0)."""
+    _fields_ = [("struct_size", C.c_uint32), ("reprs", vpp), ("repr_lens", szp), ("tokens", u32p),
+                ("kv_pages", vpp), ("token_stride", C.c_uint64), ("head_stride", C.c_uint64)]
 
 
 _I = C.c_int  # return codes (and plain ints: devices, timeouts)

@@ -86,6 +86,12 @@ struct DumpItem {
   /// Either `kv` ([L][2][T][H][D], payload_bytes() bytes) or `kv_pages` (L*2 pointers to [T][H][D]).
   const void* kv = nullptr;
   const void* const* kv_pages = nullptr;
+  /// kv_pages only: bytes between consecutive tokens and between consecutive heads of each page,
+  /// element (t, h, d) at kv_pages[p] + t * page_token_stride + h * page_head_stride + d * S;
+  /// 0 = packed [T][H][D] (H * D * S and D * S). So a block can be taken from inside a larger host
+  /// layout (SGLang's page_first). Strides must not make elements overlap.
+  uint64_t page_token_stride = 0;
+  uint64_t page_head_stride = 0;
   /// Optional representations payload (store_v1.md §4.3), `repr_len` bytes.
   const void* repr = nullptr;
   size_t repr_len = 0;

@@ -31,9 +31,9 @@ inline constexpr size_t kMinStructSize<ucm_store_open_params> = sizeof(ucm_store
 // 0.5.2: the host fields (what ucm_store_load takes) are the minimum, as documented in ucm.h.
 template <>
 inline constexpr size_t kMinStructSize<ucm_store_load_params> = UCM_SIZE_THROUGH(ucm_store_load_params, head_end);
-// 0.7.0, unchanged since.
+// 0.7.0; 0.8.0 added kv_pages and the strides: 0.7.0's fields are the minimum.
 template <>
-inline constexpr size_t kMinStructSize<ucm_store_dump_params> = sizeof(ucm_store_dump_params);
+inline constexpr size_t kMinStructSize<ucm_store_dump_params> = UCM_SIZE_THROUGH(ucm_store_dump_params, tokens);
 // retrieval.h, 0.2.0, unchanged since.
 template <>
 inline constexpr size_t kMinStructSize<ucm_repr_info> = sizeof(ucm_repr_info);
