@@ -1,5 +1,6 @@
 // lib/src/store_dump.cc: StoreWriter::dump and its phases (see ucm/core/store_writer.h).
 #include "ucm/core/store_writer.h"
+#include "ucm/core/page_strides.h"
 
 #include "ucm/hash.h"
 
@@ -48,7 +49,7 @@ Status StoreWriter::dump_check(const NamespaceId& ns, const DumpItem* items, siz
       const uint64_t e = uint64_t(d->head_dim) * dtype_size(d->dtype), H = d->num_kv_heads;
       const uint64_t ts = items[i].page_token_stride ? items[i].page_token_stride : H * e;
       const uint64_t hs = items[i].page_head_stride ? items[i].page_head_stride : e;
-      if (s.ok() && (hs < e || ts < e || !(H == 1 || ts >= H * hs || hs >= d->block_size * ts)))
+      if (s.ok() && !page_strides_ok(ts, hs, e, H, d->block_size))
         s = Status::InvalidArgument("dump: item " + std::to_string(i) + ": page strides (token " + std::to_string(ts) +
                                     ", head " + std::to_string(hs) + " bytes) make elements overlap (a head is " +
                                     std::to_string(e) + " bytes)");

@@ -1,6 +1,7 @@
 // lib/src/store_reader.cc: StoreReader (see ucm/core/store_reader.h): the table's catch-up,
 // lookup, get_block, read_verified and the load / visit_repr tasks on it, metrics.
 #include "ucm/core/store_reader.h"
+#include "ucm/core/page_strides.h"
 
 #include "ucm/core/fptable_file.h"
 
@@ -257,8 +258,7 @@ std::shared_ptr<Task> StoreReader::load(const NamespaceId& ns, const BlockHash* 
     const uint64_t ts = dest.token_stride ? dest.token_stride : (h1 - h0) * d.head_dim * S;
     if (dest.kind != LoadDest::Kind::kPaged)
       bad = Status::InvalidArgument("load: token_stride / head_stride are for paged destinations only");
-    else if (const uint64_t nh = h1 - h0, e = d.head_dim * S;
-             hs < e || ts < e || !(nh == 1 || ts >= nh * hs || hs >= d.block_size * ts))
+    else if (!page_strides_ok(ts, hs, d.head_dim * S, h1 - h0, d.block_size))
       bad = Status::InvalidArgument("load: strides (token " + std::to_string(ts) + ", head " + std::to_string(hs) +
                                     " bytes) make elements of a page overlap (a head is " +
                                     std::to_string(d.head_dim * S) + " bytes)");
