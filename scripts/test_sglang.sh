@@ -21,6 +21,10 @@ if [ ! -f "$STORE/UCMSTORE" ]; then
     --corpus-suffix .rst.txt --store "$STORE" --template configs/template_chat.txt --limit 4 --resume --progress
 fi
 "$UCM_BIN" sglang-pages "$STORE" --page-size 64
-export UCM_SGLANG_STORE=$STORE
+# The tests write pages (format 5 from then on): they get a scratch copy, the store stays as made.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+cp -r "$STORE" "$scratch/store"
+export UCM_SGLANG_STORE=$scratch/store
 .venv-sglang/bin/python -m pytest -q -p no:cacheprovider tests/sglang/test_keys_sglang.py tests/sglang/test_backend_sglang.py "$@"
-.venv-sglang/bin/python scripts/bench_sglang_exists.py "$STORE" --ucm "$UCM_BIN"
+.venv-sglang/bin/python scripts/bench_sglang_exists.py "$UCM_SGLANG_STORE" --ucm "$UCM_BIN"

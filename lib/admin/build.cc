@@ -87,7 +87,7 @@ Status build(const std::string& path, const BuildOptions& opts, BuildReport* rep
   store.reset();
   rep->created = true;
   rep->format_message = "created store " + path + " (format version " +
-                        std::to_string(fmt::kFormatVersion) + ")";
+                        std::to_string(fmt::kCreateFormatVersion) + ")";
   return Status::OK();
 }
 

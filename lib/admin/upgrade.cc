@@ -138,8 +138,8 @@ Status upgrade_store(const std::string& path, MigrateReport* rep) {
   if (!st.ok()) return st;
   st = require_index(path);
   if (!st.ok()) return st;
-  if (sb.format_version == fmt::kFormatVersion) {
-    rep->message = "store " + path + " is already at format version " + std::to_string(fmt::kFormatVersion) +
+  if (sb.format_version >= fmt::kTokensFormatVersion && sb.format_version <= fmt::kFormatVersion) {
+    rep->message = "store " + path + " is already at format version " + std::to_string(sb.format_version) +
                    "; nothing to upgrade";
     return Status::OK();
   }
@@ -150,7 +150,7 @@ Status upgrade_store(const std::string& path, MigrateReport* rep) {
   }
   if (sb.format_version == 2) return upgrade_2_to_4(path, rep);
   return Status::NotSupported("store " + path + " has format version " + std::to_string(sb.format_version) +
-                              ", which this ucm cannot upgrade (known versions: 1, 2, 4)");
+                              ", which this ucm cannot upgrade (known versions: 1, 2, 4, 5)");
 }
 
 }  // namespace ucm::admin

@@ -124,8 +124,9 @@ Status NamespaceDesc::validate() const {
   if (block_size > 65536 || num_layers > 4096 || num_kv_heads > 4096 || head_dim > 4096)
     return Status::InvalidArgument("namespace " + model_id + ": a dimension is implausibly large");
   if (layout != 1) return Status::InvalidArgument("namespace " + model_id + ": unknown layout " + std::to_string(layout) + " (only 1 exists)");
-  if (hash_scheme != "md5-chain-v1")
-    return Status::InvalidArgument("namespace " + model_id + ": unknown hash_scheme \"" + hash_scheme + "\" (only md5-chain-v1)");
+  if (hash_scheme != "md5-chain-v1" && hash_scheme != kSglangPageScheme)
+    return Status::InvalidArgument("namespace " + model_id + ": unknown hash_scheme \"" + hash_scheme +
+                                   "\" (md5-chain-v1, or sglang-sha256-page-v1: store_v1.md §12.2)");
   int depth = 0;
   auto e = parse_json(extra_json.empty() ? "{}" : extra_json, &depth);
   if (e.is_discarded() || !e.is_object())
@@ -140,6 +141,19 @@ Status NamespaceDesc::validate() const {
   }
   if (dtype != DType::kBF16 && dtype != DType::kFP16 && dtype != DType::kFP32)
     return Status::InvalidArgument("namespace " + model_id + ": bad dtype");
+  if (is_sglang_pages()) {  // §12.2: extra.sglang_pages = {of, page_size == block_size, head_begin < head_end <= num_kv_heads}
+    const auto& sp = e.contains("sglang_pages") ? e["sglang_pages"] : nlohmann::json();
+    auto u = [&](const char* k) { return sp.is_object() && sp.contains(k) && sp[k].is_number_unsigned(); };
+    if (!sp.is_object() || !sp.contains("of") || !sp["of"].is_string() || sp["of"].get<std::string>().size() != 32 ||
+        !u("page_size") || !u("head_begin") || !u("head_end") || !u("num_kv_heads") ||
+        sp["page_size"].get<uint64_t>() != block_size ||
+        sp["head_begin"].get<uint64_t>() >= sp["head_end"].get<uint64_t>() ||
+        sp["head_end"].get<uint64_t>() > sp["num_kv_heads"].get<uint64_t>() ||
+        sp["head_end"].get<uint64_t>() - sp["head_begin"].get<uint64_t>() != num_kv_heads)
+      return Status::InvalidArgument("namespace " + model_id + ": an SGLang page namespace needs extra.sglang_pages = "
+                                     "{\"of\": <32 hex>, \"page_size\": block_size, \"head_begin\", \"head_end\" "
+                                     "(num_kv_heads of them), \"num_kv_heads\"} (store_v1.md §12.2), got " + extra_json);
+  }
   return Status::OK();
 }
 

@@ -3,6 +3,7 @@
 #include "ucm/core/store_impl.h"
 
 #include "ucm/core/document.h"
+#include "ucm/core/log.h"
 #include "ucm/core/ns_value.h"
 
 namespace ucm::detail {
@@ -79,11 +80,42 @@ Status StoreImpl::write_meta_record(fmt::RecordHeader* h, const std::string& pay
   return writer_->write_meta_records(h, &payload, 1, at, fill);
 }
 
+// store_v1.md §12.2: the first SGLang page namespace steps a version-4 store (or shard) to 5, so
+// that an older ucm refuses the store as newer than it reads instead of calling the namespace
+// corrupt: the index's format_version first (synced), then the superblock (atomic rename). Killed
+// between the two, the superblock still says 4 and the next step writes both again.
+Status StoreImpl::step_to_page_namespaces() {
+  const uint32_t v = s_.format_version;
+  if (v < fmt::kTokensFormatVersion)
+    return Status::InvalidArgument("store " + s_.path + " has format version " + std::to_string(v) +
+                                   ": SGLang page namespaces need version 4 or newer; run `ucm migrate " + s_.path +
+                                   " --upgrade` first");
+  Index::Batch b;
+  b.put_meta_u32(kMetaFormatVersion, fmt::kPageNamespacesFormatVersion);
+  Status s = s_.index->write(b, true);
+  if (!s.ok()) return s;
+  fmt::Superblock sb;
+  s = fmt::read_superblock(s_.path, &sb);
+  if (!s.ok()) return s;
+  sb.format_version = fmt::kPageNamespacesFormatVersion;
+  sb.min_reader_version = fmt::kPageNamespacesFormatVersion;
+  s = fmt::write_superblock(s_.path, sb);
+  if (!s.ok()) return s;
+  s_.format_version = fmt::kPageNamespacesFormatVersion;
+  log().info("store {}: stepped to format version {} (its first SGLang page namespace; ucm < 0.8.0 no longer opens it)",
+             s_.path, fmt::kPageNamespacesFormatVersion);
+  return Status::OK();
+}
+
 Status StoreImpl::register_namespace(const NamespaceDesc& desc, NamespaceId* id) {
   Status s = writer_only("register_namespace");
   if (!s.ok()) return s;
   s = desc.validate();
   if (!s.ok()) return s;
+  if (desc.is_sglang_pages() && s_.format_version < fmt::kPageNamespacesFormatVersion) {
+    s = step_to_page_namespaces();
+    if (!s.ok()) return s;
+  }
   const NamespaceId ns = desc.id();
   const std::string name = desc.display_name();
   std::string existing;

@@ -181,7 +181,7 @@ Status StoreImpl::init(bool create) {
   if (rw && !s_.records_tokens())
     log().info("store {}: format version {}: blocks written to it record no token ids (tokens unknown); "
                "`ucm migrate {} --upgrade` steps it to version {} (store_v1.md §10)",
-               s_.path, sb.format_version, s_.path, fmt::kFormatVersion);
+               s_.path, sb.format_version, s_.path, fmt::kTokensFormatVersion);
   if (rw) {
     if (!lock_) {
       s = fmt::WriterLock::Acquire(s_.path, &lock_);
@@ -219,6 +219,11 @@ Status StoreImpl::init(bool create) {
   if (s_.index->get_meta_u64(kMetaFormatVersion, &fv).ok() && fv > fmt::kFormatVersion)
     return Status::Version("store format version " + std::to_string(fv) + " is newer than this ucm supports (max " +
                            std::to_string(fmt::kFormatVersion) + "); upgrade ucm");
+  if (rw && fv == fmt::kPageNamespacesFormatVersion && s_.format_version < fv) {
+    // A step to 5 killed after the index and before the superblock (§12.2): finish it.
+    s = step_to_page_namespaces();
+    if (!s.ok()) return s;
+  }
   if (!s_.index->identity(&index_identity_).ok()) index_identity_.clear();  // then no table is saved
   {
     // The persisted table (fptable.md §4), replayed to the index's state, or a rebuild.

@@ -48,7 +48,8 @@ Status StoreWriter::check_space(uint64_t bytes, const std::string& what) {
 }
 
 Status StoreWriter::active_file_locked(std::shared_ptr<ActiveFile>* af) {
-  if (!roller_) roller_ = std::make_unique<FileRoller>(s_.path, s_.index, &commit_mu_, s_.format_version);
+  if (!roller_) roller_ = std::make_unique<FileRoller>(s_.path, s_.index, &commit_mu_,
+                                                        std::min<uint32_t>(s_.format_version, fmt::kCreateFormatVersion));
   Status s = roller_->get(0, af);
   if (s.ok()) {
     std::lock_guard<std::mutex> g(files_mu_);

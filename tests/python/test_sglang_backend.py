@@ -3,7 +3,10 @@ precompute --sglang-page-size` (SmolLM2-135M-Instruct, two python3.11-doc pages)
 backend into host buffers laid out as sglang 0.5.23's MHATokenToKVPoolHost lays out kv_buffer in
 each layout (numpy stand-ins of its one tensor), at TP 1 and on each rank of TP 3: every page
 equals ucm's own payload of its blocks (Store.load), read by plain numpy indexing here. Misses and
-bad calls answer as misses. The same backend inside SGLang's own factory and host pool:
+bad calls answer as misses. Pages the backend writes (a page namespace of the TP rank's heads,
+store_v1.md §12.2) are read back bit for bit by a later backend, into another pool, in every
+layout; the store steps to format 5; `ucm inspect` counts them and `ucm gc` collects them. The
+same backend inside SGLang's own factory and host pool:
 tests/sglang/test_backend_sglang.py (scripts/test_sglang.sh)."""
 import json
 import subprocess
@@ -129,7 +132,7 @@ def test_misses_and_bad_calls_answer_as_misses(store):
     assert be.batch_get_v1(keys, idx[:P]) == [False, False]          # indices for one page
     assert be.batch_get_v1(["xyz", keys[0]], idx[:2 * P]) == [False, False]
     assert be.batch_exists(["xyz"]) == 0
-    assert be.batch_set_v1(keys, idx[:2 * P]) == [False, False] and be.set(keys[0]) is False
+    assert be.batch_set_v1(keys, idx[:P]) == [False, False]            # indices for one page
     assert be.get_stats()["errors"] >= 3
     be.close()
 
@@ -154,3 +157,83 @@ def test_refusals_at_construction(store):
     with pytest.raises(ValueError, match="does not divide"):
         backend(path, 0, 2)       # 3 KV heads over TP 2
     assert head_range(5, 6, 3) == (2, 3)  # TP 6 over 3 heads: each head on two ranks
+    be = backend(path)
+    be.register_mem_host_pool_v2(object(), "kv")
+    be.on_host_pools_registered()                             # KV only: attached
+    be.register_mem_host_pool_v2(object(), "mamba")
+    with pytest.raises(ValueError, match="hybrid"):
+        be.on_host_pools_registered()
+    be.close()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("tp", [(0, 1), (1, 3)])
+def test_pages_sglang_writes_are_read_back_by_a_later_server(store, layout, tp):
+    path, ns, _ = store
+    heads = head_range(tp[0], tp[1], ns.num_kv_heads)
+    nh = heads[1] - heads[0]
+    salt = LAYOUTS.index(layout) * 10 + tp[1]
+    keys = ucm.sglang.page_hashes([(7 * j + salt) % 49000 for j in range(4 * P)], P)  # pages no table lists
+    be = backend(path, *tp)
+    hp, buf = pool(ns, layout, nh)
+    be.register_mem_pool_host(hp)
+    buf[...] = np.random.default_rng(salt).integers(0, 1 << 16, size=buf.shape, dtype=np.uint16)
+    first = np.random.default_rng(salt + 1).permutation(24)[:4] * P
+    idx = (first[:, None] + np.arange(P)[None, :]).reshape(-1)
+    assert be.batch_exists(keys) == 0
+    assert be.batch_set_v1(keys, idx) == [True] * 4
+    assert be.batch_exists(keys) == 4
+    original = buf.copy()
+    buf ^= 0x5555                                            # other bytes at the same slots
+    assert be.batch_set_v1(keys, idx) == [True] * 4          # already stored: nothing written again
+    assert be.get_stats()["set_written"] == 4
+    buf[...] = original
+    be.close()
+    with open(Path(path) / "UCMSTORE", "rb") as f:
+        assert int.from_bytes(f.read(12)[8:12], "little") == 5  # superblock format_version (§2, §12.2)
+    # A later server with the same head range reads them into another pool, elsewhere, laid out
+    # another way (so a layout error on the way in cannot cancel one on the way out).
+    layout2 = LAYOUTS[(LAYOUTS.index(layout) + 1) % len(LAYOUTS)]
+    be2 = backend(path, *tp)
+    hp2, buf2 = pool(ns, layout2, nh)
+    be2.register_mem_pool_host(hp2)
+    first2 = np.random.default_rng(salt + 2).permutation(24)[:4] * P
+    idx2 = (first2[:, None] + np.arange(P)[None, :]).reshape(-1)
+    assert be2.batch_get_v1(keys, idx2) == [True] * 4
+    for a, b in zip(first, first2):
+        assert np.array_equal(host_page(buf2, layout2, int(b)), host_page(buf, layout, int(a)))
+    be2.close()
+    # Another head range has its own page namespace: these pages are not its.
+    other = (0, 1) if tp == (1, 3) else (2, 3)
+    be3 = backend(path, *other)
+    hp3, _ = pool(ns, layout, 1 if other[1] == 3 else ns.num_kv_heads)
+    be3.register_mem_pool_host(hp3)
+    assert be3.batch_exists(keys) == 0
+    be3.close()
+
+
+def test_written_pages_are_counted_by_inspect_and_collected_by_gc(store, ucm_bin, tmp_path):
+    import shutil
+    path, ns, _ = store
+    copy = tmp_path / "store"
+    shutil.copytree(path, copy)
+    be = backend(str(copy))
+    hp, buf = pool(ns, "page_first", ns.num_kv_heads)
+    be.register_mem_pool_host(hp)
+    keys = ucm.sglang.page_hashes([(11 * j + 5) % 49000 for j in range(3 * P)], P)
+    assert be.batch_set_v1(keys, np.arange(3 * P)) == [True] * 3
+    be.close()
+    ins = json.loads(subprocess.run([ucm_bin, "inspect", str(copy), "--json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert ins["format_version"] == 5
+    pages = [n for n in ins["namespaces"] if n["block_size"] == P and n["num_kv_heads"] == ns.num_kv_heads]
+    assert pages and sum(n["blocks"] for n in pages) >= 3
+    v = subprocess.run([ucm_bin, "gc", str(copy), "--verify", "--json"], capture_output=True, text=True)
+    assert v.returncode == 0, v.stderr
+    assert json.loads(v.stdout)["orphans_removed"] == 0          # they chain from their namespace's root
+    g = subprocess.run([ucm_bin, "gc", str(copy), "--max-bytes", "0", "--json"], capture_output=True, text=True)
+    assert g.returncode == 0, g.stderr
+    be = backend(str(copy))
+    be.register_mem_pool_host(pool(ns, "page_first", ns.num_kv_heads)[0])
+    assert be.batch_exists(keys) == 0
+    be.close()

@@ -53,7 +53,7 @@ def filled(tmp_path):
 
 def test_version_and_codes():
     assert ucm.version() == ucm.__version__
-    assert ucm.format_version() == 4  # single stores (store_v1.md §10); sharded roots are 3
+    assert ucm.format_version() == 5  # single stores (store_v1.md §10); sharded roots are 3
     assert ucm.code_name(2) == "UCM_E_CORRUPTION"
     assert "checksum" in ucm.strerror(2)
     assert os.path.exists(ucm.library_path())

@@ -3,13 +3,16 @@ built by SGLang's StorageBackendFactory through the `dynamic` route, SGLang's MH
 in each layout ucm reads, keys from SGLang's own get_hash_str over a real precomputed store's
 documents (SmolLM2-135M-Instruct, python3.11-doc pages): the pages read into the host pool equal
 ucm's payload for those tokens byte for byte, at TP 1 and on every rank of TP 3 (3 KV heads);
-misses and bad calls answer as misses, never raise.
+misses and bad calls answer as misses, never raise; pages written from SGLang's host pool
+(batch_set_v1, and the generic batch_set with get_data_page) are read back by a later backend
+into another pool, in another layout, bit for bit.
 
 Not in CI (needs .venv-sglang: scripts/venv_sglang.sh). Run by scripts/test_sglang.sh, or:
     UCM_SGLANG_STORE=/path/store PYTHONPATH=lib/python UCM_LIB=build/lib/libucm.so \
       .venv-sglang/bin/python -m pytest tests/sglang/test_backend_sglang.py
 UCM_SGLANG_STORE: a store precomputed by `ucm precompute` (bf16) whose SGLang page table for page
-size 64 was built (`ucm sglang-pages STORE --page-size 64`); scripts/test_sglang.sh makes one."""
+size 64 was built (`ucm sglang-pages STORE --page-size 64`); scripts/test_sglang.sh makes one. The
+tests write pages into it (it becomes format 5): give them a scratch copy, as the script does."""
 import logging
 import os
 
@@ -176,8 +179,7 @@ def test_misses_and_bad_calls_never_raise(corpus, caplog):
         assert be.batch_get_v1(["zz"] * 2, idx[:2 * P]) == [False, False]  # not hex
         assert be.batch_exists(["not a key"]) == 0
     assert be.get(unknown[0], hp.get_dummy_flat_data_page()) is None
-    assert be.batch_set_v1(keys, idx[:2 * P]) == [False, False]            # read-only for now
-    assert be.set(keys[0]) is False
+    assert be.batch_set_v1(keys, idx[:P]) == [False, False]                # indices for one page
     assert be.get_stats()["errors"] >= 3
     be.close()
 
@@ -187,8 +189,52 @@ def test_refused_at_construction_with_a_message():
         UcmHiCacheStorage(storage_config(mla=True), {})
     with pytest.raises(ValueError, match="does not divide"):
         UcmHiCacheStorage(storage_config(0, 2), {})                     # 3 KV heads over TP 2
+    be = UcmHiCacheStorage(storage_config(), {})                        # a hybrid model's pools
+    be.register_mem_host_pool_v2(object(), hs.PoolName.KV)
+    be.register_mem_host_pool_v2(object(), hs.PoolName.MAMBA)
+    with pytest.raises(ValueError, match="hybrid"):
+        be.on_host_pools_registered()
+    be.close()
     cfg = storage_config()
     cfg.extra_config.pop("store")
     os.environ.pop("UCM_STORE", None)
     with pytest.raises(ValueError, match="no store"):
         UcmHiCacheStorage(cfg, {})
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("tp", [(0, 1), (2, 3)])
+def test_pages_written_from_sglangs_pool_are_read_back(corpus, layout, tp):
+    ns, _ = corpus
+    rank, size = tp
+    heads = (0, ns.num_kv_heads) if size == 1 else (rank, rank + 1)
+    hp = host_pool(ns, layout, heads[1] - heads[0])
+    be = StorageBackendFactory.create_backend("dynamic", storage_config(rank, size), hp)
+    be.register_mem_pool_host(hp)
+    g = torch.Generator().manual_seed(LAYOUTS.index(layout) * 7 + size)
+    hp.kv_buffer.copy_(torch.randn(hp.kv_buffer.shape, generator=g).to(torch.bfloat16))
+    salt = LAYOUTS.index(layout) * 10 + size
+    keys = get_hash_str([(13 * j + salt) % 49000 for j in range(3 * P)], None, page_size=P)  # SGLang's own keys
+    idx = hp.alloc(3 * P)
+    assert be.batch_exists(keys) == 0
+    assert be.batch_set_v1(keys, idx) == [True] * 3
+    be.close()
+    layout2 = LAYOUTS[(LAYOUTS.index(layout) + 1) % len(LAYOUTS)]
+    hp2 = host_pool(ns, layout2, heads[1] - heads[0])
+    be2 = StorageBackendFactory.create_backend("dynamic", storage_config(rank, size), hp2)
+    be2.register_mem_pool_host(hp2)
+    assert be2.batch_exists(keys) == 3
+    hp2.alloc(5 * P)                              # elsewhere in the pool
+    idx2 = hp2.alloc(3 * P)
+    assert be2.batch_get_v1(keys, idx2) == [True] * 3
+    for a, b in zip(idx.reshape(3, P)[:, 0].tolist(), idx2.reshape(3, P)[:, 0].tolist()):
+        assert torch.equal(host_page(hp2, b, layout2, ns.num_layers), host_page(hp, a, layout, ns.num_layers))
+    # The generic path: SGLang's flat pages in (batch_set), flat pages out (batch_get).
+    keys3 = get_hash_str([(17 * j + salt) % 49000 for j in range(2 * P)], None, page_size=P)
+    flats = [hp2.get_data_page(int(i), flat=True).clone() for i in idx2.reshape(3, P)[:2, 0].tolist()]
+    assert be2.batch_set(keys3, flats) is True
+    got = be2.batch_get(keys3, [hp2.get_dummy_flat_data_page() for _ in keys3])
+    assert all(x is not None for x in got)
+    for f, x in zip(flats, got):
+        assert torch.equal(f.view(torch.int16), x.view(torch.int16))
+    be2.close()

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   snprintf(path, sizeof path, "%s/store", argv[1]);
   CHECK(strcmp(ucm_version(), UCM_VERSION_STRING) == 0);
   CHECK(strcmp(ucm_code_name(UCM_E_BUSY), "UCM_E_BUSY") == 0);
-  CHECK(ucm_format_version() == 4);
+  CHECK(ucm_format_version() == 5);
 
   ucm_store_open_params p = ucm_store_default_open_params();
   CHECK(p.struct_size == sizeof(ucm_store_open_params));

@@ -443,7 +443,7 @@ TEST_F(Growth, SizedOutputsBehaveOneWay) {
   }
 }
 
-TEST(GrowthBasics, FormatVersionIsTheNewest) { EXPECT_EQ(ucm_format_version(), 4u); }
+TEST(GrowthBasics, FormatVersionIsTheNewest) { EXPECT_EQ(ucm_format_version(), 5u); }
 
 // ---- the helper itself, on a struct whose minimum is below its size ---------------------------
 

@@ -381,3 +381,106 @@ TEST(StridedDumps, BlocksFromAPageFirstHostLayout) {
   fs::remove_all(p1);
   fs::remove_all(p2);
 }
+
+// SGLang page namespaces (store_v1.md §12.2): the first one steps a version-4 store to 5 (index and
+// superblock; min_reader_version 5, so ucm 0.7 refuses the store instead of calling it corrupt);
+// a step killed between index and superblock is finished by the next writer; a version-2 store is
+// refused with the upgrade command; bad descriptors are refused; page blocks are ordinary blocks.
+namespace {
+NamespaceDesc page_ns(const NamespaceDesc& base, uint32_t P, uint32_t h0, uint32_t h1) {
+  NamespaceDesc d = base;
+  d.block_size = P;
+  d.num_kv_heads = h1 - h0;
+  d.hash_scheme = NamespaceDesc::kSglangPageScheme;
+  d.extra_json = "{\"sglang_pages\":{\"of\":\"" + to_hex(base.id()) + "\",\"page_size\":" + std::to_string(P) +
+                 ",\"head_begin\":" + std::to_string(h0) + ",\"head_end\":" + std::to_string(h1) +
+                 ",\"num_kv_heads\":" + std::to_string(base.num_kv_heads) + "}}";
+  return d;
+}
+}  // namespace
+
+TEST(PageNamespaces, TheFirstStepsTheStoreToFormat5) {
+  const std::string p = tmpdir("pagens");
+  NamespaceDesc base = test::test_ns("sgl-model", 2, 3, 8);
+  {
+    auto s = test::open_test_store(p, true, true);
+    NamespaceId b{}, pg{};
+    ASSERT_TRUE(s->register_namespace(base, &b).ok());
+    fmt::Superblock sb;
+    ASSERT_TRUE(fmt::read_superblock(p, &sb).ok());
+    EXPECT_EQ(sb.format_version, 4u);  // a plain namespace: no step
+    NamespaceDesc bad = page_ns(base, 32, 0, 3);
+    bad.extra_json = "{}";
+    EXPECT_EQ(s->register_namespace(bad, &pg).code(), Code::kInvalidArgument);
+    bad = page_ns(base, 32, 0, 2);
+    bad.num_kv_heads = 3;  // the range holds 2 heads
+    EXPECT_EQ(s->register_namespace(bad, &pg).code(), Code::kInvalidArgument);
+    bad = page_ns(base, 32, 0, 3);
+    bad.block_size = 16;  // page_size 32
+    EXPECT_EQ(s->register_namespace(bad, &pg).code(), Code::kInvalidArgument);
+    ASSERT_TRUE(fmt::read_superblock(p, &sb).ok());
+    EXPECT_EQ(sb.format_version, 4u);  // refused descriptors step nothing
+    ASSERT_TRUE(s->register_namespace(page_ns(base, 32, 1, 2), &pg).ok());
+    ASSERT_TRUE(fmt::read_superblock(p, &sb).ok());
+    EXPECT_EQ(sb.format_version, 5u);
+    EXPECT_EQ(sb.min_reader_version, 5u);
+    // Page blocks: hash = a page key's first 16 bytes, parent = the page before, or the root.
+    NamespaceDesc pd;
+    ASSERT_TRUE(s->get_namespace(pg, &pd).ok());
+    EXPECT_TRUE(pd.is_sglang_pages());
+    std::vector<uint8_t> pay(pd.payload_bytes(), 0x42);
+    std::vector<DumpItem> items(3);
+    for (size_t i = 0; i < 3; ++i) {
+      items[i].hash = bh(uint8_t(0x10 + i));
+      items[i].parent = i ? bh(uint8_t(0x10 + i - 1)) : root_hash(pd.hash_seed());
+      items[i].token_count = 32;
+      items[i].kv = pay.data();
+    }
+    items[2].parent = bh(0x77);  // its page before was never written: an orphan for gc
+    ASSERT_TRUE(s->dump(pg, items.data(), 3)->wait().ok());
+  }
+  {
+    auto s = test::open_test_store(p, false);  // readers open a version-5 store
+    ASSERT_TRUE(s);
+    std::vector<BlockHash> hs = {bh(0x10), bh(0x11), bh(0x12)};
+    NamespaceId pg{};
+    NamespaceDesc pd;
+    ASSERT_TRUE(s->find_namespace(to_hex(page_ns(base, 32, 1, 2).id()), &pd, &pg).ok());
+    uint8_t present[3];
+    size_t prefix = 0;
+    ASSERT_TRUE(s->lookup(pg, hs.data(), 3, present, &prefix).ok());
+    EXPECT_EQ(prefix, 3u);
+  }
+  // A step killed after the index, before the superblock: the next writer finishes it.
+  fmt::Superblock sb;
+  ASSERT_TRUE(fmt::read_superblock(p, &sb).ok());
+  sb.format_version = 4;
+  sb.min_reader_version = 4;
+  ASSERT_TRUE(fmt::write_superblock(p, sb).ok());
+  { auto s = test::open_test_store(p, true); }
+  ASSERT_TRUE(fmt::read_superblock(p, &sb).ok());
+  EXPECT_EQ(sb.format_version, 5u);
+  EXPECT_EQ(sb.min_reader_version, 5u);
+  fs::remove_all(p);
+}
+
+TEST(PageNamespaces, AVersion2StoreIsToldToUpgradeFirst) {
+  const std::string p = tmpdir("pagens2");
+  NamespaceDesc base = test::test_ns("sgl-model", 2, 3, 8);
+  { test::open_test_store(p, true, true); }
+  fmt::Superblock v2;  // a version-2 store as its writers see it: the superblock says 2
+  ASSERT_TRUE(fmt::read_superblock(p, &v2).ok());
+  v2.format_version = v2.min_reader_version = 2;
+  ASSERT_TRUE(fmt::write_superblock(p, v2).ok());
+  auto s = test::open_test_store(p, true);
+  ASSERT_TRUE(s);
+  NamespaceId pg{};
+  Status st = s->register_namespace(page_ns(base, 32, 0, 3), &pg);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("--upgrade"), std::string::npos) << st.message();
+  s.reset();
+  fmt::Superblock sb;
+  ASSERT_TRUE(fmt::read_superblock(p, &sb).ok());
+  EXPECT_EQ(sb.format_version, 2u);
+  fs::remove_all(p);
+}

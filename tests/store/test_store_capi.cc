@@ -92,7 +92,7 @@ TEST(CApiBasics, VersionMacrosMatchTheLibrary) {
                            std::to_string(UCM_VERSION_PATCH);
   EXPECT_EQ(want, UCM_VERSION_STRING);
   EXPECT_STREQ(ucm_version(), UCM_VERSION_STRING);
-  EXPECT_EQ(ucm_format_version(), 4u);  // single stores (store_v1.md §10); sharded roots are 3
+  EXPECT_EQ(ucm_format_version(), 5u);  // single stores (store_v1.md §10); sharded roots are 3
 }
 
 TEST(CApiBasics, CodeNamesAndMessages) {

@@ -35,8 +35,8 @@ TEST(Cli, Version) {
   CliRun r = run("--version");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("ucm " UCM_VERSION_STRING "\n"), std::string::npos) << r.out;
-  // The newest format, as ucm_format_version() says: 4 (single stores); sharded roots are 3.
-  EXPECT_NE(r.out.find("store format version 4 (single stores 4, sharded roots 3"), std::string::npos) << r.out;
+  // The newest format, as ucm_format_version() says: 5 (single stores); sharded roots are 3.
+  EXPECT_NE(r.out.find("store format version 5 (single stores 5, sharded roots 3"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("libtorch support: "), std::string::npos);
   EXPECT_NE(r.out.find("CUDA support: "), std::string::npos);
 }

@@ -108,10 +108,10 @@ typedef struct ucm_task ucm_task_t;
 /* Library version, "MAJOR.MINOR.PATCH" (static storage); equals UCM_VERSION_STRING of the
  * header the library was built with. */
 UCM_API const char* ucm_version(void);
-/* Newest store format version this library reads and writes: 4, a single store whose block
- * records hold their token ids (store_v1.md §10). It reads every version from 1, writes into
- * stores of versions 2 and 4, and creates single stores (and shards) as 4; 3 is a sharded root
- * (§11). */
+/* Newest store format version this library reads and writes: 5, a single store that holds SGLang
+ * page namespaces (store_v1.md §10, §12.2; ucm >= 0.8.0). It reads every version from 1, writes
+ * into stores of versions 2, 4 and 5, creates single stores (and shards) as 4 and steps a store to
+ * 5 when the first page namespace is registered in it; 3 is a sharded root (§11). */
 UCM_API uint32_t ucm_format_version(void);
 /* Text of the last error on this thread ("" if none); valid until the next call on this thread. */
 UCM_API const char* ucm_last_error(void);

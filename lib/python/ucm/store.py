@@ -404,12 +404,11 @@ class Store:
         if strides is not None and not paged:
             raise errors.Invalid("strides are for paged destinations only")
         if strides is not None:
-            if len(out) != n * nsobj.num_layers * 2 or not all(isinstance(a, int) for a in out):
-                raise errors.Invalid(f"strided paged load: out must be {n * nsobj.num_layers * 2} int addresses")
-            ptrs = list(out)
+            ptrs = _address_array(out, n * nsobj.num_layers * 2, "strided paged load: out")
+            arr = ptrs.ctypes.data_as(L.vpp)
         else:
             ptrs, keep = self._dest_pointers(nsobj, n, out, heads_t, paged)
-        arr = (C.c_void_p * max(len(ptrs), 1))(*ptrs)
+            arr = (C.c_void_p * max(len(ptrs), 1))(*ptrs)
         h0, h1 = heads_t if heads_t else (0, 0)
         task = C.c_void_p()
         if strides is None:
@@ -422,7 +421,7 @@ class Store:
             p.token_stride, p.head_stride = int(strides[0]), int(strides[1])
             L.check(L.lib().ucm_store_load_ex(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), n, C.byref(p),
                                               C.byref(task)), "ucm_store_load_ex")
-        t = Task(task, n, [out, arr, hs], self)
+        t = Task(task, n, [out, arr, hs, ptrs], self)
         if not wait:
             return t
         with t:
@@ -579,6 +578,33 @@ class Store:
         with t:
             return t.wait(timeout)
 
+    def dump_pages(self, ns: Any, hashes: Any, parents: Any, pages: Sequence[int], strides: Tuple[int, int], *,
+                   wait: bool = True, timeout: Optional[float] = None) -> Union[np.ndarray, Task]:
+        """Writers: stores n blocks whose payloads are pages inside a caller's host layout (ucm >= 0.8.0;
+        ucm_store_dump_ex with kv_pages). pages: n * L * 2 int addresses, (block i, layer l, K/V kv)
+        at (i * L + l) * 2 + kv, each a page of T tokens x H heads (all the namespace's heads) whose
+        element (t, h, d) is at + t * strides[0] + h * strides[1] + d * S bytes (the addresses are
+        the caller's to vouch for, as for a paged load). Blocks are stored "tokens unknown".
+        Returns each block's status (or the Task with wait=False). Raises ucm.Invalid (counts,
+        overlapping strides) at once."""
+        nsobj = ns if isinstance(ns, Namespace) else self.namespace(ns)
+        hs, ps = hashes_array(hashes), hashes_array(parents, "parents")
+        n = len(hs)
+        if len(ps) != n:
+            raise errors.Invalid(f"parents: {len(ps)} hashes for {n} blocks")
+        parr = _address_array(pages, n * nsobj.num_layers * 2, "pages")
+        params = L.lib().ucm_store_default_dump_params()
+        params.kv_pages = parr.ctypes.data_as(L.vpp)
+        params.token_stride, params.head_stride = int(strides[0]), int(strides[1])
+        task = C.c_void_p()
+        L.check(L.lib().ucm_store_dump_ex(self._handle(), u8ptr(id16(nsobj, "ns")), u8ptr(hs), u8ptr(ps), n, None,
+                                          C.byref(params), C.byref(task)), "ucm_store_dump_ex")
+        t = Task(task, n, [parr, hs, ps], self)
+        if not wait:
+            return t
+        with t:
+            return t.wait(timeout)
+
     def tokens(self, ns: Any, block_hash: Any) -> np.ndarray:
         """The token ids of block_hash's whole chain, first block first: uint32 [blocks * T],
         read from the block records (store_v1.md §3.2) by walking parents to the chain root
@@ -666,6 +692,14 @@ def _sized_text(call, what: str) -> str:
             continue
         L.check(rc, what)
         return buf.value.decode()
+
+
+def _address_array(addrs: Any, count: int, what: str) -> np.ndarray:
+    """Caller-vouched addresses (ints, or an integer array) as a contiguous uint64 [count] array."""
+    a = np.ascontiguousarray(np.asarray(addrs), dtype=np.uint64).reshape(-1)
+    if a.size != count or (a.size and not a.all()):
+        raise errors.Invalid(f"{what}: {a.size} addresses, expected {count} (n * L * 2), none of them 0")
+    return a
 
 
 def parents_of(seed: Any, hashes: Any, parent: Any = None) -> np.ndarray:

@@ -41,6 +41,11 @@ struct NamespaceDesc {
   std::string display_name() const;
   /// KV payload bytes of one block: L * 2 * T * H * D * dtype_size.
   uint64_t payload_bytes() const;
+  /// The hash scheme of SGLang page namespaces (store_v1.md §12.2): block hash = the first 16
+  /// bytes of SGLang's page key; blocks of one page; extra.sglang_pages describes them.
+  static constexpr const char* kSglangPageScheme = "sglang-sha256-page-v1";
+  /// hash_scheme == kSglangPageScheme: a namespace of pages SGLang wrote (format 5).
+  bool is_sglang_pages() const { return hash_scheme == kSglangPageScheme; }
   /// Checks ranges (nonzero dims, layout 1, known hash scheme, extra is a JSON object whose
   /// "hash_seed_namespace", if present, is a string of 32 hex digits).
   Status validate() const;

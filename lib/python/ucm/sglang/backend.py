@@ -10,31 +10,40 @@ saved by the vLLM connector) through the namespace's SGLang page alias table (st
 built by `ucm sglang-pages STORE --page-size P` or `ucm precompute --sglang-page-size P`), read by
 libucm straight into SGLang's host pool (one ucm_store_load_ex per call, strided paged
 destinations; no per-page Python copies). A TP rank reads its KV-head range of the all-heads
-blocks, so one store serves every TP size. Pages SGLang computes itself are not written yet
-(`batch_set_v1` and `set` answer False; store_v1.md §12.2 describes the page namespaces that will
-hold them).
+blocks, so one store serves every TP size. Pages SGLang computes itself (`batch_set_v1`) are
+written, from the host pool by libucm, as blocks of a page namespace of this TP rank's head range
+(store_v1.md §12.2; the store steps to format 5 at the first), into this process's writer shard
+of a sharded store (`sglang-<host>-tp<rank>`, or -2, -3 ... when taken) or into a single-writer
+store nobody else writes; they are found later by any server with the same page size and head
+range, counted by `ucm inspect` and collected by `ucm gc` like any block.
 
 Contract with SGLang (read in sglang 0.5.23, docs/sglang_0.5.23_hicache_facts.md): the factory
 calls `cls(storage_config, {})`, then `register_mem_pool_host(host_pool)`; every method returns a
 miss on any error (`[False] * n`, `0`, `None`, `False`), logged once per kind: an exception or a
 None from `batch_get_v1` would stop SGLang's prefetch thread for the life of the process.
 Refused at construction, with a message: MLA models, no `store` in the extra config, a TP size
-that neither divides nor is a multiple of the namespace's KV heads.
+that neither divides nor is a multiple of the namespace's KV heads; hybrid models (host pools
+besides "kv": Mamba, SWA, ...) when SGLang attaches them (on_host_pools_registered).
 
 extra_config keys: "store" (path; or $UCM_STORE), "namespace" (name or 32-hex id; default: the
-store's namespace whose model matches, or its only one), "io_threads" (default 8).
+store's namespace whose model matches, or its only one), "io_threads" (default 8), "write" (default
+true; false: read only), "shard" (the writer shard's name; default sglang-<host>-tp<rank>).
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
+import socket
 import threading
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from .. import errors
-from ..store import Store
+from ..store import Namespace, Store, hash_root, namespace_id
+from .host_layout import LAYOUTS, head_range, page_pointers, page_view
 from .pages import PageTable, keys_array
 
 try:  # the factory checks issubclass(cls, HiCacheStorage); without SGLang the class still imports
@@ -43,63 +52,7 @@ except Exception:  # pragma: no cover - depends on the environment
     _Base = object
 
 log = logging.getLogger("ucm.sglang")
-LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-
-
-def head_range(tp_rank: int, tp_size: int, num_kv_heads: int) -> Tuple[int, int]:
-    """The KV heads [h0, h1) a TP rank holds (SGLang's split of an MHA model's KV heads: H / tp
-    heads a rank when tp divides H; one replicated head, rank // (tp / H), when H divides tp).
-    Raises ValueError otherwise."""
-    if tp_size <= num_kv_heads:
-        if num_kv_heads % tp_size:
-            raise ValueError(f"TP size {tp_size} does not divide the {num_kv_heads} KV heads")
-        per = num_kv_heads // tp_size
-        return tp_rank * per, (tp_rank + 1) * per
-    if tp_size % num_kv_heads:
-        raise ValueError(f"TP size {tp_size} is not a multiple of the {num_kv_heads} KV heads")
-    h = tp_rank // (tp_size // num_kv_heads)
-    return h, h + 1
-
-
-def page_pointers(kv_buffer: Any, layout: str, page_size: int, block_size: int, num_layers: int,
-                  first_slots: np.ndarray) -> Tuple[np.ndarray, int, int]:
-    """Destinations of ucm blocks in SGLang's host pool: for pages starting at host slots
-    first_slots [n] (each a multiple of page_size), the address of every (page i, block j, layer l,
-    K/V kv) page of a ucm load at index ((i * k + j) * L + l) * 2 + kv (k = page_size / block_size),
-    and the token and head strides in bytes (ucm_store_load_ex's UCM_DEST_PAGED with strides).
-
-    kv_buffer: the pool's one tensor (torch, or anything with data_ptr(), stride(), element_size()),
-    of sglang 0.5.23's MHATokenToKVPoolHost.init_kv_buffer dims, index 0 of dim 0 = K, 1 = V:
-      layer_first (2, L, size, H, D); page_first (2, size, L, H, D);
-      page_first_direct (2, pages, L, P, H, D); page_head (2, pages, H, P, L, D).
-    The last dim must be contiguous."""
-    st = [int(s) for s in kv_buffer.stride()]
-    if st[-1] != 1:
-        raise ValueError(f"host KV buffer: the head_dim axis is not contiguous (strides {st})")
-    isz = int(kv_buffer.element_size())
-    base = int(kv_buffer.data_ptr())
-    k = page_size // block_size
-    slots = np.asarray(first_slots, dtype=np.int64).reshape(-1, 1, 1, 1)
-    j = np.arange(k, dtype=np.int64).reshape(1, k, 1, 1)
-    l = np.arange(num_layers, dtype=np.int64).reshape(1, 1, num_layers, 1)
-    kv = np.arange(2, dtype=np.int64).reshape(1, 1, 1, 2)
-    tok = slots + j * block_size          # host slot of each block's first token
-    if layout == "layer_first":
-        off = kv * st[0] + l * st[1] + tok * st[2]
-        ts, hs = st[2], st[3]
-    elif layout == "page_first":
-        off = kv * st[0] + tok * st[1] + l * st[2]
-        ts, hs = st[1], st[3]
-    elif layout == "page_first_direct":
-        off = kv * st[0] + (slots // page_size) * st[1] + l * st[2] + (j * block_size) * st[3]
-        ts, hs = st[3], st[4]
-    elif layout == "page_head":
-        off = kv * st[0] + (slots // page_size) * st[1] + (j * block_size) * st[3] + l * st[4]
-        ts, hs = st[3], st[2]
-    else:
-        raise ValueError(f"host pool layout {layout!r}: ucm reads {', '.join(LAYOUTS)}")
-    return (base + off * isz).reshape(-1), ts * isz, hs * isz
 
 
 class UcmHiCacheStorage(_Base):
@@ -116,23 +69,49 @@ class UcmHiCacheStorage(_Base):
                              "(or $UCM_STORE)")
         self.tp_rank = int(getattr(storage_config, "tp_rank", 0) or 0)
         self.tp_size = int(getattr(storage_config, "tp_size", 1) or 1)
-        self.store = Store(path, "r", io_threads=int(extra.get("io_threads", 8)))
+        self.shard: Optional[str] = None
+        self.store = self._open(path, int(extra.get("io_threads", 8)), bool(extra.get("write", True)),
+                                extra.get("shard"))
         self.ns = self._pick_namespace(extra.get("namespace"), getattr(storage_config, "model_name", None))
         self.heads = head_range(self.tp_rank, self.tp_size, self.ns.num_kv_heads)  # ValueError: refused
         self.table: Optional[PageTable] = None
         self.mem_pool_host = None
         self._geom: Optional[Tuple[str, int]] = None   # (layout, page_size) of the registered pool
+        self._page_desc: Optional[Dict[str, Any]] = None
+        self._page_ns: Optional[Namespace] = None      # this rank's page namespace, once it exists
+        self._page_ns_checked = 0.0
         self._warned: set = set()
         self._lock = threading.Lock()
-        self.stats = {"exists_keys": 0, "exists_hits": 0, "get_pages": 0, "get_ok": 0, "errors": 0}
-        log.info("ucm.sglang: store %s, namespace %s, TP rank %d/%d reads KV heads [%d, %d)", path, self.ns.name,
-                 self.tp_rank, self.tp_size, self.heads[0], self.heads[1])
+        self.stats = {"exists_keys": 0, "exists_hits": 0, "get_pages": 0, "get_ok": 0, "set_pages": 0,
+                      "set_written": 0, "errors": 0}
+        log.info("ucm.sglang: store %s%s, namespace %s, TP rank %d/%d: KV heads [%d, %d)", path,
+                 f" (writer shard {self.shard})" if self.shard else " (read only)", self.ns.name, self.tp_rank,
+                 self.tp_size, self.heads[0], self.heads[1])
 
     # -- setup
+    def _open(self, path: str, io_threads: int, write: bool, shard: Optional[str]) -> Store:
+        """A writer shard of its own when writing (store_v1.md §11), else read-only."""
+        if write:
+            host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip(".") or "host"
+            base = (shard or os.environ.get("UCM_SHARD") or f"sglang-{host}-tp{self.tp_rank}")[:60]
+            last = None
+            for i in range(1, 9):
+                name = base if i == 1 else f"{base}-{i}"
+                try:
+                    st = Store(path, "w", io_threads=io_threads, shard=name)
+                    self.shard = name
+                    return st
+                except errors.Busy as e:
+                    last = e
+            log.warning("ucm.sglang: store %s: no writer shard free (%s); serving it read-only. A single-writer "
+                        "store has one writer: `ucm migrate %s --to-sharded` lets several processes write", path,
+                        last, path)
+        return Store(path, "r", io_threads=io_threads, refresh_interval_ms=200)
+
     def _pick_namespace(self, want: Optional[str], model_name: Optional[str]):
         if want:
             return self.store.namespace(want)
-        all_ns = self.store.namespaces()
+        all_ns = [d for d in self.store.namespaces() if d.get("hash_scheme", "md5-chain-v1") == "md5-chain-v1"]
         if model_name:
             base = os.path.basename(str(model_name).rstrip("/"))
             match = [d for d in all_ns if d.get("model_id") in (model_name, base)]
@@ -151,6 +130,20 @@ class UcmHiCacheStorage(_Base):
             self._geom = None
             log.error("ucm.sglang: the host pool does not fit the store, every lookup will miss: %s", e)
 
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        """SGLang's hybrid controller registers every host pool group ("kv", "mamba", "swa", ...)."""
+        if not hasattr(self, "registered_pools"):
+            self.registered_pools = {}
+        self.registered_pools[str(getattr(host_pool_name, "value", host_pool_name))] = host_pool
+
+    def on_host_pools_registered(self) -> None:
+        """Refuses hybrid models at attach (raising here fails SGLang's attach, with this message):
+        ucm stores KV pages only, not the state of Mamba / sliding-window / sparse sidecar pools."""
+        others = sorted(n for n in getattr(self, "registered_pools", {}) if n != "kv")
+        if others:
+            raise ValueError(f"ucm.sglang: hybrid models are not supported (host pools {others} besides kv): ucm "
+                             "stores full-attention KV pages only")
+
     def _check_pool(self, pool: Any) -> None:
         layout, P = str(pool.layout), int(pool.page_size)
         ns = self.ns
@@ -168,11 +161,36 @@ class UcmHiCacheStorage(_Base):
             raise ValueError(f"page size {P} is not a multiple of the store's block size {ns.block_size}")
         try:
             self.table = PageTable(self.store, ns, P)
-        except errors.NotFound as e:
-            raise ValueError(str(e)) from None
+            log.info("ucm.sglang: %s pool, page size %d: %d pages of %d blocks listed", layout, P,
+                     self.table.pages_at_open, self.table.blocks_per_page)
+        except errors.NotFound as e:  # no page table: only pages SGLang writes are served
+            log.warning("ucm.sglang: %s", e)
+        d = ns.desc
+        h0, h1 = self.heads
+        self._page_desc = {
+            "model_id": d["model_id"], "weights_digest": d.get("weights_digest", ""), "dtype": d["dtype"],
+            "block_size": P, "num_layers": ns.num_layers, "num_kv_heads": h1 - h0, "head_dim": ns.head_dim,
+            "layout": 1, "hash_scheme": "sglang-sha256-page-v1",
+            "extra": {"sglang_pages": {"of": ns.id.hex(), "page_size": P, "head_begin": h0, "head_end": h1,
+                                       "num_kv_heads": ns.num_kv_heads}}}
         self._geom = (layout, P)
-        log.info("ucm.sglang: %s pool, page size %d: %d pages of %d blocks listed", layout, P,
-                 self.table.pages_at_open, self.table.blocks_per_page)
+
+    def _pages_ns(self, create: bool = False) -> Optional[Namespace]:
+        """This rank's page namespace (store_v1.md §12.2): looked up at most every 5 s until it
+        exists; registered when `create` (a writer's first write; steps the store to format 5)."""
+        if self._page_ns is not None or self._page_desc is None:
+            return self._page_ns
+        with self._lock:
+            if self._page_ns is None and (create or time.monotonic() - self._page_ns_checked > 5.0):
+                self._page_ns_checked = time.monotonic()
+                if create:
+                    self._page_ns = self.store.register_namespace(self._page_desc)
+                else:
+                    try:
+                        self._page_ns = self.store.namespace(namespace_id(self._page_desc))
+                    except errors.NotFound:
+                        pass
+        return self._page_ns
 
     def _miss(self, kind: str, e: BaseException) -> None:
         self.stats["errors"] += 1
@@ -181,12 +199,27 @@ class UcmHiCacheStorage(_Base):
             log.warning("ucm.sglang: %s failed, answered as a miss (said once): %s: %s", kind, type(e).__name__, e)
 
     # -- lookups
+    def _presence(self, karr: np.ndarray):
+        """(aliased bool [n], their block hashes [n][k][16] or None, written bool [n])."""
+        n = len(karr)
+        if self.table is not None:
+            aliased, blocks, _ = self.table.lookup(karr)
+        else:
+            aliased, blocks = np.zeros(n, dtype=bool), None
+        written = np.zeros(n, dtype=bool)
+        pns = self._pages_ns()
+        if pns is not None and not aliased.all():
+            written = np.asarray(self.store.lookup(pns, np.ascontiguousarray(karr[:, :16])).present, dtype=bool)
+        return aliased, blocks, written
+
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
-        """The number of leading keys whose pages the store holds (all their blocks)."""
+        """The number of leading keys whose pages the store holds."""
         try:
-            if not keys or self.table is None:
+            if not keys or self._geom is None:
                 return 0
-            _, _, prefix = self.table.lookup(keys_array(keys))
+            aliased, _, written = self._presence(keys_array(keys))
+            have = aliased | written
+            prefix = len(keys) if have.all() else int(np.argmin(have))
             self.stats["exists_keys"] += len(keys)
             self.stats["exists_hits"] += prefix
             return prefix
@@ -201,10 +234,10 @@ class UcmHiCacheStorage(_Base):
     def batch_get_v1(self, keys: List[str], host_indices: Any, extra_info: Any = None) -> List[bool]:
         n = len(keys)
         try:
-            if not n or self.table is None or self._geom is None:
+            if not n or self._geom is None:
                 return [False] * n
             layout, P = self._geom
-            idx = np.asarray(host_indices.cpu() if hasattr(host_indices, "cpu") else host_indices, dtype=np.int64)
+            idx = _indices(host_indices)
             if idx.size != n * P:
                 raise ValueError(f"{idx.size} host indices for {n} pages of {P}")
             return self._load_pages(keys, idx.reshape(n, P)[:, 0], layout, P, self.mem_pool_host.kv_buffer)
@@ -214,21 +247,26 @@ class UcmHiCacheStorage(_Base):
 
     def _load_pages(self, keys: List[str], first_slots: np.ndarray, layout: str, P: int, kv_buffer: Any) -> List[bool]:
         n = len(keys)
-        present, blocks, _ = self.table.lookup(keys_array(keys))
-        sel = np.flatnonzero(present)
+        karr = keys_array(keys)
+        aliased, blocks, written = self._presence(karr)
+        out = np.zeros(n, dtype=bool)
         self.stats["get_pages"] += n
-        if not sel.size:
-            return [False] * n
-        k, L_ = self.table.blocks_per_page, self.ns.num_layers
-        ptrs, ts, hs = page_pointers(kv_buffer, layout, P, self.ns.block_size, L_, first_slots[sel])
-        st = self.store.load(self.ns, blocks[sel].reshape(-1, 16), [int(p) for p in ptrs], paged=True,
-                             strides=(ts, hs), heads=self.heads)
-        ok_blocks = (np.asarray(st) == 0).reshape(sel.size, k).all(axis=1)
-        out = [False] * n
-        for i, good in zip(sel, ok_blocks):
-            out[int(i)] = bool(good)
-        self.stats["get_ok"] += int(ok_blocks.sum())
-        return out
+        L_ = self.ns.num_layers
+        sel = np.flatnonzero(aliased)
+        if sel.size:  # the namespace's blocks, k a page, this rank's heads of all
+            k = self.table.blocks_per_page
+            ptrs, ts, hs = page_pointers(kv_buffer, layout, P, self.ns.block_size, L_, first_slots[sel])
+            st = self.store.load(self.ns, blocks[sel].reshape(-1, 16), ptrs, paged=True,
+                                 strides=(ts, hs), heads=self.heads)
+            out[sel] = (np.asarray(st) == 0).reshape(sel.size, k).all(axis=1)
+        sel = np.flatnonzero(written & ~aliased)
+        if sel.size:  # pages SGLang wrote: one block a page, this rank's heads only
+            ptrs, ts, hs = page_pointers(kv_buffer, layout, P, P, L_, first_slots[sel])
+            st = self.store.load(self._page_ns, np.ascontiguousarray(karr[sel, :16]), ptrs,
+                                 paged=True, strides=(ts, hs))
+            out[sel] = np.asarray(st) == 0
+        self.stats["get_ok"] += int(out.sum())
+        return out.tolist()
 
     def batch_get(self, keys: List[str], target_locations: Any = None, target_sizes: Any = None) -> List[Any]:
         """The generic path (no interface_v1): each target is one page's flat tensor as the host pool
@@ -239,7 +277,7 @@ class UcmHiCacheStorage(_Base):
                 return out
             layout, P = self._geom
             for i, (key, t) in enumerate(zip(keys, target_locations)):
-                view = _page_view(t, layout, P, self.ns.num_layers, self.heads[1] - self.heads[0], self.ns.head_dim)
+                view = page_view(t, layout, P, self.ns.num_layers, self.heads[1] - self.heads[0], self.ns.head_dim)
                 if self._load_pages([key], np.zeros(1, dtype=np.int64), layout, P, view)[0]:
                     out[i] = t
             return out
@@ -250,24 +288,72 @@ class UcmHiCacheStorage(_Base):
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> Any:
         return self.batch_get([key], [target_location] if target_location is not None else None)[0]
 
-    # -- writes: not yet (store_v1.md §12.2)
+    # -- writes (store_v1.md §12.2)
     def batch_set_v1(self, keys: List[str], host_indices: Any, extra_info: Any = None) -> List[bool]:
-        self._say_read_only()
-        return [False] * len(keys)
+        n = len(keys)
+        try:
+            if not n or self._geom is None:
+                return [False] * n
+            layout, P = self._geom
+            idx = _indices(host_indices)
+            if idx.size != n * P:
+                raise ValueError(f"{idx.size} host indices for {n} pages of {P}")
+            prior = None
+            pk = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
+            if pk:
+                prior = pk[-1]
+            return self._save_pages(keys, idx.reshape(n, P)[:, 0], layout, P, self.mem_pool_host.kv_buffer, prior)
+        except Exception as e:
+            self._miss("batch_set_v1", e)
+            return [False] * n
+
+    def _save_pages(self, keys: List[str], first_slots: np.ndarray, layout: str, P: int, kv_buffer: Any,
+                    prior: Optional[str]) -> List[bool]:
+        n = len(keys)
+        self.stats["set_pages"] += n
+        if self.shard is None and self.store.mode == "r":
+            if "read_only" not in self._warned:
+                self._warned.add("read_only")
+                log.info("ucm.sglang: serving read-only; pages SGLang computes are not written")
+            return [False] * n
+        karr = keys_array(keys)
+        aliased, _, written = self._presence(karr)
+        have = aliased | written
+        sel = np.flatnonzero(~have)
+        if not sel.size:
+            return [True] * n
+        pns = self._pages_ns(create=True)
+        # Parent of page i: the page before it (in this call, else SGLang's prefix_keys), else the
+        # chain root (the page is taken as a chain start: store_v1.md §12.2).
+        prev = np.vstack([keys_array([prior])[:, :16] if prior else
+                          np.frombuffer(hash_root(pns.hash_seed), dtype=np.uint8)[None, :], karr[:-1, :16]])
+        ptrs, ts, hs = page_pointers(kv_buffer, layout, P, P, self.ns.num_layers, first_slots[sel])
+        st = self.store.dump_pages(pns, np.ascontiguousarray(karr[sel, :16]), np.ascontiguousarray(prev[sel]),
+                                   ptrs, (ts, hs))
+        out = have.copy()
+        out[sel] = np.asarray(st) == 0
+        self.stats["set_written"] += int((np.asarray(st) == 0).sum())
+        return out.tolist()
 
     def batch_set(self, keys: List[str], values: Any = None, target_locations: Any = None,
                   target_sizes: Any = None) -> bool:
-        self._say_read_only()
-        return False
+        """The generic path: values are flat page tensors as get_data_page(flat=True) gives them."""
+        try:
+            if self._geom is None or values is None:
+                return False
+            layout, P = self._geom
+            ok = True
+            for i, (key, v) in enumerate(zip(keys, values)):
+                view = page_view(v, layout, P, self.ns.num_layers, self.heads[1] - self.heads[0], self.ns.head_dim)
+                prior = keys[i - 1] if i else None
+                ok = self._save_pages([key], np.zeros(1, dtype=np.int64), layout, P, view, prior)[0] and ok
+            return ok
+        except Exception as e:
+            self._miss("batch_set", e)
+            return False
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
-        self._say_read_only()
-        return False
-
-    def _say_read_only(self) -> None:
-        if "set" not in self._warned:
-            self._warned.add("set")
-            log.info("ucm.sglang: this ucm serves stored pages only; pages SGLang computes are not written")
+        return self.batch_set([key], [value] if value is not None else None)
 
     # -- misc
     def clear(self) -> None:
@@ -283,30 +369,5 @@ class UcmHiCacheStorage(_Base):
         self.store.close()
 
 
-class _FlatPageView:
-    """A one-page flat tensor seen as a host pool buffer of one page (the generic path's targets)."""
-
-    def __init__(self, t: Any, dims: Tuple[int, ...]):
-        self._t = t
-        self._st = []
-        acc = 1
-        for d in reversed(dims):
-            self._st.insert(0, acc)
-            acc *= d
-        if int(t.numel()) != acc:
-            raise ValueError(f"target holds {int(t.numel())} elements, a page needs {acc}")
-
-    def stride(self):
-        return tuple(self._st)
-
-    def element_size(self):
-        return int(self._t.element_size())
-
-    def data_ptr(self):
-        return int(self._t.data_ptr())
-
-
-def _page_view(t: Any, layout: str, P: int, L_: int, H: int, D: int) -> _FlatPageView:
-    dims = {"layer_first": (2, L_, P, H, D), "page_first": (2, P, L_, H, D),
-            "page_first_direct": (2, 1, L_, P, H, D), "page_head": (2, 1, H, P, L_, D)}[layout]
-    return _FlatPageView(t, dims)
+def _indices(host_indices: Any) -> np.ndarray:
+    return np.asarray(host_indices.cpu() if hasattr(host_indices, "cpu") else host_indices, dtype=np.int64).reshape(-1)

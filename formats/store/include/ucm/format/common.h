@@ -12,8 +12,10 @@
 namespace ucm::fmt {
 
 // Constants (§2, §3)
-inline constexpr uint32_t kFormatVersion = 4;       ///< newest single-store format this code reads (it reads 1 and 2 too), and the one new stores get (§10)
+inline constexpr uint32_t kFormatVersion = 5;       ///< newest single-store format this code reads and writes (it reads 1, 2 and 4 too) (§10)
+inline constexpr uint32_t kCreateFormatVersion = 4; ///< the format new stores (and shards) get; a writer steps one to 5 with its first page namespace (§12.2)
 inline constexpr uint32_t kMinReaderVersion = 4;    ///< written into new superblocks (§2)
+inline constexpr uint32_t kPageNamespacesFormatVersion = 5;  ///< the first format that may hold SGLang page namespaces (§12.2)
 inline constexpr uint32_t kMinWriterVersion = 2;    ///< the oldest store format a writer opens (version 1: `ucm migrate --upgrade` first)
 inline constexpr uint32_t kTokensFormatVersion = 4; ///< the first format whose BLOCK_KV records may hold token ids (§3.2)
 inline constexpr uint32_t kMaxRecordTokens = 992;   ///< token ids that fit in a record header page: (4096 - 128) / 4 (§3.2)

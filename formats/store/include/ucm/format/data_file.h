@@ -26,7 +26,7 @@ class DataFileWriter {
   /// IOError / NoSpace; InvalidArgument if it exists.
   /// `format_version`: the store's (§3.1: 2 in a version-2 store, whose readers refuse a newer file).
   static Status Create(const std::string& store, uint32_t file_id, std::unique_ptr<DataFileWriter>* out,
-                       uint32_t format_version = kFormatVersion);
+                       uint32_t format_version = kCreateFormatVersion);
   ~DataFileWriter();
 
   /// Appends one record whose payload is the concatenation of `pieces` (pointer, length).

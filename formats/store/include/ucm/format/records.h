@@ -15,7 +15,7 @@ namespace ucm::fmt {
 
 // Data files (§3)
 struct FileHeader {
-  uint32_t format_version = kFormatVersion;
+  uint32_t format_version = kCreateFormatVersion;
   uint32_t file_id = 0;
   uint64_t created_ms = 0;
 };

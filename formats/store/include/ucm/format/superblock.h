@@ -12,7 +12,7 @@ namespace ucm::fmt {
 
 // Superblock (§2)
 struct Superblock {
-  uint32_t format_version = kFormatVersion;
+  uint32_t format_version = kCreateFormatVersion;
   uint32_t min_reader_version = kMinReaderVersion;
   uint64_t created_ms = 0;
   std::string created_by = kVersionString;  ///< at most 32 bytes

@@ -47,6 +47,8 @@ class StoreImpl : public Store {
   bool read_only() const override { return s_.read_only(); }
 
   Status register_namespace(const NamespaceDesc& desc, NamespaceId* id) override;
+  /// store_v1.md §12.2: steps a version-4 store to 5 (index, then superblock).
+  Status step_to_page_namespaces();
   Status find_namespace(const std::string& name_or_id, NamespaceDesc* desc, NamespaceId* id) override;
   Status get_namespace(const NamespaceId& ns, NamespaceDesc* desc) override { return reader_.get_namespace(ns, desc); }
   std::vector<NamespaceDesc> namespaces() override;

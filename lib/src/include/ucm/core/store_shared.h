@@ -8,6 +8,7 @@
 // exclusively and are read under it shared; the namespace cache has its own mutex; metrics,
 // access, files and pool are thread-safe themselves.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -47,9 +48,10 @@ struct StoreShared {
 
   const std::string path;
   const OpenOptions opts;
-  /// The superblock's format_version at open (2 or 4 for a writer): a version-2 store's writer
-  /// writes no token ids and version-2 data file headers (store_v1.md §3.2, §10).
-  uint32_t format_version = 0;
+  /// The superblock's format_version at open (2, 4 or 5 for a writer): a version-2 store's writer
+  /// writes no token ids and version-2 data file headers (store_v1.md §3.2, §10). A writer steps
+  /// 4 to 5 when it registers the first SGLang page namespace (§12.2).
+  std::atomic<uint32_t> format_version{0};
   bool records_tokens() const { return format_version >= fmt::kTokensFormatVersion; }
   Index* index = nullptr;                 ///< the facade's primary (writer) or secondary (reader)
   std::unique_ptr<DataFileReader> files;  ///< the open data files, one descriptor each
