@@ -151,6 +151,15 @@ Status inspect_single(const std::string& path, const InspectOptions& opts, Inspe
     s.num_layers = n->desc.num_layers;
     s.num_kv_heads = n->desc.num_kv_heads;
     s.head_dim = n->desc.head_dim;
+    if (n->desc.is_sglang_pages()) {
+      const auto e = nlohmann::json::parse(n->desc.extra_json, nullptr, false);
+      if (e.is_object() && e.contains("sglang_pages") && e["sglang_pages"].is_object()) {
+        const auto& sp = e["sglang_pages"];
+        s.sglang_pages_of = sp.value("of", std::string());
+        s.sglang_head_begin = sp.value("head_begin", 0u);
+        s.sglang_head_end = sp.value("head_end", 0u);
+      }
+    }
     s.blocks = n->value.blocks;
     s.bytes = n->value.bytes;
     st = idx.for_each_doc(n->id, [&](const std::string&, const std::string&) {

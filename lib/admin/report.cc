@@ -186,6 +186,8 @@ std::string InspectReport::to_json() const {
     x["head_dim"] = n.head_dim;
     x["weights_digest"] = n.weights_digest;
     if (!n.hash_seed_namespace.empty()) x["hash_seed_namespace"] = n.hash_seed_namespace;
+    if (!n.sglang_pages_of.empty())
+      x["sglang_pages"] = {{"of", n.sglang_pages_of}, {"head_begin", n.sglang_head_begin}, {"head_end", n.sglang_head_end}};
     x["blocks"] = n.blocks;
     x["bytes"] = n.bytes;
     x["documents"] = n.documents;
@@ -253,7 +255,10 @@ std::string InspectReport::to_text() const {
       << " block_size " << n.block_size << " L" << n.num_layers << " H" << n.num_kv_heads << " D"
       << n.head_dim << ": " << n.blocks << " blocks, " << format_bytes(n.bytes) << ", "
       << n.documents << " documents\n";
-    if (n.blocks)
+    if (!n.sglang_pages_of.empty())
+      o << "    SGLang pages     of namespace " << n.sglang_pages_of << ", KV heads [" << n.sglang_head_begin << ", "
+        << n.sglang_head_end << "), keyed by page key (no token ids; store_v1.md §12.2)\n";
+    else if (n.blocks)
       o << "    token ids        " << n.blocks_with_tokens << " of " << n.blocks << " blocks"
         << (n.blocks_with_tokens < n.blocks ? " (the rest: tokens unknown)" : "") << "\n";
     if (!n.hash_seed_namespace.empty())

@@ -203,12 +203,19 @@ def test_pages_sglang_writes_are_read_back_by_a_later_server(store, layout, tp):
     for a, b in zip(first, first2):
         assert np.array_equal(host_page(buf2, layout2, int(b)), host_page(buf, layout, int(a)))
     be2.close()
-    # Another head range has its own page namespace: these pages are not its.
+    # Pages written at TP 1 hold all heads: a rank of TP 3 reads its head of them. Pages a TP 3
+    # rank wrote hold its head only: not a TP 1 server's.
     other = (0, 1) if tp == (1, 3) else (2, 3)
     be3 = backend(path, *other)
-    hp3, _ = pool(ns, layout, 1 if other[1] == 3 else ns.num_kv_heads)
+    hp3, buf3 = pool(ns, layout, 1 if other[1] == 3 else ns.num_kv_heads)
     be3.register_mem_pool_host(hp3)
-    assert be3.batch_exists(keys) == 0
+    if tp == (0, 1):
+        assert be3.batch_exists(keys) == 4
+        assert be3.batch_get_v1(keys, idx2) == [True] * 4
+        for a, b in zip(first, first2):
+            assert np.array_equal(host_page(buf3, layout, int(b)), host_page(buf, layout, int(a))[:, :, :, 2:3])
+    else:
+        assert be3.batch_exists(keys) == 0
     be3.close()
 
 
@@ -226,8 +233,9 @@ def test_written_pages_are_counted_by_inspect_and_collected_by_gc(store, ucm_bin
     ins = json.loads(subprocess.run([ucm_bin, "inspect", str(copy), "--json"], capture_output=True, text=True,
                                     check=True).stdout)
     assert ins["format_version"] == 5
-    pages = [n for n in ins["namespaces"] if n["block_size"] == P and n["num_kv_heads"] == ns.num_kv_heads]
-    assert pages and sum(n["blocks"] for n in pages) >= 3
+    pages = [n for n in ins["namespaces"] if n.get("sglang_pages")]
+    assert len(pages) == 1 and pages[0]["blocks"] == 3 and pages[0]["block_size"] == P
+    assert pages[0]["sglang_pages"] == {"of": ns.id.hex(), "head_begin": 0, "head_end": ns.num_kv_heads}
     v = subprocess.run([ucm_bin, "gc", str(copy), "--verify", "--json"], capture_output=True, text=True)
     assert v.returncode == 0, v.stderr
     assert json.loads(v.stdout)["orphans_removed"] == 0          # they chain from their namespace's root

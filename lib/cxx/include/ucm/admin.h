@@ -101,6 +101,10 @@ struct InspectOptions {
 };
 struct NamespaceStats {
   std::string name, id_hex, model_id, dtype, weights_digest, hash_seed_namespace;
+  /// SGLang page namespaces (store_v1.md §12.2): the prefix-chain namespace they belong to (32 hex)
+  /// and the KV-head range they hold; empty / 0 for other namespaces.
+  std::string sglang_pages_of;
+  uint32_t sglang_head_begin = 0, sglang_head_end = 0;
   uint64_t blocks = 0, bytes = 0, documents = 0;
   /// Blocks whose record holds their token ids (store_v1.md §3.2); the rest are "tokens unknown".
   uint64_t blocks_with_tokens = 0;

@@ -12,6 +12,7 @@ libucm straight into SGLang's host pool (one ucm_store_load_ex per call, strided
 destinations; no per-page Python copies). A TP rank reads its KV-head range of the all-heads
 blocks, so one store serves every TP size. Pages SGLang computes itself (`batch_set_v1`) are
 written, from the host pool by libucm, as blocks of a page namespace of this TP rank's head range
+(pages written at TP 1 hold all heads and serve every TP size by head range)
 (store_v1.md §12.2; the store steps to format 5 at the first), into this process's writer shard
 of a sharded store (`sglang-<host>-tp<rank>`, or -2, -3 ... when taken) or into a single-writer
 store nobody else writes; they are found later by any server with the same page size and head
@@ -77,9 +78,11 @@ class UcmHiCacheStorage(_Base):
         self.table: Optional[PageTable] = None
         self.mem_pool_host = None
         self._geom: Optional[Tuple[str, int]] = None   # (layout, page_size) of the registered pool
-        self._page_desc: Optional[Dict[str, Any]] = None
-        self._page_ns: Optional[Namespace] = None      # this rank's page namespace, once it exists
-        self._page_ns_checked = 0.0
+        # Page namespaces (store_v1.md §12.2) by head range: "own" (this rank's, which it writes) and,
+        # for a rank of TP > 1, "all" (all heads, written at TP 1: read by head range).
+        self._page_descs: Dict[str, Dict[str, Any]] = {}
+        self._page_nss: Dict[str, Namespace] = {}
+        self._page_checked: Dict[str, float] = {}
         self._warned: set = set()
         self._lock = threading.Lock()
         self.stats = {"exists_keys": 0, "exists_hits": 0, "get_pages": 0, "get_ok": 0, "set_pages": 0,
@@ -166,31 +169,34 @@ class UcmHiCacheStorage(_Base):
         except errors.NotFound as e:  # no page table: only pages SGLang writes are served
             log.warning("ucm.sglang: %s", e)
         d = ns.desc
-        h0, h1 = self.heads
-        self._page_desc = {
-            "model_id": d["model_id"], "weights_digest": d.get("weights_digest", ""), "dtype": d["dtype"],
-            "block_size": P, "num_layers": ns.num_layers, "num_kv_heads": h1 - h0, "head_dim": ns.head_dim,
-            "layout": 1, "hash_scheme": "sglang-sha256-page-v1",
-            "extra": {"sglang_pages": {"of": ns.id.hex(), "page_size": P, "head_begin": h0, "head_end": h1,
-                                       "num_kv_heads": ns.num_kv_heads}}}
+
+        def desc(h0: int, h1: int) -> Dict[str, Any]:
+            return {"model_id": d["model_id"], "weights_digest": d.get("weights_digest", ""), "dtype": d["dtype"],
+                    "block_size": P, "num_layers": ns.num_layers, "num_kv_heads": h1 - h0, "head_dim": ns.head_dim,
+                    "layout": 1, "hash_scheme": "sglang-sha256-page-v1",
+                    "extra": {"sglang_pages": {"of": ns.id.hex(), "page_size": P, "head_begin": h0, "head_end": h1,
+                                               "num_kv_heads": ns.num_kv_heads}}}
+        self._page_descs = {"own": desc(*self.heads)}
+        if self.heads != (0, ns.num_kv_heads):
+            self._page_descs["all"] = desc(0, ns.num_kv_heads)
         self._geom = (layout, P)
 
-    def _pages_ns(self, create: bool = False) -> Optional[Namespace]:
-        """This rank's page namespace (store_v1.md §12.2): looked up at most every 5 s until it
-        exists; registered when `create` (a writer's first write; steps the store to format 5)."""
-        if self._page_ns is not None or self._page_desc is None:
-            return self._page_ns
+    def _pages_ns(self, which: str = "own", create: bool = False) -> Optional[Namespace]:
+        """A page namespace (store_v1.md §12.2): looked up at most every 5 s until it exists;
+        registered when `create` (a writer's first write; steps the store to format 5)."""
+        if which in self._page_nss or which not in self._page_descs:
+            return self._page_nss.get(which)
         with self._lock:
-            if self._page_ns is None and (create or time.monotonic() - self._page_ns_checked > 5.0):
-                self._page_ns_checked = time.monotonic()
+            if which not in self._page_nss and (create or time.monotonic() - self._page_checked.get(which, 0.0) > 5.0):
+                self._page_checked[which] = time.monotonic()
                 if create:
-                    self._page_ns = self.store.register_namespace(self._page_desc)
+                    self._page_nss[which] = self.store.register_namespace(self._page_descs[which])
                 else:
                     try:
-                        self._page_ns = self.store.namespace(namespace_id(self._page_desc))
+                        self._page_nss[which] = self.store.namespace(namespace_id(self._page_descs[which]))
                     except errors.NotFound:
                         pass
-        return self._page_ns
+        return self._page_nss.get(which)
 
     def _miss(self, kind: str, e: BaseException) -> None:
         self.stats["errors"] += 1
@@ -200,25 +206,29 @@ class UcmHiCacheStorage(_Base):
 
     # -- lookups
     def _presence(self, karr: np.ndarray):
-        """(aliased bool [n], their block hashes [n][k][16] or None, written bool [n])."""
+        """(aliased bool [n], their block hashes [n][k][16] or None, have bool [n], written: a list of
+        (page namespace, head range to load or None for all of it, present bool [n]), own first)."""
         n = len(karr)
         if self.table is not None:
             aliased, blocks, _ = self.table.lookup(karr)
         else:
             aliased, blocks = np.zeros(n, dtype=bool), None
-        written = np.zeros(n, dtype=bool)
-        pns = self._pages_ns()
-        if pns is not None and not aliased.all():
-            written = np.asarray(self.store.lookup(pns, np.ascontiguousarray(karr[:, :16])).present, dtype=bool)
-        return aliased, blocks, written
+        have = aliased.copy()
+        written = []
+        for which, heads in (("own", None), ("all", self.heads)):
+            pns = self._pages_ns(which)
+            if pns is not None and not have.all():
+                m = np.asarray(self.store.lookup(pns, np.ascontiguousarray(karr[:, :16])).present, dtype=bool)
+                written.append((pns, heads, m))
+                have |= m
+        return aliased, blocks, have, written
 
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
         """The number of leading keys whose pages the store holds."""
         try:
             if not keys or self._geom is None:
                 return 0
-            aliased, _, written = self._presence(keys_array(keys))
-            have = aliased | written
+            _, _, have, _ = self._presence(keys_array(keys))
             prefix = len(keys) if have.all() else int(np.argmin(have))
             self.stats["exists_keys"] += len(keys)
             self.stats["exists_hits"] += prefix
@@ -248,7 +258,7 @@ class UcmHiCacheStorage(_Base):
     def _load_pages(self, keys: List[str], first_slots: np.ndarray, layout: str, P: int, kv_buffer: Any) -> List[bool]:
         n = len(keys)
         karr = keys_array(keys)
-        aliased, blocks, written = self._presence(karr)
+        aliased, blocks, _, written = self._presence(karr)
         out = np.zeros(n, dtype=bool)
         self.stats["get_pages"] += n
         L_ = self.ns.num_layers
@@ -259,12 +269,13 @@ class UcmHiCacheStorage(_Base):
             st = self.store.load(self.ns, blocks[sel].reshape(-1, 16), ptrs, paged=True,
                                  strides=(ts, hs), heads=self.heads)
             out[sel] = (np.asarray(st) == 0).reshape(sel.size, k).all(axis=1)
-        sel = np.flatnonzero(written & ~aliased)
-        if sel.size:  # pages SGLang wrote: one block a page, this rank's heads only
-            ptrs, ts, hs = page_pointers(kv_buffer, layout, P, P, L_, first_slots[sel])
-            st = self.store.load(self._page_ns, np.ascontiguousarray(karr[sel, :16]), ptrs,
-                                 paged=True, strides=(ts, hs))
-            out[sel] = np.asarray(st) == 0
+        for pns, heads, m in written:  # pages SGLang wrote: one block a page
+            sel = np.flatnonzero(m & ~out)
+            if sel.size:
+                ptrs, ts, hs = page_pointers(kv_buffer, layout, P, P, L_, first_slots[sel])
+                st = self.store.load(pns, np.ascontiguousarray(karr[sel, :16]), ptrs, paged=True, strides=(ts, hs),
+                                     heads=heads)
+                out[sel] = np.asarray(st) == 0
         self.stats["get_ok"] += int(out.sum())
         return out.tolist()
 
@@ -317,12 +328,11 @@ class UcmHiCacheStorage(_Base):
                 log.info("ucm.sglang: serving read-only; pages SGLang computes are not written")
             return [False] * n
         karr = keys_array(keys)
-        aliased, _, written = self._presence(karr)
-        have = aliased | written
+        _, _, have, _ = self._presence(karr)
         sel = np.flatnonzero(~have)
         if not sel.size:
             return [True] * n
-        pns = self._pages_ns(create=True)
+        pns = self._pages_ns("own", create=True)
         # Parent of page i: the page before it (in this call, else SGLang's prefix_keys), else the
         # chain root (the page is taken as a chain start: store_v1.md §12.2).
         prev = np.vstack([keys_array([prior])[:, :16] if prior else
