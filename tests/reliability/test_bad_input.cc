@@ -138,7 +138,7 @@ TEST_F(BadInput, DirectoryThatIsNotAStore) {
 
 TEST_F(BadInput, NewerFormatVersion) {
   const std::string p = make_store("v2", 4);
-  // Patch format_version (offset 8) to 5 (3 is a sharded root, store_v1.md §11) and recompute the
+  // Patch format_version (offset 8) to 6 (3 is a sharded root, store_v1.md §11) and recompute the
   // checksum (offset 56, XXH3 of [0,56)).
   {
     int fd = open((p + "/UCMSTORE").c_str(), O_RDWR);
@@ -147,7 +147,7 @@ TEST_F(BadInput, NewerFormatVersion) {
     ASSERT_EQ(pread(fd, sb, 64, 0), 64);
     ASSERT_EQ(std::string(reinterpret_cast<char*>(sb), 8), "UCMSTORE");
     ASSERT_EQ(sb[8], 4);
-    sb[8] = 5;
+    sb[8] = 6;
     uint64_t c = XXH3_64bits(sb, 56);
     for (int i = 0; i < 8; ++i) sb[56 + i] = static_cast<uint8_t>(c >> (8 * i));
     ASSERT_EQ(pwrite(fd, sb, 64, 0), 64);
@@ -155,7 +155,7 @@ TEST_F(BadInput, NewerFormatVersion) {
   }
   const auto before = rel::snapshot(root_);
   refuse_everywhere(p, Code::kVersion, [&](const std::string& what, const ucm::Status& s) {
-    EXPECT_TRUE(has(s, "version 5")) << what << ": message does not name version 5: " << s.ToString();
+    EXPECT_TRUE(has(s, "version 6")) << what << ": message does not name version 6: " << s.ToString();
     EXPECT_TRUE(has(s, "newer")) << what << ": " << s.ToString();
     EXPECT_TRUE(has(s, "upgrade")) << what << ": message does not say what to do: " << s.ToString();
     EXPECT_EQ(ucm::admin::exit_code(s), ucm::admin::kExitVersion) << what;

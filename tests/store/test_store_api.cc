@@ -155,15 +155,15 @@ TEST(StoreOpen, RefusesMissingNotAStoreNewerAndCorrupt) {
     // Hand-written superblock of version 2 (spec §2 layout).
     uint8_t sb[64] = {0};
     std::memcpy(sb, "UCMSTORE", 8);
-    fmt::put_le32(sb + 8, 5);  // (3 is a sharded root, store_v1.md §11)
-    fmt::put_le32(sb + 12, 5);
+    fmt::put_le32(sb + 8, 6);  // (3 is a sharded root, store_v1.md §11)
+    fmt::put_le32(sb + 12, 6);
     fmt::put_le64(sb + 16, 1);
     std::memcpy(sb + 24, "ucm 9.0.0", 9);
     fmt::put_le64(sb + 56, fmt::xxh3(sb, 56));
     std::ofstream(p + "/UCMSTORE", std::ios::binary | std::ios::trunc).write(reinterpret_cast<char*>(sb), 64);
     st = Store::Open(p, ro, &s);
     EXPECT_EQ(st.code(), Code::kVersion);
-    EXPECT_EQ(st.message(), "store format version 5 is newer than this ucm supports (max 4); upgrade ucm");
+    EXPECT_EQ(st.message(), "store format version 6 is newer than this ucm supports (max 5); upgrade ucm");
     sb[20] ^= 1;  // checksum now wrong
     std::ofstream(p + "/UCMSTORE", std::ios::binary | std::ios::trunc).write(reinterpret_cast<char*>(sb), 64);
     EXPECT_EQ(Store::Open(p, ro, &s).code(), Code::kCorruption);

@@ -557,11 +557,11 @@ TEST(Superblock, RefusesNewerVersionAndNonStores) {
   EXPECT_EQ(fmt::read_superblock(store, &sb).code(), Code::kInvalidArgument);  // not a store
   ASSERT_TRUE(fmt::create_store_skeleton(store, &sb).ok());
   EXPECT_TRUE(fmt::read_superblock(store, &sb).ok());
-  sb.format_version = 5;  // 3 is a sharded root (§11): also refused here, with its own message
+  sb.format_version = 6;  // 3 is a sharded root (§11): also refused here, with its own message
   ASSERT_TRUE(fmt::write_superblock(store, sb).ok());
   Status s = fmt::read_superblock(store, &sb);
   EXPECT_EQ(s.code(), Code::kVersion);
-  EXPECT_EQ(s.message(), "store format version 5 is newer than this ucm supports (max 4); upgrade ucm");
+  EXPECT_EQ(s.message(), "store format version 6 is newer than this ucm supports (max 5); upgrade ucm");
   fmt::RootKind k;
   EXPECT_EQ(fmt::root_kind(store, &k).code(), Code::kVersion);  // not a root either
   sb.format_version = 3;

@@ -285,7 +285,7 @@ TEST(StoreFormatVersion, NewStoresAreVersion4WithMinReader4) {
   ASSERT_TRUE(s);
   fmt::Superblock sb;
   ASSERT_TRUE(fmt::read_superblock(d.sub("s"), &sb).ok());
-  EXPECT_EQ(sb.format_version, fmt::kFormatVersion);
+  EXPECT_EQ(sb.format_version, fmt::kCreateFormatVersion);
   EXPECT_EQ(sb.format_version, 4u);
   EXPECT_EQ(sb.min_reader_version, 4u);
 }
