@@ -110,12 +110,17 @@ def test_fault_corrupt_block_is_recomputed(tmp, prompts, fp32_saved):
     with ucm.Store(str(store)) as s:
         ns = s.namespace(s.namespaces()[0]["id"])
         victim = ucm.hash_blocks(ns.hash_seed, ids, ns.block_size)[20].tobytes().hex()
-    rec = json.loads(subprocess.run([UCM_BIN, "inspect", str(bad), "--block", victim, "--json"], capture_output=True,
-                                    text=True, check=True).stdout)["block"]["kv"]
-    data = bad / "data" / f"{rec['file']:08d}.ucmd"
-    b = bytearray(data.read_bytes())
-    b[rec["offset"] + rec["length"] // 2] ^= 0xFF
-    data.write_bytes(bytes(b))
+    found = json.loads(subprocess.run([UCM_BIN, "inspect", str(bad), "--block", victim, "--json"],
+                                      capture_output=True, text=True, check=True).stdout)["block"]
+    # The connector saves into writer shards (store_v1.md §11): inspect names the shard holding the
+    # block (a list when two shards hold it: corrupt every copy).
+    for blk in (found if isinstance(found, list) else [found]):
+        rec = blk["kv"]
+        root = bad / "shards" / blk["shard"] if "shard" in blk else bad
+        data = root / "data" / f"{rec['file']:08d}.ucmd"
+        b = bytearray(data.read_bytes())
+        b[rec["offset"] + rec["length"] // 2] ^= 0xFF
+        data.write_bytes(bytes(b))
     insp = subprocess.run([UCM_BIN, "inspect", str(bad), "--verify", "--json"], capture_output=True, text=True)
     assert insp.returncode == 3, insp.stderr
     got, err = vllm(tmp, "fp32-fault", prompts, store=bad, dtype="float32")
