@@ -122,6 +122,10 @@ class UcmHiCacheStorage(_Base):
                 return self.store.namespace(match[0]["id"])
         if len(all_ns) == 1:
             return self.store.namespace(all_ns[0]["id"])
+        if not all_ns:
+            raise ValueError(f"ucm.sglang: {self.store.path} holds no namespace to serve: precompute the model "
+                             "into it first (`ucm precompute --sglang-page-size P`), whose namespace describes "
+                             "the KV this backend reads and writes")
         raise ValueError(f"ucm.sglang: {len(all_ns)} namespaces in {self.store.path}: name one with "
                          f'"namespace" in the extra config (`ucm inspect STORE` lists them)')
 
