@@ -44,8 +44,8 @@ def main():
     docs = json.loads(subprocess.run([a.ucm, "inspect", a.store, "--docs", "--json"], capture_output=True, text=True,
                                      check=True).stdout)["docs"]
     with ucm.Store(a.store) as s:
-        ns = s.namespace(s.namespaces()[0]["id"])
-        seqs = [s.tokens(ns, bytes.fromhex(d["last_block"])) for d in docs]
+        ns = s.namespace(docs[0]["namespace_id"])  # the documents' namespace (not a page namespace)
+        seqs = [s.tokens(ns, bytes.fromhex(d["last_block"])) for d in docs if d["namespace_id"] == docs[0]["namespace_id"]]
     keys, ids = [], []
     while len(keys) < a.keys:                     # real pages, cycled; each key with its 64 tokens
         for t in seqs:

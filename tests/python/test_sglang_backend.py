@@ -81,7 +81,8 @@ def store(ucm_bin, model_dir, tmp_path_factory):
     docs = json.loads(subprocess.run([ucm_bin, "inspect", str(s), "--docs", "--json"], capture_output=True, text=True,
                                      check=True).stdout)["docs"]
     with ucm.Store(str(s)) as st:
-        ns = st.namespace(st.namespaces()[0]["id"])
+        ns = st.namespace(next(d["id"] for d in st.namespaces()
+                                 if d.get("hash_scheme", "md5-chain-v1") == "md5-chain-v1"))
         ids = st.tokens(ns, bytes.fromhex(max(docs, key=lambda d: d["tokens"])["last_block"]))
     return str(s), ns, [int(t) for t in ids]
 

@@ -83,7 +83,8 @@ def corpus():
                                     check=True).stdout)
     docs = []
     with ucm.Store(STORE) as s:
-        ns = s.namespace(s.namespaces()[0]["id"])
+        ns = s.namespace(next(d["id"] for d in s.namespaces()
+                                 if d.get("hash_scheme", "md5-chain-v1") == "md5-chain-v1"))
         for d in out["docs"]:       # each registered document's chain, from the ids its blocks hold
             last = bytes.fromhex(d["last_block"])
             ids = s.tokens(ns, last)
