@@ -30,14 +30,7 @@ Status build_sglang_pages(Store* store, const NamespaceId& ns, uint32_t page_siz
   fmt::SglangPages t;
   t.page_size = page_size;
   t.block_size = d.block_size;
-  struct KeyHash {
-    size_t operator()(const SglangPageHash& h) const noexcept {
-      size_t v;
-      std::memcpy(&v, h.data(), sizeof v);
-      return v;
-    }
-  };
-  std::unordered_set<SglangPageHash, KeyHash> seen;
+  std::unordered_set<SglangPageHash, SglangPageHashHasher> seen;
   const auto docs = store->documents(ns);
   r.documents = docs.size();
   std::vector<uint32_t> tokens;
@@ -81,12 +74,6 @@ Status build_sglang_pages(Store* store, const NamespaceId& ns, uint32_t page_siz
   return Status::OK();
 }
 
-size_t SglangPageIndex::KeyHash::operator()(const SglangPageHash& k) const noexcept {
-  size_t v;
-  std::memcpy(&v, k.data(), sizeof v);  // a SHA-256 digest: its first bytes are uniform
-  return v;
-}
-
 Status SglangPageIndex::Open(Store* store, const NamespaceId& ns, uint32_t page_size,
                              std::unique_ptr<SglangPageIndex>* out) {
   std::unique_ptr<SglangPageIndex> x(new SglangPageIndex());
@@ -123,7 +110,7 @@ Status SglangPageIndex::load_locked() {
     return Status::Corruption("SGLang page table of " + d.display_name() + " says page " + std::to_string(t.page_size) +
                               " / block " + std::to_string(t.block_size) + ", the namespace's block size is " +
                               std::to_string(d.block_size));
-  std::unordered_map<SglangPageHash, uint32_t, KeyHash> idx(t.keys.size() * 2 + 1);
+  std::unordered_map<SglangPageHash, uint32_t, SglangPageHashHasher> idx(t.keys.size() * 2 + 1);
   for (size_t i = 0; i < t.keys.size(); ++i) idx.emplace(t.keys[i], uint32_t(i));
   index_ = std::move(idx);
   blocks_ = std::move(t.blocks);

@@ -310,16 +310,16 @@ void StoreWriter::poll_gc_requests() {
   std::error_code ec;
   fs::directory_iterator it(fmt::gc_requests_dir(s_.path), ec);
   if (ec) return;  // no requests directory: nothing asked
-  std::vector<std::pair<std::string, bool>> todo;  // nonce, claimed already
+  std::vector<std::pair<std::string, bool>> pending;  // nonce, claimed already
   for (const auto& e : it) {
     std::string nonce, suffix;
     if (!fmt::parse_gc_request_name(e.path().filename().string(), &nonce, &suffix)) continue;
     // A .work file is never in progress here (this thread applies requests to the end): it is
     // one a killed writer claimed. Its removals are idempotent, so it is applied again.
-    if (suffix == ".req" || suffix == ".work") todo.emplace_back(nonce, suffix == ".work");
+    if (suffix == ".req" || suffix == ".work") pending.emplace_back(nonce, suffix == ".work");
   }
-  std::sort(todo.begin(), todo.end());
-  for (const auto& [nonce, claimed] : todo) handle_gc_request(nonce, claimed);
+  std::sort(pending.begin(), pending.end());
+  for (const auto& [nonce, claimed] : pending) handle_gc_request(nonce, claimed);
 }
 
 }  // namespace ucm::detail

@@ -169,19 +169,19 @@ Status run_audit(const AuditOptions& o, AuditReport* r) {
     ++r->chains;
     r->tokens_recomputed += ids.size();
     // The chain's blocks not audited yet, loaded in one task.
-    std::vector<size_t> todo;
+    std::vector<size_t> wanted;
     for (size_t j = 0; j < nb; ++j)
-      if (done.insert(chain[j]).second) todo.push_back(j);
+      if (done.insert(chain[j]).second) wanted.push_back(j);
     std::vector<BlockHash> want;
-    for (size_t j : todo) want.push_back(chain[j]);
-    payload.resize(todo.size() * d.payload_bytes());
+    for (size_t j : wanted) want.push_back(chain[j]);
+    payload.resize(wanted.size() * d.payload_bytes());
     LoadDest dest;
     dest.kind = LoadDest::Kind::kContiguous;
-    for (size_t k2 = 0; k2 < todo.size(); ++k2) dest.ptrs.push_back(payload.data() + k2 * d.payload_bytes());
+    for (size_t k2 = 0; k2 < wanted.size(); ++k2) dest.ptrs.push_back(payload.data() + k2 * d.payload_bytes());
     auto task = store->load(ns, want.data(), want.size(), dest);
     (void)task->wait();  // per-block results below
-    for (size_t k2 = 0; k2 < todo.size(); ++k2) {
-      const size_t j = todo[k2];
+    for (size_t k2 = 0; k2 < wanted.size(); ++k2) {
+      const size_t j = wanted[k2];
       if (!task->block_status()[k2].ok()) {
         ++r->load_errors;
         continue;

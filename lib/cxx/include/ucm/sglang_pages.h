@@ -6,6 +6,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,6 +17,15 @@
 #include "ucm/store.h"
 
 namespace ucm {
+
+/// Hash of a page key for unordered containers: its first bytes (a SHA-256 digest's are uniform).
+struct SglangPageHashHasher {
+  size_t operator()(const SglangPageHash& k) const noexcept {
+    size_t v;
+    std::memcpy(&v, k.data(), sizeof v);
+    return v;
+  }
+};
 
 /// What build_sglang_pages did.
 struct SglangPagesBuildReport {
@@ -58,15 +68,12 @@ class SglangPageIndex {
   Status maybe_reload(std::chrono::milliseconds min_interval);
 
  private:
-  struct KeyHash {
-    size_t operator()(const SglangPageHash& k) const noexcept;
-  };
   Status load_locked();
   Store* store_ = nullptr;
   NamespaceId ns_{};
   uint32_t page_size_ = 0, k_ = 0;
   mutable std::mutex mu_;
-  std::unordered_map<SglangPageHash, uint32_t, KeyHash> index_;  // key -> page number
+  std::unordered_map<SglangPageHash, uint32_t, SglangPageHashHasher> index_;  // key -> page number
   std::vector<BlockHash> blocks_;                                // page number * k
   uint64_t checksum_ = 0;
   std::chrono::steady_clock::time_point loaded_{};

@@ -251,10 +251,7 @@ class UcmHiCacheStorage(_Base):
             if not n or self._geom is None:
                 return [False] * n
             layout, P = self._geom
-            idx = _indices(host_indices)
-            if idx.size != n * P:
-                raise ValueError(f"{idx.size} host indices for {n} pages of {P}")
-            return self._load_pages(keys, idx.reshape(n, P)[:, 0], layout, P, self.mem_pool_host.kv_buffer)
+            return self._load_pages(keys, _first_slots(host_indices, n, P), layout, P, self.mem_pool_host.kv_buffer)
         except Exception as e:
             self._miss("batch_get_v1", e)
             return [False] * n
@@ -310,14 +307,12 @@ class UcmHiCacheStorage(_Base):
             if not n or self._geom is None:
                 return [False] * n
             layout, P = self._geom
-            idx = _indices(host_indices)
-            if idx.size != n * P:
-                raise ValueError(f"{idx.size} host indices for {n} pages of {P}")
+            first = _first_slots(host_indices, n, P)
             prior = None
             pk = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
             if pk:
                 prior = pk[-1]
-            return self._save_pages(keys, idx.reshape(n, P)[:, 0], layout, P, self.mem_pool_host.kv_buffer, prior)
+            return self._save_pages(keys, first, layout, P, self.mem_pool_host.kv_buffer, prior)
         except Exception as e:
             self._miss("batch_set_v1", e)
             return [False] * n
@@ -383,5 +378,9 @@ class UcmHiCacheStorage(_Base):
         self.store.close()
 
 
-def _indices(host_indices: Any) -> np.ndarray:
-    return np.asarray(host_indices.cpu() if hasattr(host_indices, "cpu") else host_indices, dtype=np.int64).reshape(-1)
+def _first_slots(host_indices: Any, n: int, P: int) -> np.ndarray:
+    """The first host slot of each of n pages of P slots (SGLang hands every slot of every page)."""
+    idx = np.asarray(host_indices.cpu() if hasattr(host_indices, "cpu") else host_indices, dtype=np.int64).reshape(-1)
+    if idx.size != n * P:
+        raise ValueError(f"{idx.size} host indices for {n} pages of {P}")
+    return idx.reshape(n, P)[:, 0]
