@@ -1,6 +1,8 @@
-// pipelines/model/cpu_bf16.cc: see cpu_bf16.h. Every kernel is compiled for AVX-512F +
-// AVX512-BF16 through `#pragma GCC target` (the standard headers are included before it, so no
-// library template is instantiated with those instructions); callers check have_avx512_bf16().
+// pipelines/model/cpu_bf16.cc: see cpu_bf16.h. The dispatch to cpu::hw or cpu::portable
+// (cpu_bf16_portable.cc), then the cpu::hw kernels, each compiled for AVX-512F + AVX512-BF16
+// through `#pragma GCC target` (the standard headers are included before it, so no library
+// template is instantiated with those instructions; the dispatch is compiled before it, for any
+// x86-64 CPU).
 // The unit is compiled with -ffp-contract=off (pipelines/model/CMakeLists.txt): a product and a
 // sum stay two roundings, as in libtorch's element-wise ops, unless a kernel asks for an FMA.
 #include "cpu_bf16.h"
@@ -10,9 +12,50 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 namespace ucm::model::cpu {
+
+bool hardware_kernels() {
+  static const bool on = [] {
+    const char* off = std::getenv("UCM_CPU_NO_BF16");
+    return have_avx512_bf16() && !(off && std::strcmp(off, "1") == 0);
+  }();
+  return on;
+}
+
+Bf16Path kernel_path() {
+  const char* env = std::getenv("UCM_BF16_KERNELS");
+  return hardware_kernels() && !(env && std::strcmp(env, "portable") == 0) ? Bf16Path::kHardware : Bf16Path::kPortable;
+}
+
+namespace {
+bool hw_path(Bf16Path p) { return (p == Bf16Path::kAuto ? kernel_path() : p) == Bf16Path::kHardware; }
+}  // namespace
+
+void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
+                   int64_t r0, int64_t r1, Bf16Path path) {
+  (hw_path(path) ? hw::rms_norm_bf16 : portable::rms_norm_bf16)(x, ldx, w, H, eps, out, ldo, r0, r1);
+}
+
+void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int64_t r1, Bf16Path path) {
+  (hw_path(path) ? hw::silu_mul_bf16 : portable::silu_mul_bf16)(gu, I, out, r0, r1);
+}
+
+void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const float* sin, int64_t T, int64_t nh,
+              int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1, uint16_t* k16,
+              uint16_t* v16, Bf16Path path) {
+  (hw_path(path) ? hw::qkv_rope : portable::qkv_rope)(qkv, bias, cos, sin, T, nh, nkv, hd, q, k, v, r0, r1, k16, v16);
+}
+
+void add_bf16(float* x, const uint16_t* y, int64_t n, Bf16Path path) {
+  (hw_path(path) ? hw::add_bf16 : portable::add_bf16)(x, y, n);
+}
+
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch, Bf16Path path) {
+  (hw_path(path) ? hw::attention_bf16 : portable::attention_bf16)(a, u0, u1, scratch);
+}
 
 bool attention_supported(const AttnArgs& a) {
   return a.B > 0 && a.T > 0 && a.S > 0 && a.nkv > 0 && a.nh > 0 && a.nh % a.nkv == 0 && a.hd > 0 && a.hd % 32 == 0 &&
@@ -220,6 +263,8 @@ inline void pack16(uint16_t* p, const float* x, float scale) {
 
 }  // namespace
 
+namespace hw {
+
 void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
                    int64_t r0, int64_t r1) {
   const int64_t full = H / 16 * 16;
@@ -393,6 +438,8 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch) {
     }
   }
 }
+
+}  // namespace hw
 
 #pragma GCC diagnostic pop
 #pragma GCC pop_options

@@ -1,7 +1,10 @@
 // pipelines/model/cpu_bf16.h: the CPU kernels of the bf16 compute path's non-GEMM work (RMSNorm
-// into a GEMM's bf16 input, causal attention, SiLU gate, residual add), on raw pointers, written
-// with AVX-512F + AVX512-BF16 intrinsics (cpu_bf16.cc is the one unit compiled for them; nothing
-// here includes libtorch). The GEMMs stay libtorch's (oneDNN: AMX-BF16 or AVX512-BF16).
+// into a GEMM's bf16 input, causal attention, SiLU gate, residual add), on raw pointers, in two
+// implementations that give the same bits on the same inputs: AVX-512F + AVX512-BF16 intrinsics
+// (cpu::hw, cpu_bf16.cc, the one unit compiled for them) and plain C++ for any x86-64 CPU
+// (cpu::portable, cpu_bf16_portable.cc: each instruction of the first emulated, vdpbf16ps as the
+// Intel SDM defines it). Nothing here includes libtorch. The GEMMs stay libtorch's (oneDNN:
+// AMX-BF16 or AVX512-BF16, emulated on CPUs without them).
 //
 // Why: with libtorch 1.13 each of these is several element-wise passes with a bf16 <-> fp32
 // conversion on each side (its bf16 GEMMs return bf16); on SmolLM2-135M they took more of a bf16
@@ -10,10 +13,11 @@
 // except the attention scores: kept in fp32 (libtorch's bf16 matmul rounds them to bf16 before
 // the softmax), so the result is closer to the fp32 path's, not further.
 //
-// Call only when have_avx512_bf16() (the bf16 compute path is refused on CPUs with neither
-// AMX-BF16 nor AVX512-BF16; every CPU with AMX-BF16 has AVX512-BF16). Thread rules: every function
-// is reentrant; callers split rows or attention units across threads. Internal to ucm_model;
-// tested against libtorch in tests/model/test_compute_dtype.cc.
+// Each function below runs the implementation its Bf16Path picks (kAuto: kernel_path(), the
+// hardware one where the CPU has AVX512-BF16; every CPU with AMX-BF16 has it). Thread rules: every
+// function is reentrant; callers split rows or attention units across threads. Internal to
+// ucm_model; both implementations are tested against libtorch, and against each other bit for bit,
+// in tests/model/test_compute_dtype.cc.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,16 +27,33 @@ namespace ucm::model::cpu {
 /// True when this CPU has AVX-512F and AVX512-BF16 (/proc/cpuinfo flags avx512f, avx512_bf16).
 bool have_avx512_bf16();
 
+/// Which implementation a kernel call runs; both give the same bits.
+enum class Bf16Path {
+  kAuto,      ///< kernel_path()
+  kHardware,  ///< cpu::hw, AVX-512F + AVX512-BF16: only where have_avx512_bf16()
+  kPortable,  ///< cpu::portable, plain C++: any x86-64 CPU (about 10x slower attention)
+};
+
+/// True when the hardware kernels run here: have_avx512_bf16(), unless the environment sets
+/// UCM_CPU_NO_BF16=1 (read once; a test switch: the kernels, ops::fast_bf16() and so the model act
+/// as on a CPU without AVX512-BF16).
+bool hardware_kernels();
+
+/// kAuto's pick, at each call: kHardware when hardware_kernels() and the environment's
+/// UCM_BF16_KERNELS is not "portable", else kPortable.
+Bf16Path kernel_path();
+
 /// RMSNorm into bf16 (transformers LlamaRMSNorm, then the GEMM input's rounding): for rows
 /// [r0, r1): out[r, j] = bf16(w[j] * (x[r, j] * (1 / sqrt(mean_j x[r, j]^2 + eps)))).
 /// x: fp32 [rows, H], row stride ldx (elements); w: fp32 [H]; out: bf16 bits [rows, H], row stride ldo.
 void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
-                   int64_t r0, int64_t r1);
+                   int64_t r0, int64_t r1, Bf16Path path = Bf16Path::kAuto);
 
 /// The SwiGLU gate of the MLP into down_proj's bf16 input: for rows [r0, r1) and i < I,
 /// out[r, i] = bf16(silu(g) * u), g = gu[r, i], u = gu[r, I + i], silu(g) = g / (1 + exp(-g)).
 /// gu: bf16 bits [rows, 2 I] (gate_up's output, contiguous); out: bf16 bits [rows, I], contiguous.
-void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int64_t r1);
+void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int64_t r1,
+                   Bf16Path path = Bf16Path::kAuto);
 
 /// q, k, v of a decoder layer from its one q/k/v projection, RoPE applied (transformers
 /// rotate_half: lo = x1 c - x2 s, hi = x2 c + x1 s, each product rounded, as libtorch's ops do, so
@@ -46,10 +67,10 @@ void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int
 /// hd: a multiple of 32.
 void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const float* sin, int64_t T, int64_t nh,
               int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1,
-              uint16_t* k16 = nullptr, uint16_t* v16 = nullptr);
+              uint16_t* k16 = nullptr, uint16_t* v16 = nullptr, Bf16Path path = Bf16Path::kAuto);
 
 /// The residual add of o_proj and down_proj: x[i] += float(y[i]) for i < n. x fp32, y bf16 bits.
-void add_bf16(float* x, const uint16_t* y, int64_t n);
+void add_bf16(float* x, const uint16_t* y, int64_t n, Bf16Path path = Bf16Path::kAuto);
 
 /// Causal (optionally sliding-window) attention of B sequences, GQA, bf16 operands, fp32 scores,
 /// softmax and accumulation: query row (b, t, head) attends keys j of sequence b with
@@ -80,12 +101,34 @@ struct AttnArgs {
 bool attention_supported(const AttnArgs& a);
 
 /// Scratch bytes one thread needs for attention_bf16 of these shapes (packed K and V of one
-/// sequence and KV head, and score rows).
+/// sequence and KV head, and score rows; either implementation).
 size_t attention_scratch_bytes(const AttnArgs& a);
 
 /// Runs the attention units [u0, u1) of the B * nkv units (b = u / nkv, KV head u % nkv): every
 /// query row of that sequence and of the heads that share the KV head. scratch: at least
 /// attention_scratch_bytes(a) bytes, 64-byte aligned, owned by the calling thread.
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch, Bf16Path path = Bf16Path::kAuto);
+
+// The two implementations the functions above dispatch to, with their arguments.
+namespace hw {  // cpu_bf16.cc; call only where have_avx512_bf16()
+void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
+                   int64_t r0, int64_t r1);
+void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int64_t r1);
+void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const float* sin, int64_t T, int64_t nh,
+              int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1, uint16_t* k16,
+              uint16_t* v16);
+void add_bf16(float* x, const uint16_t* y, int64_t n);
 void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch);
+}  // namespace hw
+namespace portable {  // cpu_bf16_portable.cc
+void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
+                   int64_t r0, int64_t r1);
+void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int64_t r1);
+void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const float* sin, int64_t T, int64_t nh,
+              int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1, uint16_t* k16,
+              uint16_t* v16);
+void add_bf16(float* x, const uint16_t* y, int64_t n);
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch);
+}  // namespace portable
 
 }  // namespace ucm::model::cpu

@@ -1,6 +1,8 @@
 // pipelines/model/cpu_bf16_ops.cc: the libtorch glue of the bf16 path's CPU kernels (cpu_bf16.h):
 // checks shapes, dtypes and strides, allocates the outputs, splits rows and attention units over
-// libtorch's intra-op threads. Declared in llama_ops.h.
+// libtorch's intra-op threads. Each op runs the kernels cpu::kernel_path() picks at its call (the
+// hardware ones, or the portable ones: UCM_BF16_KERNELS=portable, or a CPU without AVX512-BF16).
+// Declared in llama_ops.h.
 #include <ATen/Parallel.h>
 
 #include <cstdlib>
@@ -25,7 +27,7 @@ int64_t grain(int64_t row_elems) { return std::max<int64_t>(1, 16384 / std::max<
 
 }  // namespace
 
-bool fast_bf16() { return cpu::have_avx512_bf16(); }
+bool fast_bf16() { return cpu::hardware_kernels(); }
 
 torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   need(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.stride(1) == 1 && x.device().is_cpu(), "rms_norm_bf16",
@@ -37,8 +39,9 @@ torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, doub
   const float* xp = x.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
   uint16_t* op = bits(out);
+  const auto path = cpu::kernel_path();
   at::parallel_for(0, R, grain(H), [&](int64_t r0, int64_t r1) {
-    cpu::rms_norm_bf16(xp, ldx, wp, H, float(eps), op, H, r0, r1);
+    cpu::rms_norm_bf16(xp, ldx, wp, H, float(eps), op, H, r0, r1, path);
   });
   return out;
 }
@@ -71,8 +74,9 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope(const torch::Te
   float* vp = kv16 ? nullptr : v.data_ptr<float>();
   uint16_t* k16 = kv16 ? bits(k) : nullptr;
   uint16_t* v16 = kv16 ? bits(v) : nullptr;
+  const auto path = cpu::kernel_path();
   at::parallel_for(0, B * T, grain(W), [&](int64_t r0, int64_t r1) {
-    cpu::qkv_rope(src, bp, cp, sp, T, nh, nkv, hd, qp, kp, vp, r0, r1, k16, v16);
+    cpu::qkv_rope(src, bp, cp, sp, T, nh, nkv, hd, qp, kp, vp, r0, r1, k16, v16, path);
   });
   return {q, k, v};
 }
@@ -85,7 +89,8 @@ torch::Tensor silu_mul_bf16(const torch::Tensor& gu) {
   auto out = torch::empty({R, I}, gu.options());
   const uint16_t* gp = bits(gu);
   uint16_t* op = bits(out);
-  at::parallel_for(0, R, grain(2 * I), [&](int64_t r0, int64_t r1) { cpu::silu_mul_bf16(gp, I, op, r0, r1); });
+  const auto path = cpu::kernel_path();
+  at::parallel_for(0, R, grain(2 * I), [&](int64_t r0, int64_t r1) { cpu::silu_mul_bf16(gp, I, op, r0, r1, path); });
   return out;
 }
 
@@ -95,7 +100,8 @@ void add_bf16_(torch::Tensor& x, const torch::Tensor& y) {
        "add_bf16_", "x must be fp32 and y bf16, of one shape, contiguous, on the CPU");
   float* xp = x.data_ptr<float>();
   const uint16_t* yp = bits(y);
-  at::parallel_for(0, x.numel(), 65536, [&](int64_t b, int64_t e) { cpu::add_bf16(xp + b, yp + b, e - b); });
+  const auto path = cpu::kernel_path();
+  at::parallel_for(0, x.numel(), 65536, [&](int64_t b, int64_t e) { cpu::add_bf16(xp + b, yp + b, e - b, path); });
 }
 
 torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -148,6 +154,7 @@ torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, con
   a.window = window;
   a.scale = float(scale);
   const size_t bytes = cpu::attention_scratch_bytes(a);
+  const auto path = cpu::kernel_path();
   at::parallel_for(0, a.B * a.nkv, 1, [&](int64_t u0, int64_t u1) {
     struct Free {
       void operator()(void* p) const { std::free(p); }
@@ -159,7 +166,7 @@ torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, con
       need(buf != nullptr, "attention_bf16", "out of memory for " + std::to_string(bytes) + " bytes of scratch");
       cap = bytes;
     }
-    cpu::attention_bf16(a, u0, u1, buf.get());
+    cpu::attention_bf16(a, u0, u1, buf.get(), path);
   });
   return out;
 }
