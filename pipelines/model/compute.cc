@@ -85,6 +85,14 @@ std::string blas_core_name() {
   return name ? name : "";
 }
 
+bool set_blas_threads(int n) {
+  using SetFn = void (*)(int);
+  auto fn = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (!fn) return false;
+  fn(std::max(1, n));
+  return true;
+}
+
 std::string blas_core_for(const std::string& core, const std::set<std::string>& f) {
   if (core.empty()) return "";
   // OpenBLAS's x86-64 cores whose kernels predate AVX2 (and its name for an unknown CPU).

@@ -61,6 +61,14 @@ int usable_cores();
 /// "SkylakeX", "Haswell", "Prescott"; "" when the process has no OpenBLAS.
 std::string blas_core_name();
 
+/// Sets the threads of the loaded OpenBLAS's GEMMs (openblas_set_num_threads: process-wide) to
+/// n >= 1. n = 1: each GEMM runs in its caller's thread, so prefill workers on their own threads
+/// each run their own GEMMs side by side (LlamaModel::set_prefill_workers), and no OpenBLAS thread
+/// spins in sched_yield while a worker does element-wise work (fp32 prefill, 2 cores, 2026-11-29:
+/// 24% of the CPU time in the kernel, mostly sched_yield, with OpenBLAS's two threads). Returns
+/// false when the process has no OpenBLAS.
+bool set_blas_threads(int n);
+
 /// OpenBLAS picks its GEMM kernels once, when it loads, from the CPU model, and falls back to
 /// its SSE3 "Prescott" kernels for a model it does not know: OpenBLAS 0.3.21 (Debian 12) does so
 /// on this project's "Intel(R) Xeon(R) Processor" VMs, which have AVX-512; its fp32 GEMMs then run

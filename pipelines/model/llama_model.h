@@ -209,12 +209,19 @@ class LlamaModel {
   /// Whether the batched prefill (forward()) runs the bf16 path's fused CPU kernels (cpu_bf16.h)
   /// instead of libtorch's element-wise ops and attention matmuls.
   bool fused_bf16() const { return fused_bf16_; }
-  /// Data-parallel batched prefill on the fused bf16 path: forward() splits a batch of B >= 2
-  /// sequences into min(n, B) groups and runs each on its own thread with one libtorch thread
-  /// (n >= 1; 1 = the calling thread alone). Sequences do not interact, so the results are the
-  /// one-thread results bit for bit. Why: on this project's 2-core machines oneDNN 2.6's bf16
-  /// GEMMs with two OpenMP threads ran 2x slower than with one, while two single-threaded
-  /// prefills side by side each kept one's speed (docs/benchmarks.md, "prefill").
+  /// "fp32_avx512" | "fp32_avx2" | "fp32_generic" when the fp32 path runs the fused CPU kernels
+  /// (cpu_fp32.h) in the batched prefill and the plain cached forward (extend() without hooks),
+  /// so precompute and the engine compute the same bits; "" otherwise (bf16, CUDA, a head_dim the
+  /// kernels do not take, UCM_FP32_KERNELS=0).
+  const std::string& fused_fp32() const { return fused_fp32_; }
+  /// Data-parallel batched prefill on the CPU: forward() splits a batch of B >= 2 sequences into
+  /// min(n, B) groups and runs each on its own thread with one libtorch thread (n >= 1; 1 = the
+  /// calling thread alone). Sequences do not interact, so the results are the one-thread results
+  /// bit for bit. Why: on this project's 2-core machines oneDNN 2.6's bf16 GEMMs with two OpenMP
+  /// threads ran 2x slower than with one, while two single-threaded prefills side by side each
+  /// kept one's speed (docs/benchmarks.md, "prefill"); at fp32 each worker's GEMMs run on
+  /// OpenBLAS in its own thread (set_blas_threads(1), model_load.cc), and a batch of fewer
+  /// sequences than workers runs on the calling thread with n libtorch and OpenBLAS threads.
   void set_prefill_workers(int n) { prefill_workers_ = std::max(1, n); }
   int prefill_workers() const { return prefill_workers_; }
 
@@ -267,6 +274,10 @@ class LlamaModel {
   /// keys [0, io.n_keys) in query chunks of bounded score blocks, o_proj and the MLP added to x.
   void layer_forward(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos, const Rope& rope,
                      const LayerIo& io) const;
+  /// layer_forward on the fp32 path's fused CPU kernels (llama_layer_f32.cc): the same layer, with
+  /// io's cache, kv_dtype, K/V outputs, lengths and kv_only (no hooks: mask, rows_after_kv, observe).
+  void layer_forward_f32(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos, const Rope& rope,
+                         const LayerIo& io) const;
 
   struct Layer {
     torch::Tensor ln1, ln2;    // [H]
@@ -301,6 +312,8 @@ class LlamaModel {
   /// The batched prefill of the bf16 path runs the fused CPU kernels (cpu_bf16.h): compute bf16 on
   /// a CPU with AVX512-BF16, head_dim a multiple of 32 (<= 256), UCM_BF16_KERNELS not "0".
   bool fused_bf16_ = false;
+  /// See fused_fp32(): compute fp32 on the CPU, head_dim a multiple of 32 (<= 256).
+  std::string fused_fp32_;
   int prefill_workers_ = 1;
   /// forward() of sequences [b0, b1) of a checked batch, on the calling thread.
   Output forward_rows(const torch::Tensor& tokens, const torch::Tensor& lengths, bool want_logits,

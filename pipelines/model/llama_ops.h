@@ -85,4 +85,29 @@ torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, con
                              const torch::Tensor& qpos, int64_t window, double scale,
                              const torch::Tensor& q_len = {});
 
+// The fp32 path's fused CPU ops (cpu_fp32.h kernels of the ISA cpu::f32::best_isa() picks;
+// cpu_fp32_ops.cc). Each throws ModelError on a tensor it does not take.
+/// "fp32_avx512" | "fp32_avx2" | "fp32_generic": the kernels these ops run; "" when
+/// UCM_FP32_KERNELS=0 turns them off (the model then runs libtorch's ops).
+std::string fp32_kernels();
+/// w * rms-normalised x: x fp32 [R, H] (rows contiguous), w fp32 [H] -> fp32 [R, H].
+torch::Tensor rms_norm_f32(const torch::Tensor& x, const torch::Tensor& w, double eps);
+/// q, k, v of a layer from its projection qkv fp32 [B * T, (nh + 2 nkv) hd] (bias added),
+/// RoPE applied with cos/sin [T, hd/2]: q fp32 [B, T, nh, hd], k and v [B, T, nkv, hd] in kv_dtype
+/// (fp32, or bf16: a bf16 KV cache's values, rounded as .to(kBFloat16)), contiguous; equal to
+/// apply_rope() on qkv's views bit for bit.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope_f32(const torch::Tensor& qkv, const torch::Tensor& cos,
+                                                                     const torch::Tensor& sin, int64_t B, int64_t T,
+                                                                     int64_t nh, int64_t nkv, int64_t hd,
+                                                                     torch::ScalarType kv_dtype = torch::kFloat);
+/// silu(gate) * up: gu fp32 [R, 2I] (gate columns, then up), contiguous -> fp32 [R, I].
+torch::Tensor silu_mul_f32(const torch::Tensor& gu);
+/// Causal attention with GQA in fp32 (cpu::f32::AttnArgs): q fp32 [B, T, nh, hd], k, v both fp32
+/// or both bf16 [B, S, nkv, hd] (heads hd apart, dims contiguous), qpos int64 [T] (keys at
+/// 0..S-1), window 0 or the sliding window, q_len (optional) int64 [B]: rows t >= q_len[b] are
+/// right padding, given 0 -> fp32 [B, T, nh, hd] (o_proj's input).
+torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& qpos, int64_t window, double scale,
+                            const torch::Tensor& q_len = {});
+
 }  // namespace ucm::model::ops

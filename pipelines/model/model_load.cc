@@ -9,6 +9,11 @@
 
 namespace ucm::model {
 
+std::string kernels_of(const LlamaModel& m) {
+  if (m.fused_bf16()) return "avx512_bf16";
+  return m.fused_fp32().empty() ? "libtorch" : m.fused_fp32();
+}
+
 Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, ComputeInfo* info) {
   if (o.model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR");
   torch::Device dev = torch::kCPU;
@@ -39,11 +44,14 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
                                    " (a Hugging Face Llama-family directory is required; for the default model run "
                                    "scripts/fetch_model.py)");
   }
-  if (o.threads >= 0 && o.batched_prefill && (*out)->fused_bf16()) {
-    // The fused bf16 prefill runs data parallel: --threads workers (0: every core), each with one
-    // libtorch thread (LlamaModel::set_prefill_workers says why).
+  const bool fp32_cpu = dev.is_cpu() && cc.dtype == torch::kFloat;
+  if (o.threads >= 0 && o.batched_prefill && ((*out)->fused_bf16() || fp32_cpu)) {
+    // The CPU prefill runs data parallel: --threads workers (0: every core), each with one
+    // libtorch thread (LlamaModel::set_prefill_workers says why); at fp32 each worker's GEMMs run
+    // on OpenBLAS in the worker's own thread (set_blas_threads(1)).
     threads = o.threads > 0 ? o.threads : usable_cores();
     at::set_num_threads(1);
+    if (fp32_cpu) set_blas_threads(1);
     (*out)->set_prefill_workers(threads);
   }
   const std::string blas_core = blas_core_of(dev, cc.dtype);
@@ -51,7 +59,7 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
     const std::string warn = blas_core_warning();
     if (!warn.empty()) spdlog::warn("{}", warn);
   }
-  if (info) *info = {cc.name, cc.path, threads, (*out)->fused_bf16() ? "avx512_bf16" : "libtorch", blas_core};
+  if (info) *info = {cc.name, cc.path, threads, kernels_of(**out), blas_core};
   return Status::OK();
 }
 

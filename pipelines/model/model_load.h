@@ -30,9 +30,14 @@ struct ComputeInfo {
   std::string dtype;  ///< "bf16" | "fp32"
   std::string path;   ///< "amx_bf16" | "avx512_bf16" | "cuda" | "fp32"
   int threads = 0;    ///< libtorch intra-op threads in effect (the fused bf16 path: prefill workers)
-  std::string kernels = "libtorch";  ///< "avx512_bf16": LlamaModel::fused_bf16(); else "libtorch"
+  std::string kernels = "libtorch";  ///< kernels_of(the model)
   std::string blas_core;  ///< fp32 on the CPU: the OpenBLAS core running the GEMMs (blas_core_name()); else ""
 };
+
+/// The kernels a model's CPU prefill runs besides its GEMMs: "avx512_bf16" (the fused bf16
+/// kernels, cpu_bf16.h), "fp32_avx512" | "fp32_avx2" | "fp32_generic" (the fused fp32 kernels,
+/// cpu_fp32.h), or "libtorch" (libtorch's ops).
+std::string kernels_of(const LlamaModel& m);
 
 /// Loads o.model_dir on o.device with the resolved compute dtype. Errors: InvalidArgument (no
 /// directory, bad --device or --compute-dtype, a directory that is not a supported Llama-family

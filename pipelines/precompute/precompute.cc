@@ -27,7 +27,7 @@ Status load_model(const PrecomputeOptions& o, const Resources& res,
     *m = res.model;
     const bool bf16 = res.model->compute_dtype() == torch::kBFloat16;
     *compute = {bf16 ? "bf16" : "fp32", bf16 ? "given" : "fp32", at::get_num_threads(),
-                res.model->fused_bf16() ? "avx512_bf16" : "libtorch",
+                model::kernels_of(*res.model),
                 model::blas_core_of(res.model->device(), res.model->compute_dtype())};
     return Status::OK();
   }

@@ -16,13 +16,15 @@ std::string fmt_fixed(double v, int digits) {
 }
 
 // "2 prefill workers (avx512_bf16 kernels, one libtorch thread each)" | "1 libtorch thread, OpenBLAS
-// Cooperlake GEMMs".
+// Cooperlake GEMMs" | "2 prefill workers (fp32_avx512 kernels, one libtorch thread each, OpenBLAS
+// SkylakeX GEMMs in the worker's thread)".
 std::string threads_text(int threads, const std::string& kernels, const std::string& blas_core) {
   const char* s = threads == 1 ? "" : "s";
+  const std::string blas = blas_core.empty() ? std::string() : "OpenBLAS " + blas_core + " GEMMs";
   if (kernels == "libtorch")
-    return std::to_string(threads) + " libtorch thread" + s +
-           (blas_core.empty() ? std::string() : ", OpenBLAS " + blas_core + " GEMMs");
-  return std::to_string(threads) + " prefill worker" + s + " (" + kernels + " kernels, one libtorch thread each)";
+    return std::to_string(threads) + " libtorch thread" + s + (blas.empty() ? std::string() : ", " + blas);
+  return std::to_string(threads) + " prefill worker" + s + " (" + kernels + " kernels, one libtorch thread each" +
+         (blas.empty() ? std::string() : ", " + blas + " in the worker's thread") + ")";
 }
 
 }  // namespace

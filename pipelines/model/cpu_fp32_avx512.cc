@@ -1,0 +1,30 @@
+// pipelines/model/cpu_fp32_avx512.cc: cpu_fp32_kernels.inc compiled for AVX-512F (+DQ, BW, VL) and FMA: one register a vector.
+// The standard headers come before the target pragma (no library code built for this ISA).
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu_fp32.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,fma")
+// GCC 12 warns inside its intrinsics headers about the undefined operands it passes itself (bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace ucm::model::cpu::f32::avx512 {
+
+#define UCM_F32_FMA(a, b, c) (vf)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c))
+#define UCM_F32_KB 4
+#define UCM_F32_ACC 16
+#include "cpu_fp32_kernels.inc"
+#undef UCM_F32_FMA
+#undef UCM_F32_KB
+#undef UCM_F32_ACC
+
+}  // namespace ucm::model::cpu::f32::avx512
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options

@@ -1,0 +1,20 @@
+// pipelines/model/cpu_fp32_generic.cc: cpu_fp32_kernels.inc compiled for the x86-64 baseline (SSE2; no FMA, so a * b + c rounds twice): the portable path.
+// The standard headers come before the target pragma (no library code built for this ISA).
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu_fp32.h"
+
+namespace ucm::model::cpu::f32::generic {
+
+#define UCM_F32_FMA(a, b, c) ((a) * (b) + (c))
+#define UCM_F32_KB 1
+#define UCM_F32_ACC 3
+#include "cpu_fp32_kernels.inc"
+#undef UCM_F32_FMA
+#undef UCM_F32_KB
+#undef UCM_F32_ACC
+
+}  // namespace ucm::model::cpu::f32::generic

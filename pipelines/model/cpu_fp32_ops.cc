@@ -1,0 +1,169 @@
+// pipelines/model/cpu_fp32_ops.cc: the libtorch glue of the fp32 CPU kernels (cpu_fp32.h): checks
+// shapes, dtypes and strides, allocates the outputs, splits rows and attention units over
+// libtorch's intra-op threads. Declared in llama_ops.h.
+#include <ATen/Parallel.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "cpu_fp32.h"
+#include "llama_model.h"
+#include "llama_ops.h"
+
+namespace ucm::model::ops {
+namespace {
+
+namespace f32 = cpu::f32;
+
+void need(bool ok, const char* fn, const std::string& what) {
+  if (!ok) throw ModelError(std::string("ops::") + fn + ": " + what);
+}
+
+uint16_t* bits(const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+// Rows per task: about 64 KiB of fp32 input each.
+int64_t grain(int64_t row_elems) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elems)); }
+
+const f32::Kernels& kern() { return f32::kernels(f32::best_isa()); }
+
+}  // namespace
+
+std::string fp32_kernels() {
+  bool on = false;
+  const f32::Isa isa = f32::best_isa(&on);
+  return on ? std::string("fp32_") + f32::isa_name(isa) : std::string();
+}
+
+torch::Tensor rms_norm_f32(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  need(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.stride(1) == 1 && x.device().is_cpu(), "rms_norm_f32",
+       "x must be fp32 [rows, H] on the CPU with contiguous rows");
+  need(w.dim() == 1 && w.size(0) == x.size(1) && w.scalar_type() == torch::kFloat && w.is_contiguous(), "rms_norm_f32",
+       "w must be fp32 [H], contiguous");
+  const int64_t R = x.size(0), H = x.size(1), ldx = x.stride(0);
+  auto out = torch::empty({R, H}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const auto& k = kern();
+  at::parallel_for(0, R, grain(H), [&](int64_t r0, int64_t r1) { k.rms_norm(xp, ldx, wp, H, float(eps), op, H, r0, r1); });
+  return out;
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope_f32(const torch::Tensor& qkv, const torch::Tensor& cos,
+                                                                     const torch::Tensor& sin, int64_t B, int64_t T,
+                                                                     int64_t nh, int64_t nkv, int64_t hd,
+                                                                     torch::ScalarType kv_dtype) {
+  const int64_t W = (nh + 2 * nkv) * hd;
+  need(qkv.dim() == 2 && qkv.size(0) == B * T && qkv.size(1) == W && qkv.scalar_type() == torch::kFloat &&
+           qkv.is_contiguous() && qkv.device().is_cpu() && hd % 32 == 0,
+       "qkv_rope_f32", "qkv must be fp32 [B * T, (nh + 2 nkv) hd] on the CPU, contiguous, hd a multiple of 32");
+  auto table = [&](const torch::Tensor& t) {
+    return t.dim() == 2 && t.size(0) == T && t.size(1) == hd / 2 && t.scalar_type() == torch::kFloat && t.is_contiguous();
+  };
+  need(table(cos) && table(sin), "qkv_rope_f32", "cos and sin must be fp32 [T, hd / 2], contiguous");
+  need(kv_dtype == torch::kFloat || kv_dtype == torch::kBFloat16, "qkv_rope_f32", "kv_dtype must be fp32 or bf16");
+  const bool kv16 = kv_dtype == torch::kBFloat16;
+  const auto o = qkv.options();
+  auto q = torch::empty({B, T, nh, hd}, o);
+  auto k = torch::empty({B, T, nkv, hd}, o.dtype(kv_dtype)), v = torch::empty({B, T, nkv, hd}, o.dtype(kv_dtype));
+  const float* src = qkv.data_ptr<float>();
+  const float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+  float* qp = q.data_ptr<float>();
+  float* kp = kv16 ? nullptr : k.data_ptr<float>();
+  float* vp = kv16 ? nullptr : v.data_ptr<float>();
+  uint16_t* k16 = kv16 ? bits(k) : nullptr;
+  uint16_t* v16 = kv16 ? bits(v) : nullptr;
+  const auto& kk = kern();
+  at::parallel_for(0, B * T, grain(W), [&](int64_t r0, int64_t r1) {
+    kk.qkv_rope(src, cp, sp, T, nh, nkv, hd, qp, kp, vp, k16, v16, r0, r1);
+  });
+  return {q, k, v};
+}
+
+torch::Tensor silu_mul_f32(const torch::Tensor& gu) {
+  need(gu.dim() == 2 && gu.scalar_type() == torch::kFloat && gu.is_contiguous() && gu.size(1) % 2 == 0 &&
+           gu.device().is_cpu(),
+       "silu_mul_f32", "gu must be fp32 [rows, 2 I] on the CPU, contiguous");
+  const int64_t R = gu.size(0), I = gu.size(1) / 2;
+  auto out = torch::empty({R, I}, gu.options());
+  const float* gp = gu.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const auto& k = kern();
+  at::parallel_for(0, R, grain(2 * I), [&](int64_t r0, int64_t r1) { k.silu_mul(gp, I, op, r0, r1); });
+  return out;
+}
+
+torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& qpos, int64_t window, double scale, const torch::Tensor& q_len) {
+  auto rows_4d = [](const torch::Tensor& t, torch::ScalarType dt) {
+    return t.dim() == 4 && t.scalar_type() == dt && t.device().is_cpu() && t.stride(3) == 1 && t.stride(2) == t.size(3);
+  };
+  const bool kv16 = k.scalar_type() == torch::kBFloat16;
+  const auto kv_dt = kv16 ? torch::kBFloat16 : torch::kFloat;
+  need(rows_4d(q, torch::kFloat) && rows_4d(k, kv_dt) && rows_4d(v, kv_dt), "attention_f32",
+       "q must be fp32 and k, v both fp32 or both bf16, [B, *, heads, hd] on the CPU, heads hd apart, dims contiguous");
+  need(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(3) == k.size(3), "attention_f32",
+       "k and v must be [B, S, nkv, hd] with q's B and hd");
+  need(qpos.dim() == 1 && qpos.size(0) == q.size(1) && qpos.scalar_type() == torch::kLong, "attention_f32",
+       "qpos must be int64 [T]");
+  auto pos = qpos.cpu().contiguous();
+  torch::Tensor lens;
+  if (q_len.defined()) {
+    need(q_len.dim() == 1 && q_len.size(0) == q.size(0) && q_len.scalar_type() == torch::kLong, "attention_f32",
+         "q_len must be int64 [B]");
+    lens = q_len.cpu().contiguous();
+  }
+  f32::AttnArgs a;
+  a.B = q.size(0);
+  a.T = q.size(1);
+  a.nh = q.size(2);
+  a.hd = q.size(3);
+  a.S = k.size(1);
+  a.nkv = k.size(2);
+  need(f32::attention_supported(a), "attention_f32",
+       "unsupported shape (head_dim must be a multiple of 32, at most 256; heads a multiple of KV heads)");
+  auto out = torch::empty({a.B, a.T, a.nh, a.hd}, q.options());
+  a.q = q.data_ptr<float>();
+  if (kv16) {
+    a.k16 = bits(k);
+    a.v16 = bits(v);
+  } else {
+    a.k = k.data_ptr<float>();
+    a.v = v.data_ptr<float>();
+  }
+  a.q_sb = q.stride(0);
+  a.q_st = q.stride(1);
+  a.k_sb = k.stride(0);
+  a.k_st = k.stride(1);
+  a.v_sb = v.stride(0);
+  a.v_st = v.stride(1);
+  a.out = out.data_ptr<float>();
+  a.qpos = pos.data_ptr<int64_t>();
+  a.q_len = lens.defined() ? lens.data_ptr<int64_t>() : nullptr;
+  a.window = window;
+  a.scale = float(scale);
+  const size_t bytes = f32::attention_scratch_bytes(a);
+  const int64_t units = f32::attention_units(a);
+  const auto& kk = kern();
+  // Units are dealt round-robin (thread i takes units i, i + n, ...): a causal mask makes later
+  // row blocks dearer, and consecutive units alternate between threads.
+  const int64_t nt = std::min<int64_t>(at::get_num_threads(), units);
+  at::parallel_for(0, nt, 1, [&](int64_t i0, int64_t i1) {
+    struct Free {
+      void operator()(void* p) const { std::free(p); }
+    };
+    thread_local std::unique_ptr<void, Free> buf;
+    thread_local size_t cap = 0;
+    if (cap < bytes) {
+      buf.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+      need(buf != nullptr, "attention_f32", "out of memory for " + std::to_string(bytes) + " bytes of scratch");
+      cap = bytes;
+    }
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t u = i; u < units; u += nt) kk.attention(a, u, u + 1, buf.get());
+  });
+  return out;
+}
+
+}  // namespace ucm::model::ops

@@ -1,0 +1,263 @@
+// The fp32 path's fused CPU kernels (pipelines/model/cpu_fp32.h) of every ISA this CPU runs (the
+// portable x86-64 baseline on every CPU, AVX2 and AVX-512 where present) against libtorch doing
+// the same arithmetic (RMSNorm, SiLU gate, RoPE: transformers' formulas; attention: eager
+// attention in fp64), AVX2 against AVX-512 bit for bit, and the model's fused prefill: the same
+// K/V and logits with one worker or two, and its logits near the libtorch ops'.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "compute.h"
+#include "cpu_fp32.h"
+#include "llama_model.h"
+#include "llama_ops.h"
+
+namespace f32 = ucm::model::cpu::f32;
+
+namespace {
+
+std::vector<f32::Isa> isas() {
+  std::vector<f32::Isa> out = {f32::Isa::kGeneric};
+  if (f32::cpu_isa() >= f32::Isa::kAvx2) out.push_back(f32::Isa::kAvx2);
+  if (f32::cpu_isa() >= f32::Isa::kAvx512) out.push_back(f32::Isa::kAvx512);
+  return out;
+}
+
+uint16_t* bits(const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+torch::Tensor rms_norm(f32::Isa isa, const torch::Tensor& x, const torch::Tensor& w, float eps) {
+  auto out = torch::empty_like(x);
+  f32::kernels(isa).rms_norm(x.data_ptr<float>(), x.stride(0), w.data_ptr<float>(), x.size(1), eps,
+                             out.data_ptr<float>(), x.size(1), 0, x.size(0));
+  return out;
+}
+
+torch::Tensor silu_mul(f32::Isa isa, const torch::Tensor& gu) {
+  const int64_t I = gu.size(1) / 2;
+  auto out = torch::empty({gu.size(0), I});
+  f32::kernels(isa).silu_mul(gu.data_ptr<float>(), I, out.data_ptr<float>(), 0, gu.size(0));
+  return out;
+}
+
+// q, k, v of qkv [B * T, (nh + 2 nkv) hd]; k, v in kv (fp32 or bf16).
+std::vector<torch::Tensor> qkv_rope(f32::Isa isa, const torch::Tensor& qkv, const torch::Tensor& cos,
+                                    const torch::Tensor& sin, int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
+                                    torch::ScalarType kv) {
+  auto q = torch::empty({B, T, nh, hd});
+  auto k = torch::empty({B, T, nkv, hd}, kv), v = torch::empty({B, T, nkv, hd}, kv);
+  const bool b16 = kv == torch::kBFloat16;
+  f32::kernels(isa).qkv_rope(qkv.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(), T, nh, nkv, hd,
+                             q.data_ptr<float>(), b16 ? nullptr : k.data_ptr<float>(),
+                             b16 ? nullptr : v.data_ptr<float>(), b16 ? bits(k) : nullptr, b16 ? bits(v) : nullptr, 0,
+                             B * T);
+  return {q, k, v};
+}
+
+// The kernel of one ISA on q [B, T, nh, hd] and k, v [B, S, nkv, hd] (fp32 or bf16, any strides
+// with dims contiguous), every unit on this thread.
+torch::Tensor attention(f32::Isa isa, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& qpos, int64_t window, float scale, const torch::Tensor& q_len = {}) {
+  f32::AttnArgs a;
+  a.B = q.size(0);
+  a.T = q.size(1);
+  a.nh = q.size(2);
+  a.hd = q.size(3);
+  a.S = k.size(1);
+  a.nkv = k.size(2);
+  auto out = torch::full({a.B, a.T, a.nh, a.hd}, std::numeric_limits<float>::quiet_NaN());
+  a.q = q.data_ptr<float>();
+  if (k.scalar_type() == torch::kBFloat16) {
+    a.k16 = bits(k);
+    a.v16 = bits(v);
+  } else {
+    a.k = k.data_ptr<float>();
+    a.v = v.data_ptr<float>();
+  }
+  a.q_sb = q.stride(0);
+  a.q_st = q.stride(1);
+  a.k_sb = k.stride(0);
+  a.k_st = k.stride(1);
+  a.v_sb = v.stride(0);
+  a.v_st = v.stride(1);
+  a.out = out.data_ptr<float>();
+  a.qpos = qpos.data_ptr<int64_t>();
+  a.q_len = q_len.defined() ? q_len.data_ptr<int64_t>() : nullptr;
+  a.window = window;
+  a.scale = scale;
+  EXPECT_TRUE(f32::attention_supported(a));
+  std::vector<float> scratch((f32::attention_scratch_bytes(a) + 63) / 4 + 16);
+  void* p = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+  f32::kernels(isa).attention(a, 0, f32::attention_units(a), p);
+  return out;
+}
+
+// Eager attention in fp64 (transformers' formula): softmax(q k^T * scale + mask) v, GQA.
+torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  const torch::Tensor& qpos, int64_t window, double scale) {
+  const int64_t B = q.size(0), T = q.size(1), nh = q.size(2), hd = q.size(3), S = k.size(1), nkv = k.size(2);
+  auto qd = q.to(torch::kDouble).permute({0, 2, 1, 3});                                           // [B, nh, T, hd]
+  auto kd = k.to(torch::kDouble).repeat_interleave(nh / nkv, 2).permute({0, 2, 3, 1});            // [B, nh, hd, S]
+  auto vd = v.to(torch::kDouble).repeat_interleave(nh / nkv, 2).permute({0, 2, 1, 3});            // [B, nh, S, hd]
+  auto sc = torch::matmul(qd, kd) * scale;                                                       // [B, nh, T, S]
+  auto qi = qpos.view({T, 1}), kj = torch::arange(S, torch::kLong).view({1, S});
+  auto masked = kj > qi;
+  if (window > 0) masked = masked.logical_or(qi - kj >= window);
+  sc = sc.masked_fill(masked, -std::numeric_limits<double>::infinity());
+  return torch::matmul(sc.softmax(-1), vd).permute({0, 2, 1, 3}).to(torch::kFloat).view({B, T, nh, hd});
+}
+
+double max_abs(const torch::Tensor& t) { return t.abs().max().item<double>(); }
+
+TEST(Fp32Kernels, RmsNormAndSiluEqualLibtorch) {
+  torch::manual_seed(3);
+  for (auto isa : isas()) {
+    for (int64_t H : {576, 100, 16, 7}) {
+      auto x = torch::randn({37, H}) * 3, w = torch::randn({H});
+      auto want = ucm::model::ops::rms_norm(x, w, 1e-5);
+      auto got = rms_norm(isa, x, w, 1e-5f);
+      EXPECT_LT(max_abs(got - want), 4e-6 * max_abs(want)) << f32::isa_name(isa) << " rms_norm, H " << H;
+    }
+    for (int64_t I : {1536, 40, 9}) {
+      auto gu = torch::randn({21, 2 * I}) * 4;
+      gu[0][0] = -100.0f;  // exp(-g) clamped: silu -> -0
+      gu[1][1] = 100.0f;
+      auto want = torch::silu(gu.narrow(1, 0, I)) * gu.narrow(1, I, I);
+      auto got = silu_mul(isa, gu);
+      EXPECT_TRUE(torch::allclose(got, want, 1e-6, 1e-6)) << f32::isa_name(isa) << " silu_mul, I " << I << ": max |diff| "
+                                                          << max_abs(got - want);
+    }
+  }
+}
+
+TEST(Fp32Kernels, QkvRopeEqualsLibtorchBitForBit) {
+  torch::manual_seed(5);
+  const int64_t B = 2, T = 19, nh = 3, nkv = 1;
+  for (int64_t hd : {32, 64, 128}) {
+    auto qkv = torch::randn({B * T, (nh + 2 * nkv) * hd});
+    auto freqs = torch::outer(torch::arange(T).to(torch::kFloat), torch::rand({hd / 2}));
+    auto cos = freqs.cos(), sin = freqs.sin();
+    auto y = qkv.view({B, T, nh + 2 * nkv, hd});
+    auto want_q = ucm::model::ops::apply_rope(y.narrow(2, 0, nh), cos, sin);
+    auto want_k = ucm::model::ops::apply_rope(y.narrow(2, nh, nkv), cos, sin);
+    auto want_v = y.narrow(2, nh + nkv, nkv).contiguous();
+    for (auto isa : isas()) {
+      auto got = qkv_rope(isa, qkv, cos, sin, B, T, nh, nkv, hd, torch::kFloat);
+      EXPECT_TRUE(torch::equal(got[0], want_q)) << f32::isa_name(isa) << " q, hd " << hd;
+      EXPECT_TRUE(torch::equal(got[1], want_k)) << f32::isa_name(isa) << " k, hd " << hd;
+      EXPECT_TRUE(torch::equal(got[2], want_v)) << f32::isa_name(isa) << " v, hd " << hd;
+      auto g16 = qkv_rope(isa, qkv, cos, sin, B, T, nh, nkv, hd, torch::kBFloat16);
+      EXPECT_TRUE(torch::equal(g16[0], want_q)) << f32::isa_name(isa) << " q (bf16 K/V), hd " << hd;
+      EXPECT_TRUE(torch::equal(g16[1], want_k.to(torch::kBFloat16))) << f32::isa_name(isa) << " bf16 k, hd " << hd;
+      EXPECT_TRUE(torch::equal(g16[2], want_v.to(torch::kBFloat16))) << f32::isa_name(isa) << " bf16 v, hd " << hd;
+    }
+  }
+}
+
+TEST(Fp32Kernels, AttentionEqualsEagerAttention) {
+  torch::manual_seed(11);
+  struct Case {
+    int64_t B, T, S, nh, nkv, hd, window;
+    const char* what;
+  };
+  const Case cases[] = {
+      {2, 75, 75, 9, 3, 64, 0, "SmolLM2 heads, T not a multiple of 16"},
+      {1, 150, 150, 9, 3, 64, 0, "three row units"},
+      {1, 40, 40, 4, 4, 128, 0, "hd 128, no GQA"},
+      {2, 90, 90, 8, 2, 64, 17, "sliding window 17"},
+      {1, 9, 130, 6, 2, 96, 0, "queries after 121 cached keys (positions 121..129), hd 96"},
+      {1, 1, 77, 9, 3, 64, 0, "one decode row after 76 keys"},
+      {1, 33, 33, 16, 2, 32, 0, "8 query heads per KV head"},
+      {1, 20, 20, 2, 1, 256, 5, "hd 256, window 5"},
+  };
+  for (const auto& c : cases) {
+    auto q = torch::randn({c.B, c.T, c.nh, c.hd}) * 2;
+    auto k = torch::randn({c.B, c.S, c.nkv, c.hd}) * 2;
+    auto v = torch::randn({c.B, c.S, c.nkv, c.hd});
+    auto qpos = torch::arange(c.S - c.T, c.S, torch::kLong);
+    const float scale = float(1.0 / std::sqrt(double(c.hd)));
+    auto want = reference_attention(q, k, v, qpos, c.window, scale);
+    for (auto isa : isas()) {
+      auto got = attention(isa, q, k, v, qpos, c.window, scale);
+      const double err = max_abs(got - want);
+      EXPECT_LT(err, 2e-5 * max_abs(want)) << f32::isa_name(isa) << ": " << c.what;
+    }
+  }
+  // Right padding: rows t >= q_len[b] are 0; the others are as without it. Strided K/V (views of
+  // one projection) and K/V as a bf16 KV cache holds them give the result of the same values.
+  auto qkv = torch::randn({2, 70, 6 + 2 + 2, 64});
+  auto qv = qkv.narrow(2, 0, 6), kv = qkv.narrow(2, 6, 2), vv = qkv.narrow(2, 8, 2);
+  auto pos = torch::arange(70, torch::kLong);
+  for (auto isa : isas()) {
+    auto full = attention(isa, qv, kv.contiguous(), vv.contiguous(), pos, 0, 0.125f);
+    auto strided = attention(isa, qv, kv, vv, pos, 0, 0.125f);
+    EXPECT_TRUE(torch::equal(strided, full)) << f32::isa_name(isa) << " strided k, v";
+    auto cut = attention(isa, qv, kv, vv, pos, 0, 0.125f, torch::tensor({70, 20}, torch::kLong));
+    EXPECT_TRUE(torch::equal(cut[0], full[0])) << f32::isa_name(isa);
+    EXPECT_TRUE(torch::equal(cut[1].narrow(0, 0, 20), full[1].narrow(0, 0, 20))) << f32::isa_name(isa);
+    EXPECT_EQ(max_abs(cut[1].narrow(0, 20, 50)), 0.0) << f32::isa_name(isa) << " padding rows";
+    auto kb = kv.to(torch::kBFloat16), vb = vv.to(torch::kBFloat16);
+    auto from16 = attention(isa, qv, kb, vb, pos, 0, 0.125f);
+    auto widened = attention(isa, qv, kb.to(torch::kFloat), vb.to(torch::kFloat), pos, 0, 0.125f);
+    EXPECT_TRUE(torch::equal(from16, widened)) << f32::isa_name(isa) << " bf16 k, v";
+  }
+}
+
+// The AVX2 and AVX-512 units run the same operations in the same order (cpu_fp32_kernels.inc):
+// the same bits on every kernel.
+TEST(Fp32Kernels, Avx2AndAvx512GiveTheSameBits) {
+  if (f32::cpu_isa() < f32::Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU (the portable path is tested above)";
+  torch::manual_seed(17);
+  const auto a2 = f32::Isa::kAvx2, a5 = f32::Isa::kAvx512;
+  auto x = torch::randn({33, 576}), w = torch::randn({576});
+  EXPECT_TRUE(torch::equal(rms_norm(a2, x, w, 1e-5f), rms_norm(a5, x, w, 1e-5f)));
+  auto gu = torch::randn({17, 2 * 1536}) * 5;
+  EXPECT_TRUE(torch::equal(silu_mul(a2, gu), silu_mul(a5, gu)));
+  for (int64_t hd : {64, 128}) {
+    auto q = torch::randn({2, 130, 9, hd}), k = torch::randn({2, 130, 3, hd}), v = torch::randn({2, 130, 3, hd});
+    auto pos = torch::arange(130, torch::kLong);
+    EXPECT_TRUE(torch::equal(attention(a2, q, k, v, pos, 0, 0.125f), attention(a5, q, k, v, pos, 0, 0.125f))) << hd;
+    EXPECT_TRUE(torch::equal(attention(a2, q, k, v, pos, 33, 0.125f), attention(a5, q, k, v, pos, 33, 0.125f))) << hd;
+  }
+}
+
+std::string model_dir() {
+  if (const char* e = std::getenv("UCM_MODEL_DIR"); e && *e) return e;
+  return std::string(UCM_REPO_DIR) + "/models/SmolLM2-135M-Instruct";
+}
+
+// The fused fp32 prefill of the default model: two workers give one worker's K/V and logits bit
+// for bit (a batch of sequences of unequal lengths), and a batch of one sequence with two workers
+// (this thread, two libtorch and OpenBLAS threads) gives them too.
+TEST(Fp32Kernels, PrefillWorkersGiveTheOneThreadResultBitForBit) {
+  auto m = ucm::model::LlamaModel::load(model_dir(), torch::kCPU, torch::kFloat);
+  ASSERT_FALSE(m->fused_fp32().empty()) << "the fp32 model runs libtorch's ops (UCM_FP32_KERNELS=0?)";
+  torch::manual_seed(23);
+  auto tokens = torch::randint(0, 49152, {3, 96}, torch::kLong);
+  auto lengths = torch::tensor({96, 61, 17}, torch::kLong);
+  ucm::model::set_blas_threads(1);
+  at::set_num_threads(1);
+  m->set_prefill_workers(1);
+  auto one = m->forward(tokens, lengths, true, torch::kBFloat16);
+  m->set_prefill_workers(2);
+  auto par = m->forward(tokens, lengths, true, torch::kBFloat16);
+  auto alone = m->forward(tokens.narrow(0, 0, 1), lengths.narrow(0, 0, 1), true, torch::kBFloat16);
+  for (size_t l = 0; l < one.k.size(); ++l) {
+    EXPECT_TRUE(torch::equal(par.k[l], one.k[l])) << "layer " << l;
+    EXPECT_TRUE(torch::equal(par.v[l], one.v[l])) << "layer " << l;
+    EXPECT_TRUE(torch::equal(alone.k[l][0], one.k[l][0])) << "one sequence, two threads, layer " << l;
+  }
+  EXPECT_TRUE(torch::equal(par.logits, one.logits));
+  // Real rows of a padded sequence are those of the sequence alone.
+  auto short_one = m->forward(tokens.narrow(0, 2, 1).narrow(1, 0, 17), torch::tensor({17}, torch::kLong), true,
+                              torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(short_one.k[5][0], one.k[5][2].narrow(0, 0, 17)));
+  m->set_prefill_workers(1);
+}
+
+}  // namespace
