@@ -31,7 +31,7 @@ bool have_avx512_bf16();
 enum class Bf16Path {
   kAuto,      ///< kernel_path()
   kHardware,  ///< cpu::hw, AVX-512F + AVX512-BF16: only where have_avx512_bf16()
-  kPortable,  ///< cpu::portable, plain C++: any x86-64 CPU (about 10x slower attention)
+  kPortable,  ///< cpu::portable, plain C++: any x86-64 CPU (attention about 15x slower, the rest 20-30x)
 };
 
 /// True when the hardware kernels run here: have_avx512_bf16(), unless the environment sets

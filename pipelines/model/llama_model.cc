@@ -345,9 +345,11 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, torch::Devi
     m->lm_head_ = m->lm_head_.to(compute);
   }
   {
-    const char* env = std::getenv("UCM_BF16_KERNELS");  // "0": libtorch's ops (a diagnostic switch)
-    m->fused_bf16_ = compute == torch::kBFloat16 && dev.is_cpu() && ops::fast_bf16() && hd % 32 == 0 && hd <= 256 &&
-                     !(env && std::string(env) == "0");
+    // UCM_BF16_KERNELS "0": libtorch's ops (a diagnostic switch); "portable": the fused kernels'
+    // portable code, on any CPU (cpu_bf16.h; the ops read it at each call).
+    const std::string env = std::getenv("UCM_BF16_KERNELS") ? std::getenv("UCM_BF16_KERNELS") : "";
+    m->fused_bf16_ = compute == torch::kBFloat16 && dev.is_cpu() && (ops::fast_bf16() || env == "portable") &&
+                     hd % 32 == 0 && hd <= 256 && env != "0";
   }
   if (compute == torch::kFloat && dev.is_cpu() && hd % 32 == 0 && hd <= 256)
     m->fused_fp32_ = ops::fp32_kernels();  // "" with UCM_FP32_KERNELS=0

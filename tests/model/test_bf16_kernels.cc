@@ -40,6 +40,8 @@ uint32_t bits_of(float f) {
 // normals (their products fall below FLT_MIN), and, when `extremes`, infinities and overflow.
 struct Gen {
   std::mt19937 rng;
+  bool tiny = true;  // false: no tiny normals, so every product of nonzero bf16s is a normal (the
+                     // portable attention's fp32 path; with them, its exact double path)
   explicit Gen(unsigned seed) : rng(seed) {}
   float normal(float scale) { return std::normal_distribution<float>(0.0f, scale)(rng); }
   float value(float scale, bool extremes = false) {
@@ -52,7 +54,7 @@ struct Gen {
       case 3: return as_float(u & 0xFFFF0000u);             // a bf16 value
       case 4: return as_float(sign | (rng() & 0x007FFFFFu));  // a denormal
       case 5: return as_float(sign);                          // +-0
-      case 6: return std::ldexp(x, -std::uniform_int_distribution<int>(60, 125)(rng));  // tiny
+      case 6: return tiny ? std::ldexp(x, -std::uniform_int_distribution<int>(60, 125)(rng)) : x;
       case 7: return extremes ? as_float(sign | 0x7F800000u) : x;                      // +-inf
       case 8: return extremes ? as_float(sign | 0x7F7FFFFFu) : x;                      // rounds to inf
       default: return x;
@@ -240,7 +242,10 @@ TEST(Bf16KernelsHwVsPortable, AttentionBitForBit) {
       {2, 45, 45, 6, 2, 64, 9, true, true, 1, 1, 1, "cancelling sums, bf16 K/V, window 9, padding", true},
       {1, 33, 33, 3, 1, 128, 0, false, false, 1, 1, 1, "cancelling sums, hd 128", true},
   };
-  for (const auto& c : cases) attention_case(c, g);
+  for (const bool tiny : {true, false}) {
+    g.tiny = tiny;
+    for (const auto& c : cases) attention_case(c, g);
+  }
 }
 
 TEST(Bf16KernelsPortable, VdpBf16PsTininessAfterRounding) {

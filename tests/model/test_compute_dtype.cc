@@ -7,9 +7,12 @@
 //     fp32 path's value at the layer's scale (max |value|), every layer within 8% of the layer's
 //     max |value| (bf16 GEMM rounding compounds through 30 layers; the figures are printed).
 // The bf16 path's fused CPU kernels (pipelines/model/cpu_bf16.h) are checked against libtorch doing
-// the same arithmetic on the same bf16-rounded operands (Bf16Kernels.*), and the model bar above
-// is checked with and without them (UCM_BF16_KERNELS=0: libtorch's ops).
-// Skips without a CPU that has AMX-BF16 or AVX512-BF16 (bf16 is then refused as slower than fp32).
+// the same arithmetic on the same bf16-rounded operands (Bf16Kernels.*: their portable
+// implementation on every CPU, the AVX512-BF16 one where the CPU has it; the two against each
+// other bit for bit: test_bf16_kernels.cc), and the model bar above is checked with and without
+// them (UCM_BF16_KERNELS=0: libtorch's ops, only on a CPU with AMX-BF16 or AVX512-BF16). On a CPU
+// without, the model tests run the portable kernels (UCM_BF16_KERNELS=portable) with oneDNN's
+// emulated bf16 GEMMs (`ucm precompute` refuses bf16 there as slower than fp32).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -20,6 +23,9 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "compute.h"
 #include "llama_model.h"
@@ -40,6 +46,28 @@ std::string model_dir() {
   if (const char* e = std::getenv("UCM_MODEL_DIR"); e && *e) return e;
   return std::string(UCM_REPO_DIR) + "/models/SmolLM2-135M-Instruct";
 }
+
+// UCM_BF16_KERNELS for a scope (LlamaModel::load reads it, and the fused ops at each call), its
+// earlier value restored after.
+class KernelsEnv {
+ public:
+  explicit KernelsEnv(const char* value) {
+    if (const char* e = std::getenv("UCM_BF16_KERNELS")) was_ = e;
+    ::setenv("UCM_BF16_KERNELS", value, 1);
+  }
+  ~KernelsEnv() {
+    if (was_) ::setenv("UCM_BF16_KERNELS", was_->c_str(), 1);
+    else ::unsetenv("UCM_BF16_KERNELS");
+  }
+  KernelsEnv(const KernelsEnv&) = delete;
+  KernelsEnv& operator=(const KernelsEnv&) = delete;
+
+ private:
+  std::optional<std::string> was_;
+};
+
+// The fused kernels this CPU runs: "1" (the AVX512-BF16 ones) where it has them, else "portable".
+const char* fused_kernels() { return ucm::model::ops::fast_bf16() ? "1" : "portable"; }
 
 // The issue-26 bar of a bf16 model against the fp32 one, on the 5 documents.
 // `max_rel`: the bound on every layer's K/V difference, as a share of the layer's max |value|.
@@ -108,27 +136,30 @@ void bar(const LlamaModel& m32, const LlamaModel& m16, const char* what, double 
 }
 
 TEST(ComputeDtype, Bf16MatchesFp32OnRealDocuments) {
-  if (ucm::model::cpu_bf16_isa().empty()) GTEST_SKIP() << "no AMX-BF16 / AVX512-BF16 on this CPU";
   const std::string dir = model_dir();
   ASSERT_TRUE(fs::exists(fs::path(dir) / "model.safetensors")) << dir << ": run scripts/fetch_model.py";
   ucm::model::set_compute_threads(0);
   auto m32 = LlamaModel::load(dir);
   for (const bool kernels : {true, false}) {
-    if (kernels && !ucm::model::ops::fast_bf16()) continue;
-    ::setenv("UCM_BF16_KERNELS", kernels ? "1" : "0", 1);
+    // The fused kernels on every CPU (the portable ones without AVX512-BF16); libtorch's ops only
+    // on a CPU with bf16 units.
+    if (!kernels && ucm::model::cpu_bf16_isa().empty()) continue;
+    KernelsEnv env(kernels ? fused_kernels() : "0");
     auto m16 = LlamaModel::load(dir, torch::kCPU, torch::kBFloat16);
-    ::unsetenv("UCM_BF16_KERNELS");
     EXPECT_EQ(m16->compute_dtype(), torch::kBFloat16);
     EXPECT_EQ(m16->fused_bf16(), kernels);
     // Measured (docs/model.md): fused 3.0-3.1% on Intel AMX and AMD Zen 5; libtorch's ops, which
     // also round attention's scores to bf16, 4.2% on AMX, 7.7-8.3% on Zen 5.
-    bar(*m32, *m16, kernels ? "fused kernels" : "libtorch ops", kernels ? 0.08 : 0.12);
+    const std::string what = !kernels ? "libtorch ops" : std::string("fused kernels (") +
+                             (ucm::model::ops::fast_bf16() ? "AVX512-BF16" : "portable") + ")";
+    bar(*m32, *m16, what.c_str(), kernels ? 0.08 : 0.12);
   }
 }
 
 TEST(ComputeDtype, PrefillWorkersGiveTheOneThreadResultBitForBit) {
   // LlamaModel::set_prefill_workers: a batch split over threads, each sequence computed as alone.
-  if (!ucm::model::ops::fast_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  // On a CPU without AVX512-BF16, with the portable kernels.
+  KernelsEnv env(fused_kernels());
   const std::string dir = model_dir();
   ASSERT_TRUE(fs::exists(fs::path(dir) / "model.safetensors")) << dir << ": run scripts/fetch_model.py";
   auto m = LlamaModel::load(dir, torch::kCPU, torch::kBFloat16);
@@ -152,9 +183,39 @@ TEST(ComputeDtype, PrefillWorkersGiveTheOneThreadResultBitForBit) {
   auto alone = m->forward(tokens.narrow(0, 3, 1).narrow(1, 0, 17), lengths.narrow(0, 3, 1).clone().fill_(17), true,
                           torch::kBFloat16);
   EXPECT_TRUE(torch::equal(alone.k[5][0], one.k[5][3].narrow(0, 0, 17)));
+  // Where the AVX512-BF16 kernels run, the portable ones give their bits through the whole model.
+  if (ucm::model::ops::fast_bf16()) {
+    KernelsEnv portable("portable");
+    auto port = m->forward(tokens, lengths, true, torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(port.logits, one.logits)) << "portable kernels";
+    for (size_t l = 0; l < one.k.size(); ++l) {
+      EXPECT_TRUE(torch::equal(port.k[l], one.k[l])) << "portable kernels, layer " << l;
+      EXPECT_TRUE(torch::equal(port.v[l], one.v[l])) << "portable kernels, layer " << l;
+    }
+  }
 }
 
 // ---- The fused kernels against libtorch on the same bf16-rounded operands -------------------
+// Each test runs once per implementation this CPU has (the parameter: UCM_BF16_KERNELS, "portable"
+// on every CPU, "1" for the AVX512-BF16 kernels where present), with the same inputs and bounds.
+
+class Bf16Kernels : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override { env_.emplace(GetParam()); }
+  void TearDown() override { env_.reset(); }
+  std::optional<KernelsEnv> env_;
+};
+
+std::vector<const char*> kernel_paths() {
+  std::vector<const char*> p = {"portable"};
+  if (ucm::model::ops::fast_bf16()) p.push_back("1");
+  return p;
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, Bf16Kernels, ::testing::ValuesIn(kernel_paths()),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           return std::string(i.param) == "1" ? "hardware" : "portable";
+                         });
 
 torch::Tensor round_bf16(const torch::Tensor& x) { return x.to(torch::kBFloat16).to(torch::kFloat); }
 
@@ -168,8 +229,7 @@ void expect_within_one_step(const torch::Tensor& got, const torch::Tensor& want,
                     << (g - w).abs().max().item<double>();
 }
 
-TEST(Bf16Kernels, RmsNormSiluAndAddEqualLibtorch) {
-  if (!ucm::model::ops::fast_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+TEST_P(Bf16Kernels, RmsNormSiluAndAddEqualLibtorch) {
   torch::manual_seed(7);
   for (int64_t H : {576, 200, 7}) {  // a multiple of 16, a tail, a row shorter than a vector
     auto x = torch::randn({37, H}) * 3;
@@ -195,10 +255,9 @@ TEST(Bf16Kernels, RmsNormSiluAndAddEqualLibtorch) {
                ucm::model::ModelError);
 }
 
-TEST(Bf16Kernels, QkvRopeEqualsLibtorchBitForBit) {
+TEST_P(Bf16Kernels, QkvRopeEqualsLibtorchBitForBit) {
   // The stored K of the fused path must be the libtorch path's: widening, bias add and RoPE with
   // each product and sum rounded on its own.
-  if (!ucm::model::ops::fast_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
   torch::manual_seed(5);
   for (int64_t hd : {64, 128}) {
     const int64_t B = 2, T = 21, nh = 6, nkv = 2, W = (nh + 2 * nkv) * hd;
@@ -261,8 +320,7 @@ torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k
   return torch::einsum("bhts,bshd->bthd", {p, vr});
 }
 
-TEST(Bf16Kernels, AttentionEqualsLibtorch) {
-  if (!ucm::model::ops::fast_bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+TEST_P(Bf16Kernels, AttentionEqualsLibtorch) {
   torch::manual_seed(11);
   struct Case {
     int64_t B, T, S, nh, nkv, hd, window;
