@@ -85,6 +85,12 @@ std::string blas_core_name() {
   return name ? name : "";
 }
 
+int blas_threads() {
+  using GetFn = int (*)();
+  auto fn = reinterpret_cast<GetFn>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return fn ? fn() : 0;
+}
+
 bool set_blas_threads(int n) {
   using SetFn = void (*)(int);
   auto fn = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));

@@ -69,6 +69,9 @@ std::string blas_core_name();
 /// false when the process has no OpenBLAS.
 bool set_blas_threads(int n);
 
+/// The loaded OpenBLAS's GEMM threads (openblas_get_num_threads); 0 when the process has none.
+int blas_threads();
+
 /// OpenBLAS picks its GEMM kernels once, when it loads, from the CPU model, and falls back to
 /// its SSE3 "Prescott" kernels for a model it does not know: OpenBLAS 0.3.21 (Debian 12) does so
 /// on this project's "Intel(R) Xeon(R) Processor" VMs, which have AVX-512; its fp32 GEMMs then run

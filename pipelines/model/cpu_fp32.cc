@@ -93,9 +93,9 @@ int64_t attention_units(const AttnArgs& a) { return a.B * a.nkv * ((a.T + kUnitR
 size_t attention_scratch_bytes(const AttnArgs& a) {
   auto align64 = [](size_t n) { return (n + 63) / 64 * 64; };
   const size_t sp = size_t((a.S + 15) / 16 * 16), hd = size_t(a.hd);
-  return 2 * align64(sp * hd * 4)  // packed K and V
-         + align64(4 * sp * 4)     // score rows (kRows of the kernels)
-         + align64(4 * hd * 4);    // scaled query rows
+  return 2 * align64(sp * hd * 4)              // packed K and V
+         + align64(size_t(kMaxPassRows) * sp * 4)  // score rows
+         + align64(size_t(kMaxPassRows) * hd * 4); // scaled query rows
 }
 
 const Kernels& kernels(Isa isa) {

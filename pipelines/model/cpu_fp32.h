@@ -65,6 +65,10 @@ struct AttnArgs {
 /// Query rows (tokens) of one attention unit.
 constexpr int64_t kUnitRows = 64;
 
+/// At most this many query rows (heads of consecutive tokens) per pass of an attention unit, on
+/// any ISA (UCM_F32_ROWS of the units: 12 on AVX-512, 6 on AVX2, 4 on the baseline).
+constexpr int64_t kMaxPassRows = 16;
+
 /// True when attention takes these shapes (hd a multiple of 16 and at most 256, nh a multiple of
 /// nkv, every count positive).
 bool attention_supported(const AttnArgs& a);

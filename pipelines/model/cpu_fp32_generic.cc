@@ -4,17 +4,22 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "cpu_fp32.h"
 
 namespace ucm::model::cpu::f32::generic {
 
 #define UCM_F32_FMA(a, b, c) ((a) * (b) + (c))
+#define UCM_F32_LANES 16
 #define UCM_F32_KB 1
 #define UCM_F32_ACC 3
+#define UCM_F32_ROWS 4
 #include "cpu_fp32_kernels.inc"
 #undef UCM_F32_FMA
+#undef UCM_F32_LANES
 #undef UCM_F32_KB
 #undef UCM_F32_ACC
+#undef UCM_F32_ROWS
 
 }  // namespace ucm::model::cpu::f32::generic

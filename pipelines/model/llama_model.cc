@@ -378,22 +378,8 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
     if (tc.min().item<int64_t>() < 0 || tc.max().item<int64_t>() >= c.vocab_size)
       bad("token ids (padding included) must be in [0, vocab_size=" + std::to_string(c.vocab_size) + ")");
   }
+  if (dev_.is_cpu() && (fused_bf16_ || !fused_fp32_.empty())) return forward_packed(tokens, lengths, want_logits, kv_dtype);
   const int64_t W = dev_.is_cpu() ? std::min<int64_t>(prefill_workers_, B) : 1;
-  if (W <= 1 && prefill_workers_ > 1 && !fused_fp32_.empty()) {
-    // Fewer sequences than workers at fp32 (a long document alone in its batch): this thread, with
-    // as many libtorch (the kernels' rows and attention units) and OpenBLAS threads as workers.
-    struct Threads {
-      explicit Threads(int n) {
-        at::set_num_threads(n);
-        set_blas_threads(n);
-      }
-      ~Threads() {
-        at::set_num_threads(1);
-        set_blas_threads(1);
-      }
-    } threads(prefill_workers_);
-    return forward_rows(tokens, lengths, want_logits, kv_dtype);
-  }
   if (W <= 1) return forward_rows(tokens, lengths, want_logits, kv_dtype);
   // Data parallel (set_prefill_workers): W groups of consecutive sequences, each on its own thread
   // with one libtorch thread; the outputs are concatenated back in batch order.

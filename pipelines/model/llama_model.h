@@ -220,8 +220,8 @@ class LlamaModel {
   /// bit for bit. Why: on this project's 2-core machines oneDNN 2.6's bf16 GEMMs with two OpenMP
   /// threads ran 2x slower than with one, while two single-threaded prefills side by side each
   /// kept one's speed (docs/benchmarks.md, "prefill"); at fp32 each worker's GEMMs run on
-  /// OpenBLAS in its own thread (set_blas_threads(1), model_load.cc), and a batch of fewer
-  /// sequences than workers runs on the calling thread with n libtorch and OpenBLAS threads.
+  /// OpenBLAS in its own thread (set_blas_threads(1), model_load.cc). With the fused kernels
+  /// (fused_bf16(), fused_fp32()) see forward_packed().
   void set_prefill_workers(int n) { prefill_workers_ = std::max(1, n); }
   int prefill_workers() const { return prefill_workers_; }
 
@@ -315,6 +315,12 @@ class LlamaModel {
   /// See fused_fp32(): compute fp32 on the CPU, head_dim a multiple of 32 (<= 256).
   std::string fused_fp32_;
   int prefill_workers_ = 1;
+  /// forward() of a checked batch on the fused CPU kernels (llama_prefill.cc): each sequence alone
+  /// at its own length (no padding rows in the GEMMs), the sequences dealt to the prefill workers
+  /// longest first, each to the least loaded; one sequence with n > 1 workers at fp32 runs on the
+  /// calling thread with n libtorch and OpenBLAS threads. Rows past a sequence's length are 0.
+  Output forward_packed(const torch::Tensor& tokens, const torch::Tensor& lengths, bool want_logits,
+                        torch::ScalarType kv_dtype) const;
   /// forward() of sequences [b0, b1) of a checked batch, on the calling thread.
   Output forward_rows(const torch::Tensor& tokens, const torch::Tensor& lengths, bool want_logits,
                       torch::ScalarType kv_dtype) const;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "compute.h"
 #include "internal.h"
 #include "llama_model.h"
 #include "ucm/tok/tokenizer.h"
@@ -23,6 +24,26 @@ double median(std::vector<double> v) {
   const size_t n = v.size();
   return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+// The best of 10 products [2048, k] x [k, n] at dtype on every core, GFLOP/s (BenchResult's
+// matmul_limit_gflops); the threads in effect are restored.
+double matmul_limit_gflops(int64_t k, int64_t n, torch::ScalarType dtype) {
+  c10::InferenceMode guard;
+  const int cores = model::usable_cores(), was = at::get_num_threads(), blas_was = model::blas_threads();
+  at::set_num_threads(cores);
+  model::set_blas_threads(cores);
+  auto a = torch::randn({2048, k}).to(dtype), b = torch::randn({n, k}).to(dtype);
+  auto c = torch::mm(a, b.t());  // warm-up
+  double best = 0;
+  for (int i = 0; i < 10; ++i) {
+    auto t0 = Clock::now();
+    torch::mm_out(c, a, b.t());
+    best = std::max(best, 2.0 * 2048 * double(k) * double(n) / 1e9 / secs_since(t0));
+  }
+  at::set_num_threads(was);
+  if (blas_was > 0) model::set_blas_threads(blas_was);
+  return best;
+}
+
 }  // namespace
 
 Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResult* out, int rounds) {
@@ -157,6 +178,15 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
   };
   std::vector<double> bare = {time_prefill()};
   for (auto& a : all) out->tokens += a.size();
+  const bool packed = m->device().is_cpu() && compute.kernels != "libtorch";  // LlamaModel::forward_packed
+  for (auto& b : batches) {
+    size_t T = 0, n = 0;
+    for (auto* w : b) {
+      T = std::max(T, w->size());
+      n += w->size();
+    }
+    out->gemm_tokens += uint64_t(packed ? n : b.size() * T);
+  }
   out->documents = all.size();
   out->batches = batches.size();
 
@@ -197,6 +227,18 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
   // The medians' ratio: on a shared machine one round's ratio moves by +-15% (2026-11-27: 0.80 to
   // 1.13 over 7 rounds of one run), and the median of each side is what outlasts it.
   out->ratio = out->prefill_tokens_per_second > 0 ? out->precompute_tokens_per_second / out->prefill_tokens_per_second : 0;
+  {
+    const double H = double(c.hidden_size), I = double(c.intermediate_size), hd = double(c.head_dim);
+    const double qkv = H * hd * double(c.num_attention_heads + 2 * c.num_key_value_heads);
+    const double layer = qkv + hd * double(c.num_attention_heads) * H + 3 * H * I;
+    const double weights = double(c.num_hidden_layers - 1) * layer + qkv;  // the last layer: K/V only
+    out->gemm_gflop = 2 * weights * double(out->gemm_tokens) / 1e9;
+    out->gemm_gflops = out->prefill_seconds > 0 ? out->gemm_gflop / out->prefill_seconds : 0;
+    if (m->device().is_cpu()) {
+      out->matmul_limit_gflops = matmul_limit_gflops(c.hidden_size, 2 * c.intermediate_size, m->compute_dtype());
+      out->limit_ratio = out->matmul_limit_gflops > 0 ? out->gemm_gflops / out->matmul_limit_gflops : 0;
+    }
+  }
   return Status::OK();
 }
 

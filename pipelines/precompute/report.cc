@@ -122,7 +122,12 @@ std::string BenchResult::to_json() const {
                       {"compute_path", compute_path},
                       {"threads", threads},
                       {"kernels", kernels},
-                      {"blas_core", blas_core}};
+                      {"blas_core", blas_core},
+                      {"gemm_tokens", gemm_tokens},
+                      {"gemm_gflop", gemm_gflop},
+                      {"gemm_gflops", gemm_gflops},
+                      {"matmul_limit_gflops", matmul_limit_gflops},
+                      {"limit_ratio", limit_ratio}};
   return j.dump();
 }
 
@@ -140,7 +145,15 @@ std::string BenchResult::to_text() const {
                 prefill_tokens_per_second, rounds + 1, prefill_seconds_before, prefill_seconds_after,
                 precompute_tokens_per_second, precompute_seconds, precompute_prefill_seconds, ratio, per_round.c_str(),
                 compute_dtype.c_str(), compute_path.c_str(), threads_text(threads, kernels, blas_core).c_str(), device.c_str());
-  return buf;
+  std::string text = buf;
+  if (matmul_limit_gflops > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "GEMMs: %.1f GFLOP/s over the bare prefill (%.1f GFLOP, %llu rows), %.2f of the matmul "
+                  "limit measured here (%.1f GFLOP/s)\n",
+                  gemm_gflops, gemm_gflop, (unsigned long long)gemm_tokens, limit_ratio, matmul_limit_gflops);
+    text += buf;
+  }
+  return text;
 }
 
 }  // namespace ucm::precompute

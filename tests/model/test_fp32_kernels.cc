@@ -208,21 +208,25 @@ TEST(Fp32Kernels, AttentionEqualsEagerAttention) {
   }
 }
 
-// The AVX2 and AVX-512 units run the same operations in the same order (cpu_fp32_kernels.inc):
-// the same bits on every kernel.
-TEST(Fp32Kernels, Avx2AndAvx512GiveTheSameBits) {
+// The AVX2 unit (8 lanes) and the AVX-512 unit (16) run every dot product in the same order: their
+// scores and weighted values agree but for the lane sums of RMSNorm and softmax (fp32 rounding);
+// the element-wise kernels (SiLU, RoPE) give the same bits.
+TEST(Fp32Kernels, Avx2AndAvx512Agree) {
   if (f32::cpu_isa() < f32::Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU (the portable path is tested above)";
   torch::manual_seed(17);
   const auto a2 = f32::Isa::kAvx2, a5 = f32::Isa::kAvx512;
   auto x = torch::randn({33, 576}), w = torch::randn({576});
-  EXPECT_TRUE(torch::equal(rms_norm(a2, x, w, 1e-5f), rms_norm(a5, x, w, 1e-5f)));
+  auto n5 = rms_norm(a5, x, w, 1e-5f);
+  EXPECT_LT(max_abs(rms_norm(a2, x, w, 1e-5f) - n5), 1e-6 * max_abs(n5));
   auto gu = torch::randn({17, 2 * 1536}) * 5;
   EXPECT_TRUE(torch::equal(silu_mul(a2, gu), silu_mul(a5, gu)));
   for (int64_t hd : {64, 128}) {
     auto q = torch::randn({2, 130, 9, hd}), k = torch::randn({2, 130, 3, hd}), v = torch::randn({2, 130, 3, hd});
     auto pos = torch::arange(130, torch::kLong);
-    EXPECT_TRUE(torch::equal(attention(a2, q, k, v, pos, 0, 0.125f), attention(a5, q, k, v, pos, 0, 0.125f))) << hd;
-    EXPECT_TRUE(torch::equal(attention(a2, q, k, v, pos, 33, 0.125f), attention(a5, q, k, v, pos, 33, 0.125f))) << hd;
+    for (int64_t window : {0, 33}) {
+      auto o5 = attention(a5, q, k, v, pos, window, 0.125f);
+      EXPECT_LT(max_abs(attention(a2, q, k, v, pos, window, 0.125f) - o5), 1e-6 * max_abs(o5)) << hd << " " << window;
+    }
   }
 }
 

@@ -166,6 +166,19 @@ struct BenchResult {
   int threads = 0;
   std::string kernels = "libtorch";  ///< as in PrecomputeSummary
   std::string blas_core;              ///< as in PrecomputeSummary
+  /// Rows the bare prefill's GEMMs ran: the tokens where the CPU's fused kernels run each sequence
+  /// at its own length (kernels not "libtorch"), else every batch's sequences times its padded length.
+  uint64_t gemm_tokens = 0;
+  /// The bare prefill's GEMM work: 2 FLOPs per weight of q/k/v, o_proj and the MLP per GEMM row
+  /// (the last layer's q/k/v only: no logits are wanted), in GFLOP; attention's matmuls excluded.
+  double gemm_gflop = 0;
+  /// gemm_gflop / prefill_seconds: the GEMM rate the whole prefill achieves (GFLOP/s).
+  double gemm_gflops = 0;
+  /// The machine's matmul limit at the compute dtype, measured in the same run: the best of 10
+  /// products [2048, hidden] x [hidden, 2 intermediate] (the model's gate/up shape) on every core
+  /// (libtorch's mm: OpenBLAS at fp32, oneDNN at bf16), GFLOP/s; 0 on a GPU (not measured).
+  double matmul_limit_gflops = 0;
+  double limit_ratio = 0;  ///< gemm_gflops / matmul_limit_gflops (issue 40's target: >= 0.6 at 2K-token batches)
   std::string to_json() const;
   std::string to_text() const;
 };

@@ -1,0 +1,57 @@
+// Time of the fp32 attention kernel (cpu_fp32.h) against libtorch doing the same arithmetic with
+// BLAS GEMMs (q k^T, mask, softmax, p v per KV head), one thread each, SmolLM2-135M's heads (9
+// query heads, 3 KV heads, head_dim 64), causal, T = S in {512, 2048, 8192}. Not a test.
+// Usage: bench_fp32_attention [ISA: avx512 | avx2 | generic]
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "compute.h"
+#include "cpu_fp32.h"
+
+namespace f32 = ucm::model::cpu::f32;
+
+int main(int argc, char** argv) {
+  ucm::model::restart_with_blas_core(argv);
+  at::set_num_threads(1);
+  ucm::model::set_blas_threads(1);
+  f32::Isa isa = f32::cpu_isa();
+  if (argc > 1) isa = std::string(argv[1]) == "generic" ? f32::Isa::kGeneric : std::string(argv[1]) == "avx2" ? f32::Isa::kAvx2 : isa;
+  const int64_t nh = 9, nkv = 3, hd = 64, G = nh / nkv;
+  for (int64_t T : {512, 2048, 8192}) {
+    auto q = torch::randn({1, T, nh, hd}), k = torch::randn({1, T, nkv, hd}), v = torch::randn({1, T, nkv, hd});
+    auto pos = torch::arange(T, torch::kLong);
+    auto out = torch::empty({1, T, nh, hd});
+    f32::AttnArgs a;
+    a.B = 1; a.T = T; a.S = T; a.nh = nh; a.nkv = nkv; a.hd = hd;
+    a.q = q.data_ptr<float>(); a.k = k.data_ptr<float>(); a.v = v.data_ptr<float>();
+    a.q_sb = q.stride(0); a.q_st = q.stride(1); a.k_sb = k.stride(0); a.k_st = k.stride(1);
+    a.v_sb = v.stride(0); a.v_st = v.stride(1);
+    a.out = out.data_ptr<float>(); a.qpos = pos.data_ptr<int64_t>(); a.scale = 0.125f;
+    std::vector<float> scratch(f32::attention_scratch_bytes(a) / 4 + 64);
+    void* p = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+    auto t0 = std::chrono::steady_clock::now();
+    f32::kernels(isa).attention(a, 0, f32::attention_units(a), p);
+    const double kern = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // libtorch: per KV head, scores [G T, S] = q k^T * scale, causal mask, softmax, p v.
+    c10::InferenceMode guard;
+    auto mask = torch::ones({T, T}, torch::kBool).triu(1);
+    t0 = std::chrono::steady_clock::now();
+    for (int64_t h = 0; h < nkv; ++h) {
+      auto qh = q[0].narrow(1, h * G, G).permute({1, 0, 2}).reshape({G, T, hd}) * 0.125;  // [G, T, hd]
+      auto kh = k[0].select(1, h), vh = v[0].select(1, h);                                   // [S, hd]
+      auto sc = torch::matmul(qh, kh.t()).masked_fill_(mask, -std::numeric_limits<float>::infinity());
+      auto o = torch::matmul(sc.softmax(-1), vh);  // [G, T, hd]
+      (void)o;
+    }
+    const double lib = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double flop = 4.0 * nh * hd * double(T) * double(T + 1) / 2;  // q k^T and p v over the causal half
+    std::printf("T %5lld: kernel (%s) %8.1f ms (%5.1f GFLOP/s), libtorch %8.1f ms (%5.1f GFLOP/s), kernel/libtorch %.2f\n",
+                (long long)T, f32::isa_name(isa), kern * 1e3, flop / kern / 1e9, lib * 1e3, 2 * flop / lib / 1e9, kern / lib);
+  }
+  return 0;
+}
