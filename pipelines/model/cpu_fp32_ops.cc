@@ -4,8 +4,11 @@
 #include <ATen/Parallel.h>
 
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "cpu_fp32.h"
 #include "llama_model.h"
@@ -27,7 +30,12 @@ int64_t grain(int64_t row_elems) { return std::max<int64_t>(1, 16384 / std::max<
 
 const f32::Kernels& kern() { return f32::kernels(f32::best_isa()); }
 
+thread_local int t_kernel_threads = 1;  // KernelThreads
+
 }  // namespace
+
+KernelThreads::KernelThreads(int n) : was_(t_kernel_threads) { t_kernel_threads = std::max(1, n); }
+KernelThreads::~KernelThreads() { t_kernel_threads = was_; }
 
 std::string fp32_kernels() {
   bool on = false;
@@ -148,8 +156,7 @@ torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, cons
   const auto& kk = kern();
   // Units are dealt round-robin (thread i takes units i, i + n, ...): a causal mask makes later
   // row blocks dearer, and consecutive units alternate between threads.
-  const int64_t nt = std::min<int64_t>(at::get_num_threads(), units);
-  at::parallel_for(0, nt, 1, [&](int64_t i0, int64_t i1) {
+  auto run = [&](int64_t i, int64_t nt) {
     struct Free {
       void operator()(void* p) const { std::free(p); }
     };
@@ -160,8 +167,35 @@ torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, cons
       need(buf != nullptr, "attention_f32", "out of memory for " + std::to_string(bytes) + " bytes of scratch");
       cap = bytes;
     }
-    for (int64_t i = i0; i < i1; ++i)
-      for (int64_t u = i; u < units; u += nt) kk.attention(a, u, u + 1, buf.get());
+    for (int64_t u = i; u < units; u += nt) kk.attention(a, u, u + 1, buf.get());
+  };
+  if (t_kernel_threads > 1 && units > 1) {
+    // Threads of its own (KernelThreads): libtorch's OpenMP threads stay at one, as beside
+    // OpenBLAS's threads they would spin between ops (compute.h, set_compute_threads).
+    const int64_t nt = std::min<int64_t>(t_kernel_threads, units);
+    std::vector<std::exception_ptr> err(static_cast<size_t>(nt));
+    std::vector<std::thread> pool;
+    for (int64_t i = 1; i < nt; ++i)
+      pool.emplace_back([&, i] {
+        try {
+          run(i, nt);
+        } catch (...) {
+          err[size_t(i)] = std::current_exception();
+        }
+      });
+    try {
+      run(0, nt);
+    } catch (...) {
+      err[0] = std::current_exception();
+    }
+    for (auto& t : pool) t.join();
+    for (auto& e : err)
+      if (e) std::rethrow_exception(e);
+    return out;
+  }
+  const int64_t nt = std::min<int64_t>(at::get_num_threads(), units);
+  at::parallel_for(0, nt, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) run(i, nt);
   });
   return out;
 }

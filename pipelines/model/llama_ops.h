@@ -109,5 +109,18 @@ torch::Tensor silu_mul_f32(const torch::Tensor& gu);
 torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const torch::Tensor& qpos, int64_t window, double scale,
                             const torch::Tensor& q_len = {});
+/// While alive, attention_f32 on this thread runs its units on n threads of its own (n >= 1)
+/// instead of libtorch's intra-op threads: a lone sequence's prefill keeps one OpenMP thread
+/// beside OpenBLAS's threads (forward_packed).
+class KernelThreads {
+ public:
+  explicit KernelThreads(int n);
+  ~KernelThreads();
+  KernelThreads(const KernelThreads&) = delete;
+  KernelThreads& operator=(const KernelThreads&) = delete;
+
+ private:
+  int was_;
+};
 
 }  // namespace ucm::model::ops

@@ -9,6 +9,7 @@
 
 #include "compute.h"
 #include "llama_model.h"
+#include "llama_ops.h"
 
 namespace ucm::model {
 
@@ -21,21 +22,17 @@ LlamaModel::Output LlamaModel::forward_packed(const torch::Tensor& tokens, const
   auto run = [&](int64_t b) {  // sequence b alone, at its own length
     return forward_rows(tokens.narrow(0, b, 1).narrow(1, 0, len[b]), lc.narrow(0, b, 1), want_logits, kv_dtype);
   };
-  // One sequence: at fp32 with n > 1 workers, this thread with n libtorch threads (the kernels'
-  // rows and attention units) and n OpenBLAS threads.
+  // One sequence: at fp32 with n > 1 workers, this thread with n OpenBLAS threads for the GEMMs
+  // and n threads for attention (ops::KernelThreads); libtorch's OpenMP threads stay at one (beside
+  // OpenBLAS's they spin between ops: compute.h).
   struct Threads {
     int n;
-    explicit Threads(int w) : n(w) {
-      if (n > 1) {
-        at::set_num_threads(n);
-        set_blas_threads(n);
-      }
+    ops::KernelThreads attention;
+    explicit Threads(int w) : n(w), attention(w) {
+      if (n > 1) set_blas_threads(n);
     }
     ~Threads() {
-      if (n > 1) {
-        at::set_num_threads(1);
-        set_blas_threads(1);
-      }
+      if (n > 1) set_blas_threads(1);
     }
   } threads(B == 1 && !fused_fp32_.empty() ? prefill_workers_ : 1);
   if (B == 1 && len[0] == T) return forward_rows(tokens, lc, want_logits, kv_dtype);
