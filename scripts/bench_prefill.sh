@@ -95,6 +95,12 @@ if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
   run "ucm-fp32-openblas-own-core" env -u OPENBLAS_CORETYPE "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" \
     --template "" --docs "$DOCS" --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype fp32 --rounds "$ROUNDS" --json
 fi
+# fp32's fused kernels capped at AVX2 (a CPU without AVX-512), and off (UCM_FP32_KERNELS=0: the fp32
+# path before them, libtorch's ops on one thread beside OpenBLAS's threads): before/after in one run.
+for k in avx2 0; do
+  UCM_FP32_KERNELS=$k run "ucm-fp32-kernels-$k" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" --template "" \
+    --docs "$DOCS" --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype fp32 --rounds "$ROUNDS" --json
+done
 UCM_BF16_KERNELS=0 run "ucm-bf16-libtorch-ops" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" --template "" \
   --docs "$DOCS" --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype bf16 --json
 for dt in bfloat16 float32; do
@@ -124,7 +130,9 @@ for r in rows:
         print(f"| {r['name']} | | | {r['error'][:120]} |")
     elif r["name"].startswith("ucm"):
         blas = f", OpenBLAS {r['blas_core']}" if r.get("blas_core") else ""
-        print(f"| ucm bench precompute, bare prefill | compute {r.get('compute_dtype', '?')} ({r.get('compute_path', '?')}, {r.get('kernels', '?')} kernels, {r.get('threads', '?')} threads{blas}), store bf16 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches |")
+        lim = (f"; GEMMs {r['gemm_gflops']:.0f} GFLOP/s, {r['limit_ratio']:.2f} of the {r['matmul_limit_gflops']:.0f} GFLOP/s limit"
+               if r.get("matmul_limit_gflops") else "")
+        print(f"| ucm bench precompute, bare prefill | compute {r.get('compute_dtype', '?')} ({r.get('compute_path', '?')}, {r.get('kernels', '?')} kernels, {r.get('threads', '?')} threads{blas}), store bf16 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches{lim} |")
         per = ", ".join(f"{x:.3f}" for x in r.get("ratios", []))
         print(f"| ucm bench precompute, full precompute | compute {r.get('compute_dtype', '?')} | {r['precompute_tokens_per_second']:.1f} | ratio {r['ratio']:.3f} (medians of {r.get('rounds', 1)} rounds; per round {per}) |")
     elif r["engine"] == "matmul":

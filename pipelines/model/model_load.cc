@@ -45,10 +45,11 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
                                    "scripts/fetch_model.py)");
   }
   const bool fp32_cpu = dev.is_cpu() && cc.dtype == torch::kFloat;
-  if (o.threads >= 0 && o.batched_prefill && ((*out)->fused_bf16() || fp32_cpu)) {
-    // The CPU prefill runs data parallel: --threads workers (0: every core), each with one
+  if (o.threads >= 0 && o.batched_prefill && ((*out)->fused_bf16() || (fp32_cpu && !(*out)->fused_fp32().empty()))) {
+    // The fused CPU prefill runs data parallel: --threads workers (0: every core), each with one
     // libtorch thread (LlamaModel::set_prefill_workers says why); at fp32 each worker's GEMMs run
-    // on OpenBLAS in the worker's own thread (set_blas_threads(1)).
+    // on OpenBLAS in the worker's own thread (set_blas_threads(1)). UCM_FP32_KERNELS=0 keeps fp32
+    // as it was before the kernels: one libtorch thread, OpenBLAS's own threads for the GEMMs.
     threads = o.threads > 0 ? o.threads : usable_cores();
     at::set_num_threads(1);
     if (fp32_cpu) set_blas_threads(1);
