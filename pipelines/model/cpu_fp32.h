@@ -60,6 +60,12 @@ struct AttnArgs {
   /// and costs nothing.
   const int64_t* q_len = nullptr;
   float scale = 1.0f;  ///< softmax scale, applied to the scores (1 / sqrt(hd))
+  /// Optional (B = 1), bytes [nkv, S]: key j is visible to KV head h's queries only where
+  /// keep[h * S + j] != 0 (block-sparse attention; each query must keep one key at least).
+  const uint8_t* keep = nullptr;
+  /// Optional (B = 1), fp32 [nkv, G * T, S] (G = nh / nkv): receives the softmax probabilities of
+  /// query row (t, head h * G + g) at row g * T + t of KV head h, 0 for keys it does not see.
+  float* probs = nullptr;
 };
 
 /// Query rows (tokens) of one attention unit.

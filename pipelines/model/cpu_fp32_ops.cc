@@ -103,7 +103,8 @@ torch::Tensor silu_mul_f32(const torch::Tensor& gu) {
 }
 
 torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                            const torch::Tensor& qpos, int64_t window, double scale, const torch::Tensor& q_len) {
+                            const torch::Tensor& qpos, int64_t window, double scale, const torch::Tensor& q_len,
+                            const torch::Tensor& keep, torch::Tensor* probs) {
   auto rows_4d = [](const torch::Tensor& t, torch::ScalarType dt) {
     return t.dim() == 4 && t.scalar_type() == dt && t.device().is_cpu() && t.stride(3) == 1 && t.stride(2) == t.size(3);
   };
@@ -151,6 +152,18 @@ torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, cons
   a.q_len = lens.defined() ? lens.data_ptr<int64_t>() : nullptr;
   a.window = window;
   a.scale = float(scale);
+  torch::Tensor keep8;
+  if (keep.defined()) {
+    need(a.B == 1 && keep.dim() == 2 && keep.size(0) == a.nkv && keep.size(1) == a.S, "attention_f32",
+         "keep must be bool [num_kv_heads, S] with a batch of one");
+    keep8 = keep.to(torch::kCPU, torch::kUInt8).contiguous();
+    a.keep = keep8.data_ptr<uint8_t>();
+  }
+  if (probs) {
+    need(a.B == 1, "attention_f32", "probabilities are written for a batch of one");
+    *probs = torch::empty({a.nkv, a.nh / a.nkv * a.T, a.S}, q.options());
+    a.probs = probs->data_ptr<float>();
+  }
   const size_t bytes = f32::attention_scratch_bytes(a);
   const int64_t units = f32::attention_units(a);
   const auto& kk = kern();

@@ -52,8 +52,7 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
   const int64_t* pp = posc.data_ptr<int64_t>();
 
   const auto& L = layers_[size_t(li)];
-  if (!fused_fp32_.empty() && !io.mask && !io.rows_after_kv && !io.observe &&
-      (!cache || cache->dtype == torch::kFloat || cache->dtype == torch::kBFloat16))
+  if (!fused_fp32_.empty() && (!cache || cache->dtype == torch::kFloat || cache->dtype == torch::kBFloat16))
     return layer_forward_f32(li, x, B, pos_in, rope, io);
   // The bf16 path's fused CPU kernels (cpu_bf16.h) for the batched prefill: RMSNorm straight into
   // the GEMMs' bf16 input, attention with fp32 scores, the SiLU gate, the residual adds.

@@ -4,16 +4,18 @@
 // arithmetic is llama_layer.cc's (transformers' LlamaDecoderLayer at fp32); the batched prefill
 // and the cached forward both run it, so precompute's K/V and the engine's are the same bits.
 #include <cmath>
+#include <string>
 
 #include "llama_model.h"
 #include "llama_ops.h"
 
 namespace ucm::model {
 
-void LlamaModel::layer_forward_f32(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos,
+void LlamaModel::layer_forward_f32(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos_in,
                                    const Rope& rope, const LayerIo& io) const {
   const auto& c = cfg_;
-  const int64_t T = pos.size(0), BT = B * T;
+  torch::Tensor pos = pos_in;
+  int64_t T = pos.size(0);
   const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads, I = c.intermediate_size;
   const double eps = c.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(hd));
   KvCache* const cache = io.cache;
@@ -39,6 +41,17 @@ void LlamaModel::layer_forward_f32(int64_t li, torch::Tensor& x, int64_t B, cons
       cache->v[size_t(li)].index_copy_(0, pos, v3.to(cache->dtype));
     }
     if (io.kv_only) return;
+    if (io.rows_after_kv) {
+      // Every row's K/V is in the cache; attention and MLP only for the rows asked for (blend's
+      // check layer: the rows left out are never used again).
+      const torch::Tensor r = io.rows_after_kv(k3, v3);
+      if (r.defined() && r.size(0) < T) {
+        x = x.index_select(0, r);
+        q = q.index_select(1, r).contiguous();
+        pos = pos.index_select(0, r);
+        T = r.size(0);
+      }
+    }
     ka = cache->k[size_t(li)].narrow(0, 0, io.n_keys).unsqueeze(0);
     va = cache->v[size_t(li)].narrow(0, 0, io.n_keys).unsqueeze(0);
   } else {
@@ -53,7 +66,18 @@ void LlamaModel::layer_forward_f32(int64_t li, torch::Tensor& x, int64_t B, cons
     va = direct ? v : v.to(torch::kFloat);
     lengths = io.lengths;
   }
-  auto attn = ops::attention_f32(q, ka, va, pos, c.sliding_window.value_or(0), scale, lengths);  // fp32 [B, T, nh, hd]
+  torch::Tensor keep;  // bool [nkv, S] or undefined (block-sparse attention: io.mask)
+  if (io.mask) {
+    keep = io.mask(li, q.view({T, nh, hd}), io.n_keys);
+    if (keep.defined() && (keep.dim() != 2 || keep.size(0) != nkv || keep.size(1) != io.n_keys))
+      throw ModelError("LlamaModel (" + dir_ + "): the key mask of layer " + std::to_string(li) +
+                       " must be bool [num_kv_heads, " + std::to_string(io.n_keys) + "]");
+  }
+  torch::Tensor probs;
+  auto attn = ops::attention_f32(q, ka, va, pos, c.sliding_window.value_or(0), scale, lengths, keep,
+                                 io.observe ? &probs : nullptr);  // fp32 [B, T, nh, hd]
+  if (io.observe) io.observe(probs);  // [nkv, G * T, S]: one query chunk of every row
+  const int64_t BT = B * T;
   ops::add_linear_(x, attn.view({BT, nh * hd}), L.wo);
   // MLP in row blocks (bounded [rows, 2I] buffers, reused by the allocator).
   const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));

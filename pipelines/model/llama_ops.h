@@ -105,10 +105,14 @@ torch::Tensor silu_mul_f32(const torch::Tensor& gu);
 /// Causal attention with GQA in fp32 (cpu::f32::AttnArgs): q fp32 [B, T, nh, hd], k, v both fp32
 /// or both bf16 [B, S, nkv, hd] (heads hd apart, dims contiguous), qpos int64 [T] (keys at
 /// 0..S-1), window 0 or the sliding window, q_len (optional) int64 [B]: rows t >= q_len[b] are
-/// right padding, given 0 -> fp32 [B, T, nh, hd] (o_proj's input).
+/// right padding, given 0 -> fp32 [B, T, nh, hd] (o_proj's input). With a batch of one: keep
+/// (optional) bool [nkv, S], the keys each KV head's queries may see (block-sparse attention);
+/// probs (optional) receives fp32 [nkv, G * T, S], row g * T + t: query (t, head h * G + g)'s
+/// probabilities (cpu::f32::AttnArgs).
 torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const torch::Tensor& qpos, int64_t window, double scale,
-                            const torch::Tensor& q_len = {});
+                            const torch::Tensor& q_len = {}, const torch::Tensor& keep = {},
+                            torch::Tensor* probs = nullptr);
 /// While alive, attention_f32 on this thread runs its units on n threads of its own (n >= 1)
 /// instead of libtorch's intra-op threads: a lone sequence's prefill keeps one OpenMP thread
 /// beside OpenBLAS's threads (forward_packed).

@@ -62,7 +62,8 @@ std::vector<torch::Tensor> qkv_rope(f32::Isa isa, const torch::Tensor& qkv, cons
 // The kernel of one ISA on q [B, T, nh, hd] and k, v [B, S, nkv, hd] (fp32 or bf16, any strides
 // with dims contiguous), every unit on this thread.
 torch::Tensor attention(f32::Isa isa, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const torch::Tensor& qpos, int64_t window, float scale, const torch::Tensor& q_len = {}) {
+                        const torch::Tensor& qpos, int64_t window, float scale, const torch::Tensor& q_len = {},
+                        const torch::Tensor& keep = {}, torch::Tensor* probs = nullptr) {
   f32::AttnArgs a;
   a.B = q.size(0);
   a.T = q.size(1);
@@ -90,6 +91,11 @@ torch::Tensor attention(f32::Isa isa, const torch::Tensor& q, const torch::Tenso
   a.q_len = q_len.defined() ? q_len.data_ptr<int64_t>() : nullptr;
   a.window = window;
   a.scale = scale;
+  if (keep.defined()) a.keep = keep.data_ptr<uint8_t>();
+  if (probs) {
+    *probs = torch::full({a.nkv, a.nh / a.nkv * a.T, a.S}, std::numeric_limits<float>::quiet_NaN());
+    a.probs = probs->data_ptr<float>();
+  }
   EXPECT_TRUE(f32::attention_supported(a));
   std::vector<float> scratch((f32::attention_scratch_bytes(a) + 63) / 4 + 16);
   void* p = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
@@ -205,6 +211,35 @@ TEST(Fp32Kernels, AttentionEqualsEagerAttention) {
     auto from16 = attention(isa, qv, kb, vb, pos, 0, 0.125f);
     auto widened = attention(isa, qv, kb.to(torch::kFloat), vb.to(torch::kFloat), pos, 0, 0.125f);
     EXPECT_TRUE(torch::equal(from16, widened)) << f32::isa_name(isa) << " bf16 k, v";
+  }
+}
+
+// Block-sparse attention (a key mask per KV head) and the probabilities written out (the engine's
+// sparse decode and key_attention): as eager attention with the mask, rows summing to 1.
+TEST(Fp32Kernels, KeyMaskAndProbabilities) {
+  torch::manual_seed(19);
+  const int64_t T = 20, S = 150, nh = 6, nkv = 2, hd = 64, G = nh / nkv;
+  auto q = torch::randn({1, T, nh, hd}), k = torch::randn({1, S, nkv, hd}), v = torch::randn({1, S, nkv, hd});
+  auto qpos = torch::arange(S - T, S, torch::kLong);
+  auto keep = torch::rand({nkv, S}) > 0.3;
+  keep.narrow(1, 0, 1).fill_(true);  // every query keeps a key
+  auto keep8 = keep.to(torch::kUInt8).contiguous();
+  // Reference: the mask's keys at -inf, per KV head.
+  auto qd = q.to(torch::kDouble).permute({0, 2, 1, 3});
+  auto kd = k.to(torch::kDouble).repeat_interleave(G, 2).permute({0, 2, 3, 1});
+  auto vd = v.to(torch::kDouble).repeat_interleave(G, 2).permute({0, 2, 1, 3});
+  auto sc = torch::matmul(qd, kd) * 0.125;  // [1, nh, T, S]
+  auto causal = torch::arange(S, torch::kLong).view({1, S}) > qpos.view({T, 1});
+  auto hidden = causal.view({1, 1, T, S}).logical_or(keep.logical_not().repeat_interleave(G, 0).view({1, nh, 1, S}));
+  auto p = sc.masked_fill(hidden, -std::numeric_limits<double>::infinity()).softmax(-1);
+  auto want = torch::matmul(p, vd).permute({0, 2, 1, 3}).to(torch::kFloat);
+  for (auto isa : isas()) {
+    torch::Tensor probs;
+    auto got = attention(isa, q, k, v, qpos, 0, 0.125f, {}, keep8, &probs);
+    EXPECT_LT(max_abs(got - want), 2e-5 * max_abs(want)) << f32::isa_name(isa);
+    // probs [nkv, G * T, S], row g * T + t of KV head h = head h * G + g's row t.
+    auto pw = p[0].view({nkv, G, T, S}).reshape({nkv, G * T, S}).to(torch::kFloat);
+    EXPECT_LT(max_abs(probs - pw), 1e-5) << f32::isa_name(isa);
   }
 }
 
