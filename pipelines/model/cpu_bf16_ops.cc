@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "attn_ops.h"
 #include "cpu_bf16.h"
 #include "llama_model.h"
 #include "llama_ops.h"
@@ -16,9 +17,7 @@
 namespace ucm::model::ops {
 namespace {
 
-void need(bool ok, const char* fn, const std::string& what) {
-  if (!ok) throw ModelError(std::string("ops::") + fn + ": " + what);
-}
+using detail::need;
 
 uint16_t* bits(const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
@@ -106,67 +105,16 @@ void add_bf16_(torch::Tensor& x, const torch::Tensor& y) {
 
 torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& qpos, int64_t window, double scale, const torch::Tensor& q_len) {
-  auto rows_4d = [](const torch::Tensor& t, torch::ScalarType dt) {
-    return t.dim() == 4 && t.scalar_type() == dt && t.device().is_cpu() && t.stride(3) == 1 && t.stride(2) == t.size(3);
-  };
-  const bool kv16 = k.scalar_type() == torch::kBFloat16;
-  const auto kv_dt = kv16 ? torch::kBFloat16 : torch::kFloat;
-  need(rows_4d(q, torch::kFloat) && rows_4d(k, kv_dt) && rows_4d(v, kv_dt), "attention_bf16",
-       "q must be fp32 and k, v both fp32 or both bf16, [B, *, heads, hd] on the CPU, heads hd apart, dims contiguous");
-  need(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(3) == k.size(3), "attention_bf16",
-       "k and v must be [B, S, nkv, hd] with q's B and hd");
-  need(qpos.dim() == 1 && qpos.size(0) == q.size(1) && qpos.scalar_type() == torch::kLong, "attention_bf16",
-       "qpos must be int64 [T]");
-  auto pos = qpos.cpu().contiguous();
-  torch::Tensor lens;
-  if (q_len.defined()) {
-    need(q_len.dim() == 1 && q_len.size(0) == q.size(0) && q_len.scalar_type() == torch::kLong, "attention_bf16",
-         "q_len must be int64 [B]");
-    lens = q_len.cpu().contiguous();
-  }
   cpu::AttnArgs a;
-  a.B = q.size(0);
-  a.T = q.size(1);
-  a.nh = q.size(2);
-  a.hd = q.size(3);
-  a.S = k.size(1);
-  a.nkv = k.size(2);
+  const detail::AttnHold hold = detail::fill_attn_args("attention_bf16", q, k, v, qpos, window, scale, q_len, a);
   need(cpu::attention_supported(a), "attention_bf16",
        "unsupported shape (head_dim must be a multiple of 32, at most 256; heads a multiple of KV heads)");
   auto out = torch::empty({a.B, a.T, a.nh, a.hd}, q.options().dtype(torch::kBFloat16));
-  a.q = q.data_ptr<float>();
-  if (kv16) {
-    a.k16 = bits(k);
-    a.v16 = bits(v);
-  } else {
-    a.k = k.data_ptr<float>();
-    a.v = v.data_ptr<float>();
-  }
-  a.q_sb = q.stride(0);
-  a.q_st = q.stride(1);
-  a.k_sb = k.stride(0);
-  a.k_st = k.stride(1);
-  a.v_sb = v.stride(0);
-  a.v_st = v.stride(1);
   a.out = bits(out);
-  a.qpos = pos.data_ptr<int64_t>();
-  a.q_len = lens.defined() ? lens.data_ptr<int64_t>() : nullptr;
-  a.window = window;
-  a.scale = float(scale);
   const size_t bytes = cpu::attention_scratch_bytes(a);
   const auto path = cpu::kernel_path();
   at::parallel_for(0, a.B * a.nkv, 1, [&](int64_t u0, int64_t u1) {
-    struct Free {
-      void operator()(void* p) const { std::free(p); }
-    };
-    thread_local std::unique_ptr<void, Free> buf;
-    thread_local size_t cap = 0;
-    if (cap < bytes) {
-      buf.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-      need(buf != nullptr, "attention_bf16", "out of memory for " + std::to_string(bytes) + " bytes of scratch");
-      cap = bytes;
-    }
-    cpu::attention_bf16(a, u0, u1, buf.get(), path);
+    cpu::attention_bf16(a, u0, u1, detail::thread_scratch(bytes, "attention_bf16"), path);
   });
   return out;
 }

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "attn_ops.h"
 #include "cpu_fp32.h"
 #include "llama_model.h"
 #include "llama_ops.h"
@@ -19,9 +20,7 @@ namespace {
 
 namespace f32 = cpu::f32;
 
-void need(bool ok, const char* fn, const std::string& what) {
-  if (!ok) throw ModelError(std::string("ops::") + fn + ": " + what);
-}
+using detail::need;
 
 uint16_t* bits(const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
@@ -105,53 +104,12 @@ torch::Tensor silu_mul_f32(const torch::Tensor& gu) {
 torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const torch::Tensor& qpos, int64_t window, double scale, const torch::Tensor& q_len,
                             const torch::Tensor& keep, torch::Tensor* probs) {
-  auto rows_4d = [](const torch::Tensor& t, torch::ScalarType dt) {
-    return t.dim() == 4 && t.scalar_type() == dt && t.device().is_cpu() && t.stride(3) == 1 && t.stride(2) == t.size(3);
-  };
-  const bool kv16 = k.scalar_type() == torch::kBFloat16;
-  const auto kv_dt = kv16 ? torch::kBFloat16 : torch::kFloat;
-  need(rows_4d(q, torch::kFloat) && rows_4d(k, kv_dt) && rows_4d(v, kv_dt), "attention_f32",
-       "q must be fp32 and k, v both fp32 or both bf16, [B, *, heads, hd] on the CPU, heads hd apart, dims contiguous");
-  need(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(3) == k.size(3), "attention_f32",
-       "k and v must be [B, S, nkv, hd] with q's B and hd");
-  need(qpos.dim() == 1 && qpos.size(0) == q.size(1) && qpos.scalar_type() == torch::kLong, "attention_f32",
-       "qpos must be int64 [T]");
-  auto pos = qpos.cpu().contiguous();
-  torch::Tensor lens;
-  if (q_len.defined()) {
-    need(q_len.dim() == 1 && q_len.size(0) == q.size(0) && q_len.scalar_type() == torch::kLong, "attention_f32",
-         "q_len must be int64 [B]");
-    lens = q_len.cpu().contiguous();
-  }
   f32::AttnArgs a;
-  a.B = q.size(0);
-  a.T = q.size(1);
-  a.nh = q.size(2);
-  a.hd = q.size(3);
-  a.S = k.size(1);
-  a.nkv = k.size(2);
+  const detail::AttnHold hold = detail::fill_attn_args("attention_f32", q, k, v, qpos, window, scale, q_len, a);
   need(f32::attention_supported(a), "attention_f32",
        "unsupported shape (head_dim must be a multiple of 32, at most 256; heads a multiple of KV heads)");
   auto out = torch::empty({a.B, a.T, a.nh, a.hd}, q.options());
-  a.q = q.data_ptr<float>();
-  if (kv16) {
-    a.k16 = bits(k);
-    a.v16 = bits(v);
-  } else {
-    a.k = k.data_ptr<float>();
-    a.v = v.data_ptr<float>();
-  }
-  a.q_sb = q.stride(0);
-  a.q_st = q.stride(1);
-  a.k_sb = k.stride(0);
-  a.k_st = k.stride(1);
-  a.v_sb = v.stride(0);
-  a.v_st = v.stride(1);
   a.out = out.data_ptr<float>();
-  a.qpos = pos.data_ptr<int64_t>();
-  a.q_len = lens.defined() ? lens.data_ptr<int64_t>() : nullptr;
-  a.window = window;
-  a.scale = float(scale);
   torch::Tensor keep8;
   if (keep.defined()) {
     need(a.B == 1 && keep.dim() == 2 && keep.size(0) == a.nkv && keep.size(1) == a.S, "attention_f32",
@@ -170,17 +128,8 @@ torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, cons
   // Units are dealt round-robin (thread i takes units i, i + n, ...): a causal mask makes later
   // row blocks dearer, and consecutive units alternate between threads.
   auto run = [&](int64_t i, int64_t nt) {
-    struct Free {
-      void operator()(void* p) const { std::free(p); }
-    };
-    thread_local std::unique_ptr<void, Free> buf;
-    thread_local size_t cap = 0;
-    if (cap < bytes) {
-      buf.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-      need(buf != nullptr, "attention_f32", "out of memory for " + std::to_string(bytes) + " bytes of scratch");
-      cap = bytes;
-    }
-    for (int64_t u = i; u < units; u += nt) kk.attention(a, u, u + 1, buf.get());
+    void* scratch = detail::thread_scratch(bytes, "attention_f32");
+    for (int64_t u = i; u < units; u += nt) kk.attention(a, u, u + 1, scratch);
   };
   if (t_kernel_threads > 1 && units > 1) {
     // Threads of its own (KernelThreads): libtorch's OpenMP threads stay at one, as beside
@@ -211,6 +160,20 @@ torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, cons
     for (int64_t i = i0; i < i1; ++i) run(i, nt);
   });
   return out;
+}
+
+void* detail::thread_scratch(size_t bytes, const char* fn) {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<void, Free> buf;
+  thread_local size_t cap = 0;
+  if (cap < bytes) {
+    buf.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    cap = buf ? bytes : 0;
+    need(buf != nullptr, fn, "out of memory for " + std::to_string(bytes) + " bytes of scratch");
+  }
+  return buf.get();
 }
 
 }  // namespace ucm::model::ops

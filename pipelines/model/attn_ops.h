@@ -1,0 +1,77 @@
+// pipelines/model/attn_ops.h: what the two CPU attention ops (ops::attention_bf16,
+// cpu_bf16_ops.cc; ops::attention_f32, cpu_fp32_ops.cc) share: the checks of their tensors, the
+// filling of their kernels' argument structs (cpu::AttnArgs, cpu::f32::AttnArgs: the same field
+// names), and a scratch buffer per thread. Internal to ucm_model.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+
+#include "llama_model.h"
+
+namespace ucm::model::ops::detail {
+
+inline void need(bool ok, const char* fn, const std::string& what) {
+  if (!ok) throw ModelError(std::string("ops::") + fn + ": " + what);
+}
+
+/// The host tensors a filled Args points into (keep them alive for the call).
+struct AttnHold {
+  torch::Tensor pos, lens;
+};
+
+/// Checks q fp32 [B, T, nh, hd], k and v both fp32 or both bf16 [B, S, nkv, hd] (heads hd apart,
+/// dims contiguous, on the CPU), qpos int64 [T], q_len (optional) int64 [B], and fills every field
+/// of a but `out` (and the optional fields of one kind). Throws ModelError naming fn.
+template <class Args>
+AttnHold fill_attn_args(const char* fn, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& qpos, int64_t window, double scale, const torch::Tensor& q_len, Args& a) {
+  auto rows_4d = [](const torch::Tensor& t, torch::ScalarType dt) {
+    return t.dim() == 4 && t.scalar_type() == dt && t.device().is_cpu() && t.stride(3) == 1 && t.stride(2) == t.size(3);
+  };
+  const bool kv16 = k.scalar_type() == torch::kBFloat16;
+  const auto kv_dt = kv16 ? torch::kBFloat16 : torch::kFloat;
+  need(rows_4d(q, torch::kFloat) && rows_4d(k, kv_dt) && rows_4d(v, kv_dt), fn,
+       "q must be fp32 and k, v both fp32 or both bf16, [B, *, heads, hd] on the CPU, heads hd apart, dims contiguous");
+  need(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(3) == k.size(3), fn,
+       "k and v must be [B, S, nkv, hd] with q's B and hd");
+  need(qpos.dim() == 1 && qpos.size(0) == q.size(1) && qpos.scalar_type() == torch::kLong, fn, "qpos must be int64 [T]");
+  AttnHold hold;
+  hold.pos = qpos.cpu().contiguous();
+  if (q_len.defined()) {
+    need(q_len.dim() == 1 && q_len.size(0) == q.size(0) && q_len.scalar_type() == torch::kLong, fn,
+         "q_len must be int64 [B]");
+    hold.lens = q_len.cpu().contiguous();
+  }
+  a.B = q.size(0);
+  a.T = q.size(1);
+  a.nh = q.size(2);
+  a.hd = q.size(3);
+  a.S = k.size(1);
+  a.nkv = k.size(2);
+  a.q = q.data_ptr<float>();
+  if (kv16) {
+    a.k16 = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>());
+    a.v16 = reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>());
+  } else {
+    a.k = k.data_ptr<float>();
+    a.v = v.data_ptr<float>();
+  }
+  a.q_sb = q.stride(0);
+  a.q_st = q.stride(1);
+  a.k_sb = k.stride(0);
+  a.k_st = k.stride(1);
+  a.v_sb = v.stride(0);
+  a.v_st = v.stride(1);
+  a.qpos = hold.pos.data_ptr<int64_t>();
+  a.q_len = hold.lens.defined() ? hold.lens.data_ptr<int64_t>() : nullptr;
+  a.window = window;
+  a.scale = float(scale);
+  return hold;
+}
+
+/// At least `bytes` of 64-byte aligned scratch owned by the calling thread (grown, never shrunk;
+/// one buffer per thread for both attention ops). Throws ModelError naming fn when out of memory.
+void* thread_scratch(size_t bytes, const char* fn);
+
+}  // namespace ucm::model::ops::detail
