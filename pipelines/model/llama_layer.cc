@@ -36,6 +36,20 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> LlamaModel::project_qkv(
           qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({B, T, nkv, hd})};
 }
 
+void LlamaModel::write_cache(KvCache* cache, int64_t li, const torch::Tensor& pos, const torch::Tensor& k3,
+                             const torch::Tensor& v3) const {
+  auto posc = pos.cpu();
+  const int64_t* pp = posc.data_ptr<int64_t>();
+  const int64_t T = pos.size(0), S0 = pp[0];
+  if (pp[T - 1] - S0 == T - 1) {  // consecutive positions: one slice each
+    cache->k[size_t(li)].narrow(0, S0, T).copy_(k3);
+    cache->v[size_t(li)].narrow(0, S0, T).copy_(v3);
+  } else {
+    cache->k[size_t(li)].index_copy_(0, pos, k3.to(cache->dtype));
+    cache->v[size_t(li)].index_copy_(0, pos, v3.to(cache->dtype));
+  }
+}
+
 void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos_in,
                                const Rope& rope, const LayerIo& io) const {
   const auto& c = cfg_;
@@ -65,15 +79,8 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
                       : project_qkv(L, h, B, T, rope.cos, rope.sin);  // [B, T, n, hd]
   torch::Tensor kt, vh;  // attention's keys K^T [B, nkv, hd, S] and values [B, nkv, S, hd], compute dtype
   if (cache) {
-    const int64_t S0 = pp[0];
     auto k3 = k.view({T, nkv, hd}), v3 = v.view({T, nkv, hd});
-    if (pp[T - 1] - S0 == T - 1) {
-      cache->k[size_t(li)].narrow(0, S0, T).copy_(k3);
-      cache->v[size_t(li)].narrow(0, S0, T).copy_(v3);
-    } else {
-      cache->k[size_t(li)].index_copy_(0, pos, k3.to(cache->dtype));
-      cache->v[size_t(li)].index_copy_(0, pos, v3.to(cache->dtype));
-    }
+    write_cache(cache, li, pos, k3, v3);
     if (io.kv_only) return;
     if (io.rows_after_kv) {
       // Every row's K/V is in the cache; attention and MLP only for the rows asked for (blend's

@@ -29,17 +29,8 @@ void LlamaModel::layer_forward_f32(int64_t li, torch::Tensor& x, int64_t B, cons
   else std::tie(q, k, v) = ops::qkv_rope_f32(ops::linear(h, L.wqkv, L.bqkv), rope.cos, rope.sin, B, T, nh, nkv, hd, kv_dtype);
   torch::Tensor ka, va, lengths;  // what attention reads: [B, S, nkv, hd], fp32 or bf16
   if (cache) {
-    auto posc = pos.cpu();
-    const int64_t* pp = posc.data_ptr<int64_t>();
-    const int64_t S0 = pp[0];
     auto k3 = k.view({T, nkv, hd}), v3 = v.reshape({T, nkv, hd});
-    if (pp[T - 1] - S0 == T - 1) {
-      cache->k[size_t(li)].narrow(0, S0, T).copy_(k3);
-      cache->v[size_t(li)].narrow(0, S0, T).copy_(v3);
-    } else {
-      cache->k[size_t(li)].index_copy_(0, pos, k3.to(cache->dtype));
-      cache->v[size_t(li)].index_copy_(0, pos, v3.to(cache->dtype));
-    }
+    write_cache(cache, li, pos, k3, v3);
     if (io.kv_only) return;
     if (io.rows_after_kv) {
       // Every row's K/V is in the cache; attention and MLP only for the rows asked for (blend's

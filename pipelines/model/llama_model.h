@@ -274,6 +274,10 @@ class LlamaModel {
   /// keys [0, io.n_keys) in query chunks of bounded score blocks, o_proj and the MLP added to x.
   void layer_forward(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos, const Rope& rope,
                      const LayerIo& io) const;
+  /// Writes a layer's fresh K/V (k3, v3: [T, nkv, hd]) into cache rows pos (int64 [T], ascending),
+  /// rounded to the cache's dtype; both decoder layers call it.
+  void write_cache(KvCache* cache, int64_t li, const torch::Tensor& pos, const torch::Tensor& k3,
+                   const torch::Tensor& v3) const;
   /// layer_forward on the fp32 path's fused CPU kernels (llama_layer_f32.cc): the same layer, with
   /// io's cache, kv_dtype, K/V outputs, lengths and kv_only (no hooks: mask, rows_after_kv, observe).
   void layer_forward_f32(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos, const Rope& rope,
