@@ -119,6 +119,16 @@ int main(int argc, char** argv) {
   // tools and the library goes to stderr. SPDLOG_LEVEL=debug (etc.) changes the level.
   spdlog::set_default_logger(spdlog::stderr_color_mt("ucm"));
   spdlog::cfg::load_env_levels();
+#if UCM_CLI_HAVE_PRECOMPUTE
+  // A libtorch that exports its own std::filesystem, found before libstdc++'s: a clear refusal
+  // rather than a SIGSEGV in the middle of a command (compute.h).
+  if (const std::string conflict = ucm::model::cxx_runtime_conflict(); !conflict.empty()) {
+    const ucm::Status st = ucm::Status::Internal(conflict);
+    if (wants_json(argc, argv)) ucm::cli::print_json("", st);
+    ucm::cli::print_error("ucm-torch", st);
+    return ucm::admin::kExitError;
+  }
+#endif
 #if UCM_CLI_DELEGATE_TORCH
   // precompute, generate, eval, bench precompute / generate: the libtorch binary runs them.
   if (ucm::cli::torch_command_of(argc, argv) || ucm::cli::is_audit(argc, argv))

@@ -151,6 +151,36 @@ void restart_with_blas_core(char** argv) {
   ::unsetenv("OPENBLAS_CORETYPE");
 }
 
+std::string cxx_runtime_conflict() {
+  // The std::filesystem functions ucm calls whose copies differ between toolchains (the ones a
+  // directory walk goes through), by their mangled names.
+  static const char* const kSymbols[] = {
+      "_ZNSt10filesystem10remove_allERKNS_7__cxx114pathERSt10error_code",  // remove_all(path, ec)
+      "_ZNSt10filesystem10remove_allERKNS_7__cxx114pathE",                 // remove_all(path)
+      "_ZNSt10filesystem18create_directoriesERKNS_7__cxx114pathERSt10error_code",
+      "_ZNSt10filesystem7__cxx1128recursive_directory_iteratorC1ERKNS0_4pathENS_17directory_optionsEPSt10error_code",
+      "_ZNSt10filesystem7__cxx1118directory_iteratorC1ERKNS0_4pathENS_17directory_optionsEPSt10error_code",
+  };
+  void* own = ::dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  if (!own) return "";  // not libstdc++ (libc++): nothing to compare
+  std::string problem;
+  for (const char* sym : kSymbols) {
+    void* mine = ::dlsym(own, sym);
+    void* found = ::dlsym(RTLD_DEFAULT, sym);
+    if (!mine || !found || mine == found) continue;
+    Dl_info info{};
+    const char* where = ::dladdr(found, &info) && info.dli_fname ? info.dli_fname : "another library";
+    problem = std::string("std::filesystem (") + sym + ") resolves to " + where +
+              "'s copy, not libstdc++.so.6's (a copy built for another libstdc++ can crash: a pip "
+              "PyTorch's does, in remove_all). The link named that library before libstdc++: rebuild ucm "
+              "with its CMakeLists.txt (it links libstdc++ first), or start this binary with "
+              "LD_PRELOAD=libstdc++.so.6";
+    break;
+  }
+  ::dlclose(own);
+  return problem;
+}
+
 bool cpu_is_amd() { return cpu_vendor() == "AuthenticAMD"; }
 
 ComputeChoice choose_compute(const std::string& want, torch::Device dev) {

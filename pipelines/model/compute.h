@@ -104,4 +104,14 @@ std::string blas_core_warning();
 /// fails (the run then goes on with the kernels it has, logged at warn).
 void restart_with_blas_core(char** argv);
 
+/// For a main() that links libtorch, before any command: "" when the process's std::filesystem
+/// functions are libstdc++.so.6's own, else a message naming the library whose copy the global
+/// lookup found first and what to do. A pip PyTorch's libtorch.so exports 64 std::filesystem
+/// functions of the manylinux toolchain's static libstdc++ parts; an executable that names it
+/// before libstdc++.so.6 binds every std::filesystem call (libucm's too) to that copy, and its
+/// remove_all jumps through a null pointer (ucm bench precompute with torch 2.11: docs/device.md).
+/// The build puts libstdc++ first in every link (CMakeLists.txt), so this finds nothing unless a
+/// link bypassed that; the binary then refuses to run instead of crashing in the middle.
+std::string cxx_runtime_conflict();
+
 }  // namespace ucm::model

@@ -3,10 +3,17 @@
 // ucm-torch does), then GoogleTest.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
+
 #include "compute.h"
 
 int main(int argc, char** argv) {
   ucm::model::restart_with_blas_core(argv);
+  if (const std::string conflict = ucm::model::cxx_runtime_conflict(); !conflict.empty()) {
+    std::fprintf(stderr, "%s\n", conflict.c_str());
+    return 1;
+  }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
