@@ -16,6 +16,7 @@
 #include "common.h"
 #include "ucm/generate/generate.h"
 #include "ucm/precompute/precompute.h"
+#include "ucm/fs.h"
 
 namespace ucm::cli {
 namespace {
@@ -67,7 +68,7 @@ Status precompute_document(const generate::BenchGenerateOptions& o) {
   }
   if (st.ok()) st = precompute::run_precompute(po, precompute::Resources{}, &sum);
   std::error_code ec;
-  fs::remove_all(corpus_dir, ec);
+  ucm::remove_tree(corpus_dir, ec);
   if (st.ok())
     spdlog::info("bench generate: precomputed {} blocks ({} already stored)", sum.blocks_written, sum.blocks_existing);
   return st;
@@ -118,7 +119,10 @@ void setup_bench_generate(CLI::App& bench) {
     }
     if (st.ok()) st = precompute_document(a->o);
     if (st.ok()) st = generate::bench_generate(a->o, &pts.v);
-    if (temp) std::filesystem::remove_all(a->o.store);
+    if (temp) {
+      std::error_code ec;
+      ucm::remove_tree(a->o.store, ec);
+    }
     finish("bench generate", a->common, st, pts, st.ok());
   });
 }

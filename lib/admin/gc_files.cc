@@ -13,6 +13,7 @@
 #include "gc_run.h"
 #include "ucm/core/file_roller.h"
 #include "ucm/core/index_open.h"
+#include "ucm/fs.h"
 
 namespace ucm::admin::gcrun {
 
@@ -421,7 +422,7 @@ void GcRun::housekeeping() {
     for (const auto& e : fs::directory_iterator(fmt::tmp_dir(path), ec)) {
       if (e.path().filename().string().rfind("index.broken-", 0) == 0) continue;
       std::error_code ec2;
-      if (fs::remove_all(e.path(), ec2) > 0) ++rep->stale_dirs_removed;
+      if (ucm::remove_tree(e.path(), ec2) > 0) ++rep->stale_dirs_removed;
     }
     // gc requests (store_v1.md §11.5) left by gcs that gave up and answers nobody read: no writer
     // runs now; an hour after their last change, nobody waits for them either.

@@ -1,5 +1,6 @@
 // lib/admin/gc_scratch.cc: see gc_scratch.h.
 #include "gc_scratch.h"
+#include "ucm/fs.h"
 
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
@@ -26,7 +27,7 @@ Status Scratch::Open(const std::string& dir, uint64_t budget, std::unique_ptr<Sc
   std::unique_ptr<Scratch> s(new Scratch());
   s->dir_ = dir;
   std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  ucm::remove_tree(dir, ec);
   rocksdb::Options o;
   o.create_if_missing = true;
   o.error_if_exists = true;
@@ -66,7 +67,7 @@ Scratch::~Scratch() {
   batch_.reset();
   delete db_;
   std::error_code ec;
-  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  if (!dir_.empty()) ucm::remove_tree(dir_, ec);
 }
 
 Status Scratch::put(std::string_view key, std::string_view value) {

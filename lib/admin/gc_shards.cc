@@ -10,6 +10,7 @@
 #include "gc_lease.h"
 #include "gc_run.h"
 #include "ucm/format/format.h"
+#include "ucm/fs.h"
 
 namespace ucm::admin {
 
@@ -112,7 +113,7 @@ bool retire_if_empty(const std::string& root, const std::string& name,
   (void)fmt::fsync_dir(fmt::shards_dir(root));
   lock.reset();
   std::error_code ec;
-  fs::remove_all(to, ec);  // a leftover (a reader's open files) is removed by a later gc
+  ucm::remove_tree(to, ec);  // a leftover (a reader's open files) is removed by a later gc
   return true;
 }
 
@@ -120,7 +121,7 @@ void remove_retired_leftovers(const std::string& root) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(fmt::shards_dir(root), ec)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind(".retired-", 0) == 0) fs::remove_all(e.path(), ec);
+    if (n.rfind(".retired-", 0) == 0) ucm::remove_tree(e.path(), ec);
   }
 }
 

@@ -21,6 +21,7 @@
 #include "ucm/format/format.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
+#include "ucm/fs.h"
 
 extern char** environ;
 
@@ -179,7 +180,7 @@ struct RemoveGuard {
   ~RemoveGuard() {
     if (armed) {
       std::error_code ec;
-      fs::remove_all(path, ec);
+      ucm::remove_tree(path, ec);
     }
   }
 };

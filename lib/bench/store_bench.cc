@@ -32,6 +32,7 @@
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
 #include "ucm/store.h"
+#include "ucm/fs.h"
 
 namespace ucm::bench {
 namespace fs = std::filesystem;
@@ -245,7 +246,7 @@ struct DeviceCache {
 StoreBenchRun::RemoveGuard::~RemoveGuard() {
   if (armed && !path.empty()) {
     std::error_code ec;
-    fs::remove_all(path, ec);
+    ucm::remove_tree(path, ec);
   }
 }
 

@@ -18,6 +18,7 @@
 #include "ucm/format/format.h"
 #include "ucm/core/log.h"
 #include "ucm/process.h"
+#include "ucm/fs.h"
 
 namespace ucm {
 namespace fs = std::filesystem;
@@ -75,7 +76,7 @@ uint64_t remove_stale_reader_dirs(const std::string& base) {
     const long pid = std::strtol(name.substr(a + 1, b - a - 1).c_str(), nullptr, 10);
     if (pid <= 0 || pid_alive(pid)) continue;
     std::error_code ec2;
-    if (fs::remove_all(e.path(), ec2) > 0) ++n;
+    if (ucm::remove_tree(e.path(), ec2) > 0) ++n;
   }
   return n;
 }
@@ -135,7 +136,7 @@ Status ReaderIndex::Open(const std::string& store, const std::string& reader_dir
   st = Index::OpenSecondary(fmt::index_dir(store), r->scratch_, &r->idx_);
   if (!st.ok()) {
     std::error_code ec;
-    fs::remove_all(r->scratch_, ec);
+    ucm::remove_tree(r->scratch_, ec);
     r->scratch_.clear();
     return Status(st.code(), "cannot open the index of " + store + " read-only: " + st.message() +
                                  " (if index/ is damaged, run `ucm build " + store + " --rebuild-index`)");
@@ -149,7 +150,7 @@ ReaderIndex::~ReaderIndex() {
   idx_.reset();
   if (!scratch_.empty()) {
     std::error_code ec;
-    fs::remove_all(scratch_, ec);
+    ucm::remove_tree(scratch_, ec);
   }
 }
 

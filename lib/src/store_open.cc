@@ -14,6 +14,7 @@
 
 #include "ucm/core/fptable_file.h"
 #include "ucm/core/log.h"
+#include "ucm/fs.h"
 
 namespace ucm::detail {
 
@@ -93,12 +94,12 @@ Status StoreImpl::create_new(fmt::StoreDirState state, bool* raced) {
   // Build the whole store in a sibling, then rename it into place (store_v1.md §1.1).
   (void)fmt::remove_dead_creating_dirs(target);
   const std::string tmp = fmt::creating_dir(target, long(::getpid()));
-  fs::remove_all(tmp, ec);  // a leftover of an earlier process with our pid
+  ucm::remove_tree(tmp, ec);  // a leftover of an earlier process with our pid
   if (::mkdir(tmp.c_str(), 0755) != 0) return Status::FromErrno(errno, "create " + tmp);
   auto cleanup = [&] {
     lock_.reset();
     std::error_code e2;
-    fs::remove_all(tmp, e2);
+    ucm::remove_tree(tmp, e2);
   };
   fmt::Superblock sb;
   s = fmt::create_store_skeleton(tmp, &sb);
@@ -195,7 +196,7 @@ Status StoreImpl::init(bool create) {
       // Creation by an older ucm was killed before the index existed, and there are no data
       // files: nothing can be lost, so finish creating the store (store_v1.md §1.1).
       std::error_code ec;
-      std::filesystem::remove_all(fmt::index_dir(s_.path), ec);
+      ucm::remove_tree(fmt::index_dir(s_.path), ec);
       s = fmt::make_dirs(fmt::index_dir(s_.path));
       if (!s.ok()) return s;
       s = Index::OpenPrimary(fmt::index_dir(s_.path), true, &own_index_);

@@ -12,6 +12,7 @@
 #include "internal.h"
 #include "llama_model.h"
 #include "ucm/tok/tokenizer.h"
+#include "ucm/fs.h"
 
 namespace ucm::precompute {
 
@@ -200,7 +201,7 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
     PrecomputeSummary sum;
     st = run_precompute(o, Resources{m, tk}, &sum);
     std::error_code ec;
-    fs::remove_all(tmp, ec);
+    ucm::remove_tree(tmp, ec);
     if (!st.ok()) return st;
     if (sum.tokens != out->tokens)
       return Status::Internal("bench: precompute stored " + std::to_string(sum.tokens) + " tokens, prefill ran " +

@@ -1,4 +1,4 @@
-// ucm_base's shared helpers: ucm/hex.h, ucm/half.h, ucm/strings.h, ucm/clock.h, ucm/process.h.
+// ucm_base's shared helpers: ucm/hex.h, ucm/half.h, ucm/strings.h, ucm/clock.h, ucm/process.h, ucm/fs.h.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -6,10 +6,13 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <thread>
 
 #include "ucm/clock.h"
+#include "ucm/fs.h"
 #include "ucm/half.h"
 #include "ucm/hex.h"
 #include "ucm/process.h"
@@ -106,3 +109,67 @@ TEST(BaseProcess, PidAliveSeesThisProcessAndNotAReapedChild) {
 }
 
 }  // namespace
+
+namespace {
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+  std::error_code ec;
+  fs::remove_all(p, ec);
+  fs::create_directories(p);
+  return p;
+}
+}  // namespace
+
+// remove_tree against std::filesystem::remove_all on the same trees (both libstdc++'s here).
+TEST(RemoveTree, RemovesWhatRemoveAllRemovesAndCountsAlike) {
+  for (int variant = 0; variant < 2; ++variant) {
+    const fs::path root = fresh_dir("ucm-remove-tree");
+    const fs::path outside = fresh_dir("ucm-remove-tree-outside");
+    std::ofstream(outside / "kept") << "k";
+    fs::create_directories(root / "a" / "b" / "c");
+    fs::create_directories(root / "empty");
+    for (int i = 0; i < 40; ++i) std::ofstream(root / "a" / ("f" + std::to_string(i))) << i;
+    std::ofstream(root / "a" / "b" / "c" / "deep") << "d";
+    fs::create_symlink(outside, root / "a" / "link_to_dir");      // removed, not followed
+    fs::create_symlink(root / "missing", root / "dangling");       // removed
+    std::error_code ec;
+    const uintmax_t n = variant == 0 ? ucm::remove_tree(root, ec) : fs::remove_all(root, ec);
+    EXPECT_FALSE(ec) << ec.message();
+    EXPECT_EQ(n, 48u) << "variant " << variant;  // root, a, b, c, empty; 40 files + deep; 2 links
+    EXPECT_FALSE(fs::exists(fs::symlink_status(root)));
+    EXPECT_TRUE(fs::exists(outside / "kept"));
+    fs::remove_all(outside);
+  }
+}
+
+TEST(RemoveTree, MissingPathFileAndLinkAtTheTop) {
+  const fs::path root = fresh_dir("ucm-remove-tree-top");
+  std::error_code ec;
+  EXPECT_EQ(ucm::remove_tree(root / "nope", ec), 0u);
+  EXPECT_FALSE(ec);
+  std::ofstream(root / "file") << "x";
+  EXPECT_EQ(ucm::remove_tree(root / "file", ec), 1u);
+  EXPECT_FALSE(ec);
+  EXPECT_FALSE(fs::exists(root / "file"));
+  fs::create_directories(root / "target");
+  std::ofstream(root / "target" / "t") << "t";
+  fs::create_directory_symlink(root / "target", root / "link");
+  EXPECT_EQ(ucm::remove_tree(root / "link", ec), 1u);  // the link itself
+  EXPECT_FALSE(ec);
+  EXPECT_TRUE(fs::exists(root / "target" / "t"));
+  EXPECT_EQ(ucm::remove_tree(root, ec), 3u);
+  EXPECT_FALSE(ec);
+}
+
+TEST(RemoveTree, AFailureSetsTheError) {
+  const fs::path root = fresh_dir("ucm-remove-tree-err");
+  std::ofstream(root / "file") << "x";
+  std::error_code ec;
+  EXPECT_EQ(ucm::remove_tree(root / "file" / "below", ec), 0u);  // a file as a directory
+  EXPECT_EQ(ec, std::errc::not_a_directory) << ec.message();
+  EXPECT_TRUE(fs::exists(root / "file"));
+  EXPECT_EQ(ucm::remove_tree(root, ec), 2u);
+  EXPECT_FALSE(ec);
+}
