@@ -38,10 +38,23 @@ __device__ float half_sum(float acc, float tail) {
   return s;
 }
 
+// Steps of a lane whose loads are issued together before their products are added, in the same
+// order as one step at a time (so the same bits): one memory latency per 8 steps instead of one
+// per step; a half-warp's rows were latency-bound (a 128-dim bf16 row is 8 dependent steps).
+constexpr uint32_t kLoadBatch = 8;
+
 __device__ float dot_row_half(const float* q, const void* row, int32_t dt, uint32_t D, uint32_t j) {
   const uint32_t full = D / kLanes * kLanes;
   float acc = 0.0f, tail = 0.0f;
-  for (uint32_t d = 0; d < full; d += kLanes) acc = add_rn(acc, mul_rn(load_elem(row, dt, d + j), q[d + j]));
+  uint32_t d = 0;
+  for (; d + kLoadBatch * kLanes <= full; d += kLoadBatch * kLanes) {
+    float x[kLoadBatch], y[kLoadBatch];
+#pragma unroll
+    for (uint32_t b = 0; b < kLoadBatch; ++b) x[b] = load_elem(row, dt, d + b * kLanes + j), y[b] = q[d + b * kLanes + j];
+#pragma unroll
+    for (uint32_t b = 0; b < kLoadBatch; ++b) acc = add_rn(acc, mul_rn(x[b], y[b]));
+  }
+  for (; d < full; d += kLanes) acc = add_rn(acc, mul_rn(load_elem(row, dt, d + j), q[d + j]));
   for (uint32_t d = full; d < D; ++d) tail = add_rn(tail, mul_rn(load_elem(row, dt, d), q[d]));
   return half_sum(acc, tail);
 }
@@ -49,7 +62,21 @@ __device__ float dot_row_half(const float* q, const void* row, int32_t dt, uint3
 __device__ float bound_row_half(const float* q, const void* row, int32_t dt, uint32_t D, uint32_t j) {
   const uint32_t full = D / kLanes * kLanes;
   float acc = 0.0f, tail = 0.0f;
-  for (uint32_t d = 0; d < full; d += kLanes) {
+  uint32_t d = 0;
+  for (; d + kLoadBatch * kLanes <= full; d += kLoadBatch * kLanes) {
+    float lo[kLoadBatch], hi[kLoadBatch], y[kLoadBatch];
+#pragma unroll
+    for (uint32_t b = 0; b < kLoadBatch; ++b) {
+      const uint32_t e = d + b * kLanes + j;
+      lo[b] = load_elem(row, dt, e), hi[b] = load_elem(row, dt, D + e), y[b] = q[e];
+    }
+#pragma unroll
+    for (uint32_t b = 0; b < kLoadBatch; ++b) {
+      const float a = mul_rn(y[b], lo[b]), c = mul_rn(y[b], hi[b]);
+      acc = add_rn(acc, a > c ? a : c);
+    }
+  }
+  for (; d < full; d += kLanes) {
     const float a = mul_rn(q[d + j], load_elem(row, dt, d + j)), b = mul_rn(q[d + j], load_elem(row, dt, D + d + j));
     acc = add_rn(acc, a > b ? a : b);
   }
@@ -119,15 +146,9 @@ __global__ void rope_kernel(RopeShiftArgs a) {
     rope_shift_pair(a, i / (uint64_t(a.n_heads) * half), uint32_t(i / half % a.n_heads), uint32_t(i % half));
 }
 
-// Selection runs one warp per set (kSetsPerBlock sets per CUDA block): every sum is a warp
-// shuffle, with no block-wide barrier, so a set's 64 radix rounds take a few microseconds and the
-// sets of a request run side by side.
+// PSA runs one warp per set (kSetsPerBlock sets per CUDA block): every sum is a warp shuffle,
+// with no block-wide barrier, and the sets of a request run side by side.
 constexpr uint32_t kSetsPerBlock = 8;
-
-__device__ uint32_t warp_sum(uint32_t v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Compaction of set s's marks into idx/count (chunk_selected / chunk_write), by one warp.
 __device__ void compact(const SelectArgs& a, uint32_t s, uint32_t lane) {
@@ -143,19 +164,81 @@ __device__ void compact(const SelectArgs& a, uint32_t s, uint32_t lane) {
   if (a.idx) chunk_write(a, s, lane, 32, incl - mine);
 }
 
-__device__ void topk_set(const SelectArgs& a, uint32_t s, uint32_t lane) {
-  const uint32_t forced = warp_sum(topk_count_forced(a, lane, 32));
-  const uint32_t m = a.k > forced ? a.k - forced : 0;
-  uint64_t thr = 0;
-  if (m > 0) thr = radix_select(m, [&](uint64_t p) { return warp_sum(topk_count_ge(a, s, lane, 32, p)); });
-  for (uint32_t c = lane; c < a.n; c += 32) topk_mark(a, s, c, m, thr);
-  compact(a, s, lane);
+// Top-k of one set by a whole CUDA block of kSelectThreads threads (topk.h): the forced count,
+// radix8_select's 8 passes, each a shared-memory histogram of the matching keys (topk_hist, bins
+// added atomically) and the digit picked by warp 0, then the marks and warp 0's compaction.
+// Until 2026-11-29 one warp ran radix_select's 64 rounds, each re-reading the set's scores.
+constexpr uint32_t kSelectThreads = 256;
+
+// topk_pick_digit's rule by one warp over the 256 bins: lane l sums bins 255 - 8l down to
+// 248 - 8l, an inclusive scan over the lanes (highest bins first) finds the lane whose bins hold
+// the m-th key, and that lane walks its 8 bins. Lane 0 or the finding lane writes the results.
+__device__ void warp_pick_digit(const uint32_t* h, uint32_t m, uint32_t lane, uint32_t* m_out, uint32_t* digit,
+                                int* none) {
+  uint32_t local = 0;
+  for (uint32_t i = 0; i < 8; ++i) local += h[255 - 8 * lane - i];
+  uint32_t incl = local;
+  for (int o = 1; o < 32; o *= 2) {
+    const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= uint32_t(o)) incl += v;
+  }
+  const uint32_t hit = __ballot_sync(0xffffffffu, incl >= m);
+  if (hit == 0) {
+    if (lane == 0) *none = 1;
+    return;
+  }
+  if (lane != uint32_t(__ffs(hit) - 1)) return;
+  uint32_t above = incl - local;
+  for (uint32_t i = 0; i < 8; ++i) {
+    const uint32_t d = 255 - 8 * lane - i;
+    if (above + h[d] >= m) {
+      *m_out = m - above, *digit = d, *none = 0;
+      return;
+    }
+    above += h[d];
+  }
 }
 
-__global__ void topk_kernel(SelectArgs a) {
-  const uint32_t s = blockIdx.x * kSetsPerBlock + threadIdx.x / 32;
-  if (s < a.S) topk_set(a, s, threadIdx.x % 32);
+__device__ void topk_set_block(const SelectArgs& a, uint32_t s) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t sh_forced, sh_m, sh_digit;
+  __shared__ int sh_none;
+  const uint32_t tid = threadIdx.x, nt = blockDim.x;
+  if (tid == 0) sh_forced = 0;
+  __syncthreads();
+  const uint32_t f = topk_count_forced(a, tid, nt);
+  if (f) atomicAdd(&sh_forced, f);
+  __syncthreads();
+  const uint32_t forced = sh_forced;
+  const uint32_t m = a.k > forced ? a.k - forced : 0;
+  uint64_t thr = 0;
+  if (m > 0) {  // the same for every thread of the block
+    uint64_t prefix = 0, mask = 0;
+    uint32_t left = m;
+    for (int pass = 7; pass >= 0; --pass) {
+      const int shift = 8 * pass;
+      for (uint32_t b = tid; b < 256; b += nt) hist[b] = 0;
+      __syncthreads();
+      topk_hist(a, s, tid, nt, prefix, mask, shift, [](uint32_t d) { atomicAdd(&hist[d], 1u); });
+      __syncthreads();
+      if (tid < 32) warp_pick_digit(hist, left, tid, &sh_m, &sh_digit, &sh_none);
+      __syncthreads();
+      if (sh_none) {  // fewer than m others: every key is >= 0 (radix_select's rule)
+        prefix = 0;
+        break;
+      }
+      left = sh_m;
+      prefix |= uint64_t(sh_digit) << shift;
+      mask |= uint64_t(0xff) << shift;
+    }
+    thr = prefix;
+  }
+  for (uint32_t c = tid; c < a.n; c += nt) topk_mark(a, s, c, m, thr);
+  __syncthreads();  // every mark is written before warp 0 compacts them
+  if (tid < 32) compact(a, s, tid);
 }
+
+__global__ void topk_kernel(SelectArgs a) { topk_set_block(a, blockIdx.x); }
 
 __global__ void psa_kernel(SelectArgs a) {
   const uint32_t s = blockIdx.x * kSetsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -164,8 +247,8 @@ __global__ void psa_kernel(SelectArgs a) {
   compact(a, s, lane);
 }
 
-// One CUDA block per set: its 16 half-warps score the set's n rows, then warp 0 selects.
-constexpr uint32_t kScoreTopkThreads = 256;
+// One CUDA block per set: its 16 half-warps score the set's n rows, then the block selects.
+constexpr uint32_t kScoreTopkThreads = kSelectThreads;
 
 __global__ void score_topk_kernel(ScoreArgs sc, SelectArgs a) {
   const uint32_t s = blockIdx.x;
@@ -177,8 +260,8 @@ __global__ void score_topk_kernel(ScoreArgs sc, SelectArgs a) {
   if (sc.q) row.q = sc.q + size_t(s) * sc.G * sc.D;
   if (sc.code) row.code = sc.code + size_t(s) * sc.Bb;
   score_rows(row, sc.n, threadIdx.x / kLanes, blockDim.x / kLanes, threadIdx.x % kLanes);
-  __syncthreads();  // the block's writes to out are visible to warp 0 after the barrier
-  if (threadIdx.x < 32) topk_set(a, s, threadIdx.x);
+  __syncthreads();  // the block's writes to out are visible to the whole block after the barrier
+  topk_set_block(a, s);
 }
 
 // The copies path: every run of the layer in one cudaMemcpyBatchAsync (CUDA 12.8+), which the
@@ -258,7 +341,7 @@ cudaError_t sign_hash(const SignHashArgs& a, cudaStream_t stream) {
 cudaError_t select_topk(const SelectArgs& a, cudaStream_t stream) {
   if (!a.score || !a.mark || (a.idx && a.idx_cap == 0)) return cudaErrorInvalidValue;
   if (a.S == 0 || a.n == 0) return cudaSuccess;
-  topk_kernel<<<set_blocks(a.S), 32 * kSetsPerBlock, 0, stream>>>(a);
+  topk_kernel<<<a.S, kSelectThreads, 0, stream>>>(a);
   return launched();
 }
 

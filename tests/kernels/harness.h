@@ -71,10 +71,8 @@ inline void select_topk(const SelectArgs& a, uint32_t nt = kThreads) {
     const uint32_t m = a.k > forced ? a.k - forced : 0;
     uint64_t thr = 0;
     if (m > 0)
-      thr = radix_select(m, [&](uint64_t p) {
-        uint32_t total = 0;
-        for (uint32_t t = 0; t < nt; ++t) total += topk_count_ge(a, s, t, nt, p);
-        return total;
+      thr = radix8_select(m, [&](uint64_t prefix, uint64_t mask, int shift, uint32_t* h) {
+        for (uint32_t t = 0; t < nt; ++t) topk_hist(a, s, t, nt, prefix, mask, shift, [h](uint32_t d) { ++h[d]; });
       });
     for (uint32_t c = 0; c < a.n; ++c) topk_mark(a, s, c, m, thr);
     compact(a, s, nt);

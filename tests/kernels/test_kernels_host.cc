@@ -196,6 +196,34 @@ TEST(KernelsHost, TopkSelectsLibucmSets) {
   EXPECT_EQ(cases, 4 * 3 * 2 * 5 * 2);
 }
 
+// The device's 8-pass radix search finds radix_select's threshold (the m-th largest rank key) for
+// every m, on scores with ties, -inf, NaN and both zeros, with forced blocks left out of both.
+TEST(KernelsHost, Radix8SelectEqualsTheBitwiseSearch) {
+  std::mt19937 rng(5);
+  int cases = 0;
+  for (uint32_t n : {1u, 2u, 33u, 256u, 700u}) {
+    std::vector<float> sc(n);
+    for (auto& x : sc) {
+      const uint32_t r = rng() % 12;
+      x = r == 0 ? -INFINITY : r == 1 ? NAN : r == 2 ? -0.0f : r == 3 ? 0.0f : r < 7 ? float(int(rng() % 5) - 2)
+                                                                              : std::ldexp(float(rng() % 1000), -int(rng() % 40));
+    }
+    std::vector<uint8_t> valid(n, 1);
+    if (n > 10) valid[n / 3] = 0;
+    k::SelectArgs a;
+    a.score = sc.data(), a.valid = valid.data(), a.S = 1, a.n = n, a.sink = n > 4 ? 2 : 0, a.local = n > 4 ? 1 : 0;
+    for (uint32_t m = 1; m <= n + 2; ++m) {
+      const uint64_t bitwise = k::radix_select(m, [&](uint64_t p) { return k::topk_count_ge(a, 0, 0, 1, p); });
+      const uint64_t radix8 = k::radix8_select(m, [&](uint64_t prefix, uint64_t mask, int shift, uint32_t* h) {
+        for (uint32_t t = 0; t < 3; ++t) k::topk_hist(a, 0, t, 3, prefix, mask, shift, [h](uint32_t d) { ++h[d]; });
+      });
+      ASSERT_EQ(radix8, bitwise) << "n " << n << " m " << m;
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 3 + 4 + 35 + 258 + 702);
+}
+
 // PSA: dyadic masses (exact sums in any order) summing to 1 over the valid blocks.
 TEST(KernelsHost, PsaSelectsLibucmSets) {
   std::mt19937 rng(19);

@@ -37,14 +37,14 @@ cudaError_t block_scores(const ScoreArgs& a, cudaStream_t stream);
 /// R4 query codes (sign_hash.h): a.q, a.P, a.code device.
 cudaError_t sign_hash(const SignHashArgs& a, cudaStream_t stream);
 
-/// Top-k with the windows (topk.h), one warp per set: a.score, a.valid, a.mark, a.idx,
-/// a.count device.
+/// Top-k with the windows (topk.h), one CUDA block of 256 threads per set: a.score, a.valid,
+/// a.mark, a.idx, a.count device.
 cudaError_t select_topk(const SelectArgs& a, cudaStream_t stream);
 
 /// PSA threshold selection (topk.h): as select_topk, a.score holding the masses.
 cudaError_t select_psa(const SelectArgs& a, cudaStream_t stream);
 
-/// Scores fused with top-k: one warp per set scores its blocks into sc.out (= sel.score,
+/// Scores fused with top-k: one CUDA block per set scores its blocks into sc.out (= sel.score,
 /// [S][n]) and selects from them without leaving the kernel (R4 Hamming scores of GSA, or R0/R1).
 cudaError_t score_select_topk(const ScoreArgs& sc, const SelectArgs& sel, cudaStream_t stream);
 

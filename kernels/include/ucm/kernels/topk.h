@@ -6,8 +6,10 @@
 //  - the others rank by score, higher first, equal scores by lower block index (a NaN score ranks
 //    as -inf, and -0 as +0).
 // Top-k keeps the best k - forced others. It finds the (k - forced)-th largest rank key with a
-// most-significant-bit-first radix search: 64 rounds of "how many keys are >= this prefix", each a
-// count over the set's blocks split among the warp's threads (topk_count_ge), summed by shuffles.
+// most-significant-digit-first radix search: 8 passes of an 8-bit histogram of the keys that match
+// the digits found so far (radix8_select, topk_hist), each pass one shared-memory histogram of the
+// whole CUDA block. (Until 2026-11-29: 64 rounds of "how many keys are >= this prefix" by one
+// warp, radix_select; 0.13-0.24x of a D2D copy on an H100, docs/device.md.)
 // PSA (arXiv:2503.00392 §3.2, Algorithm 1) keeps, after the forced blocks, the others in rank order while
 // fewer than cap blocks are selected and the covered mass is below tau: block c is kept iff
 // forced + (others ranked above c) < cap and forced mass + (their mass) < tau (psa_keep; O(n) per
@@ -74,6 +76,62 @@ UCM_HD uint64_t radix_select(uint32_t m, CountGe count_ge) {
     if (count_ge(cand) >= m) p = cand;
   }
   return p;
+}
+
+/// radix_select's result in 8 passes of 8 bits, most significant first (the device's top-k: 8
+/// block-wide shared-memory histograms instead of 64 warp-wide counts, launch.cu). hist(prefix,
+/// mask, shift, h) adds to h[256] (zeroed here) the keys k with (k & mask) == prefix, by digit
+/// (k >> shift) & 255, summed over the whole set. Keys are distinct (rank_key), so the digit
+/// chosen at each pass is that of the m-th largest key, and the result equals radix_select's; 0
+/// when fewer than m keys exist. The device picks the digit with a warp scan over the same
+/// histogram (topk_pick_digit's rule).
+UCM_HD bool topk_pick_digit(const uint32_t* h, uint32_t* m, uint32_t* digit) {
+  uint32_t above = 0;
+  for (int d = 255; d >= 0; --d) {
+    if (above + h[d] >= *m) {
+      *m -= above;
+      *digit = uint32_t(d);
+      return true;
+    }
+    above += h[d];
+  }
+  return false;  // fewer than m keys in this bucket: only possible at the first pass
+}
+
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <class Hist>
+UCM_HD uint64_t radix8_select(uint32_t m, Hist hist) {
+  uint64_t prefix = 0, mask = 0;
+  for (int pass = 7; pass >= 0; --pass) {
+    const int shift = 8 * pass;
+    uint32_t h[256];
+    for (uint32_t& x : h) x = 0;
+    hist(prefix, mask, shift, h);
+    uint32_t digit = 0;
+    if (!topk_pick_digit(h, &m, &digit)) return 0;
+    prefix |= uint64_t(digit) << shift;
+    mask |= uint64_t(0xff) << shift;
+  }
+  return prefix;
+}
+
+/// One thread's share of a radix8_select histogram pass over set s: for each other (not forced)
+/// block among tid, tid + nt, ... whose key matches prefix under mask, add(its digit) (the host
+/// increments an array, the device a shared-memory bin atomically).
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
+template <class Add>
+UCM_HD void topk_hist(const SelectArgs& a, uint32_t s, uint32_t tid, uint32_t nt, uint64_t prefix, uint64_t mask,
+                      int shift, Add add) {
+  const float* sc = a.score + size_t(s) * a.n;
+  for (uint32_t c = tid; c < a.n; c += nt) {
+    if (is_forced(a, c)) continue;
+    const uint64_t k = rank_key(sc[c], c);
+    if ((k & mask) == prefix) add(uint32_t(k >> shift) & 0xffu);
+  }
 }
 
 /// One thread's final step of top-k: marks block c of set s (m = k - forced others to keep,
