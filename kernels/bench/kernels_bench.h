@@ -32,6 +32,8 @@ struct KernelsBenchReport {
     std::string name, baseline;
     double bytes = 0, ms = 0, baseline_ms = 0, target = 0;
     std::string path;
+    /// Scatter cases by measurement: scatter_calibrate's best time of one layer by each path, ms.
+    double calib_copies_ms = 0, calib_kernel_ms = 0;
     double ratio() const { return ms > 0 ? baseline_ms / ms : 0; }
     bool pass() const { return ratio() >= target; }
   };

@@ -3,6 +3,11 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "ucm/kernels/launch.h"
@@ -284,8 +289,21 @@ cudaError_t scatter_copies(const ScatterArgs& a, cudaStream_t stream) {
     srcs.push_back(a.src + so);
   }
   if (dsts.empty()) return cudaSuccess;
+  // Runs that continue each other on both sides become one copy (a layout whose pages happen to
+  // be adjacent: consecutive slots of one block's rows).
+  std::vector<size_t> sizes;
+  sizes.reserve(dsts.size());
+  size_t w = 0;
+  for (size_t j = 0; j < dsts.size(); ++j) {
+    if (w > 0 && static_cast<const uint8_t*>(srcs[w - 1]) + sizes[w - 1] == srcs[j] &&
+        static_cast<uint8_t*>(dsts[w - 1]) + sizes[w - 1] == dsts[j]) {
+      sizes[w - 1] += size_t(bytes);
+      continue;
+    }
+    dsts[w] = dsts[j], srcs[w] = srcs[j], sizes.push_back(size_t(bytes)), ++w;
+  }
+  dsts.resize(w), srcs.resize(w);
   if (stream != nullptr && stream != cudaStreamLegacy && !g_batch_refused.load(std::memory_order_relaxed)) {
-    std::vector<size_t> sizes(dsts.size(), size_t(bytes));
     cudaMemcpyAttributes attr{};
     attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;  // staging is written before, in stream order
     size_t attr_idx = 0;
@@ -296,7 +314,7 @@ cudaError_t scatter_copies(const ScatterArgs& a, cudaStream_t stream) {
     g_batch_refused.store(true, std::memory_order_relaxed);
   }
   for (size_t j = 0; j < dsts.size(); ++j) {
-    const cudaError_t e = cudaMemcpyAsync(dsts[j], srcs[j], bytes, cudaMemcpyHostToDevice, stream);
+    const cudaError_t e = cudaMemcpyAsync(dsts[j], srcs[j], sizes[j], cudaMemcpyDefault, stream);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
@@ -304,23 +322,130 @@ cudaError_t scatter_copies(const ScatterArgs& a, cudaStream_t stream) {
 
 uint32_t set_blocks(uint32_t S) { return (S + kSetsPerBlock - 1) / kSetsPerBlock; }
 
+cudaError_t run_path(const ScatterArgs& a, ScatterPath p, cudaStream_t stream) {
+  if (p == ScatterPath::kCopies) return scatter_copies(a, stream);
+  const uint64_t total = scatter_threads(a);
+  scatter_kernel<<<blocks_for(total), kThreads, 0, stream>>>(a, total);
+  return cudaGetLastError();
+}
+
+// ---- the scatter path by measurement (launch.h, scatter_calibrate) ----
+// A shape: device, run bytes, runs per layer (rounded up to a power of two), copy unit, layout,
+// whether the staging is device memory, whether the stream is the legacy NULL stream (single
+// copies there, one batched copy elsewhere: scatter_copies).
+using ShapeKey = std::tuple<int, uint64_t, uint64_t, uint32_t, int32_t, bool, bool>;
+std::mutex g_shape_mu;
+std::map<ShapeKey, ScatterCalibration> g_shapes;
+
+ShapeKey shape_of(const ScatterArgs& a, cudaStream_t stream) {
+  int dev = 0;
+  (void)cudaGetDevice(&dev);
+  uint64_t runs = 1;
+  while (runs < a.n * 2 * scatter_runs_per_page(a)) runs *= 2;
+  cudaPointerAttributes pa{};
+  const bool src_dev = cudaPointerGetAttributes(&pa, a.src) == cudaSuccess && pa.type == cudaMemoryTypeDevice;
+  (void)cudaGetLastError();
+  return {dev, scatter_run_bytes(a), runs, a.unit, a.layout, src_dev, stream == nullptr || stream == cudaStreamLegacy};
+}
+
+// UCM_SCATTER_PATH: auto (default; by measurement), threshold (kMinCopyRunBytes), copies, kernel.
+int32_t scatter_mode() {
+  static const int32_t mode = [] {
+    const char* v = std::getenv("UCM_SCATTER_PATH");
+    if (!v || !*v || std::strcmp(v, "auto") == 0) return -1;
+    if (std::strcmp(v, "copies") == 0) return 0;
+    if (std::strcmp(v, "kernel") == 0) return 1;
+    return -2;  // threshold (and anything unknown: the rule before 2026-11-29)
+  }();
+  return mode;
+}
+
 cudaError_t launched() { return cudaGetLastError(); }
 
 }  // namespace
 
+namespace {
+bool scatter_args_ok(const ScatterArgs& a) {
+  return a.src && a.slots && a.dst_k && a.dst_v && a.row_bytes != 0 && a.h1 > a.h0 && a.h1 <= a.H && a.layer < a.L &&
+         a.slot_stride >= uint64_t(a.T) * (a.h1 - a.h0) * a.row_bytes;
+}
+}  // namespace
+
+cudaError_t scatter_calibrate(const ScatterArgs& a0, cudaStream_t stream, ScatterCalibration* out) {
+  ScatterArgs a = a0;
+  if (!scatter_args_ok(a)) return cudaErrorInvalidValue;
+  a.unit = scatter_unit_for(a);
+  ScatterCalibration c;
+  c.path = scatter_path(a);  // the rule by run size until measured
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (a.n == 0 || cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    if (out) *out = c;
+    return cudaSuccess;  // nothing to time, or a graph being captured (no synchronization allowed)
+  }
+  cudaEvent_t ev[3] = {};
+  cudaError_t e = cudaSuccess;
+  for (auto& x : ev)
+    if (e == cudaSuccess) e = cudaEventCreate(&x);
+  // Each path once untimed (lazy module loading, the first batch call), then both twice,
+  // alternating; the best of each. Copying the same bytes again is harmless: each run writes
+  // what the load writes anyway.
+  const ScatterPath order[] = {ScatterPath::kCopies, ScatterPath::kKernel};
+  for (ScatterPath p : order)
+    if (e == cudaSuccess) e = run_path(a, p, stream);
+  float best[2] = {1e30f, 1e30f};
+  for (int round = 0; round < 2 && e == cudaSuccess; ++round)
+    for (int i = 0; i < 2 && e == cudaSuccess; ++i) {
+      e = cudaEventRecord(ev[0], stream);
+      if (e == cudaSuccess) e = run_path(a, order[i], stream);
+      if (e == cudaSuccess) e = cudaEventRecord(ev[1], stream);
+      if (e == cudaSuccess) e = cudaEventSynchronize(ev[1]);
+      float ms = 0;
+      if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, ev[0], ev[1]);
+      if (e == cudaSuccess && ms < best[i]) best[i] = ms;
+    }
+  for (auto& x : ev)
+    if (x) cudaEventDestroy(x);
+  if (e != cudaSuccess) return e;
+  c.copies_ms = best[0], c.kernel_ms = best[1], c.measured = true;
+  c.path = best[0] <= best[1] ? ScatterPath::kCopies : ScatterPath::kKernel;
+  {
+    std::lock_guard<std::mutex> lk(g_shape_mu);
+    g_shapes[shape_of(a, stream)] = c;
+  }
+  if (out) *out = c;
+  return cudaSuccess;
+}
+
 cudaError_t scatter_layer(const ScatterArgs& a0, cudaStream_t stream, ScatterPath* path) {
   ScatterArgs a = a0;
-  if (!a.src || !a.slots || !a.dst_k || !a.dst_v || a.row_bytes == 0 || a.h1 <= a.h0 || a.h1 > a.H ||
-      a.layer >= a.L || a.slot_stride < uint64_t(a.T) * (a.h1 - a.h0) * a.row_bytes)
-    return cudaErrorInvalidValue;
+  if (!scatter_args_ok(a)) return cudaErrorInvalidValue;
   a.unit = scatter_unit_for(a);
-  const ScatterPath p = scatter_path(a);
+  ScatterPath p = scatter_path(a);
+  const int32_t mode = scatter_mode();
+  if (a.force_path < 0 && mode >= 0) p = mode == 0 ? ScatterPath::kCopies : ScatterPath::kKernel;
+  if (a.force_path < 0 && mode == -1 && a.n > 0) {
+    const ShapeKey key = shape_of(a, stream);
+    bool known = false;
+    {
+      std::lock_guard<std::mutex> lk(g_shape_mu);
+      auto it = g_shapes.find(key);
+      if (it != g_shapes.end()) known = true, p = it->second.path;
+    }
+    if (!known) {
+      ScatterCalibration c;
+      if (scatter_calibrate(a, stream, &c) == cudaSuccess) {
+        p = c.path;
+      } else {
+        (void)cudaGetLastError();
+        std::lock_guard<std::mutex> lk(g_shape_mu);
+        g_shapes[key] = c;  // failed to time: the rule by run size, for this shape from now on
+      }
+    }
+  }
   if (path) *path = p;
   if (a.n == 0) return cudaSuccess;
-  if (p == ScatterPath::kCopies) return scatter_copies(a, stream);
-  const uint64_t total = scatter_threads(a);
-  scatter_kernel<<<blocks_for(total), kThreads, 0, stream>>>(a, total);
-  return launched();
+  return run_path(a, p, stream);
 }
 
 cudaError_t block_scores(const ScoreArgs& a, cudaStream_t stream) {

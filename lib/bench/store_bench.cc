@@ -238,8 +238,14 @@ struct DeviceCache {
     return detail::cuda_status(*p, p->copy_to_host(dst, static_cast<uint8_t*>(caches[0]) + slot * page, page),
                                "cudaMemcpy device to host");
   }
-  /// The scatter path a load of this shape takes.
-  std::string path() const { return page >= kernels::kMinCopyRunBytes ? "copies" : "kernel"; }
+  /// The scatter path the loads since `copy0`/`kernel0` (scatter_path_counts) took: "copies",
+  /// "kernel" or "mixed" (the plugin chooses per shape by measurement: ucm/kernels/launch.h).
+  static std::string path_since(uint64_t copy0, uint64_t kernel0) {
+    uint64_t c = 0, k = 0;
+    detail::scatter_path_counts(&c, &k);
+    c -= copy0, k -= kernel0;
+    return c && k ? "mixed" : c ? "copies" : k ? "kernel" : "none";
+  }
   int dev = 0;
 };
 
@@ -704,9 +710,11 @@ Status load_passes(StoreBenchRun* b) {
     s = dc.open(b->desc, o.device, uint64_t(o.batch) * o.inflight);
     if (!s.ok()) return with_phase("device cache", s);
     b->progress("load: into GPU " + std::to_string(o.device) + " (paged NHD cache), page cache dropped");
+    uint64_t copy0 = 0, kernel0 = 0;
+    detail::scatter_path_counts(&copy0, &kernel0);
     s = load_pass(b, b->ropts, &r->load_device, &dc);
     if (!s.ok()) return s;
-    r->device_path = dc.path();
+    r->device_path = DeviceCache::path_since(copy0, kernel0);
   }
   if (o.deep_queue_depth) {
     OpenOptions lo = b->ropts;

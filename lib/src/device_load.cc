@@ -1,6 +1,7 @@
 // lib/src/device_load.cc: see ucm/core/device_load.h.
 #include "ucm/core/device_load.h"
 
+#include <atomic>
 #include <thread>
 
 #include "ucm/core/cuda_plugin.h"
@@ -9,6 +10,9 @@
 
 namespace ucm::detail {
 namespace {
+
+// Layers scattered by each path in this process (scatter_path_counts).
+std::atomic<uint64_t> g_copy_layers{0}, g_kernel_layers{0};
 
 struct Job {
   const ucm_cuda_plugin* p = nullptr;
@@ -58,7 +62,9 @@ void run(std::shared_ptr<Job> jp) {
     j.args.layer = l;
     j.args.dst_k = j.dest.layer_caches[size_t(l) * 2];
     j.args.dst_v = j.dest.layer_caches[size_t(l) * 2 + 1];
-    err = cuda_status(p, p.scatter_layer(&j.args, j.dest.stream, nullptr), "scatter of layer " + std::to_string(l));
+    int used_copies = -1;
+    err = cuda_status(p, p.scatter_layer(&j.args, j.dest.stream, &used_copies), "scatter of layer " + std::to_string(l));
+    if (err.ok()) (used_copies == 1 ? g_copy_layers : g_kernel_layers).fetch_add(1, std::memory_order_relaxed);
     if (err.ok() && !j.dest.layer_events.empty())
       err = cuda_status(p, p.event_record(j.dest.layer_events[l], j.dest.stream),
                         "cudaEventRecord of layer " + std::to_string(l));
@@ -148,6 +154,11 @@ Status load_device(Store& store, const NamespaceId& ns, const BlockHash* hashes,
   *out = j->task;
   std::thread(run, j).detach();
   return Status::OK();
+}
+
+void scatter_path_counts(uint64_t* copy_layers, uint64_t* kernel_layers) {
+  *copy_layers = g_copy_layers.load(std::memory_order_relaxed);
+  *kernel_layers = g_kernel_layers.load(std::memory_order_relaxed);
 }
 
 }  // namespace ucm::detail

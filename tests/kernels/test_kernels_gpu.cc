@@ -156,36 +156,40 @@ TEST(KernelsGpu, SignHashHammingAndFusedTopkEqualTheHarness) {
 TEST(KernelsGpu, TopkAndPsaEqualTheHarness) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(9);
-  const uint32_t S = 40, n = 700;
-  std::vector<float> sc(size_t(S) * n);
-  for (auto& x : sc) x = float(int(rng() % 50)) / 64.0f;  // ties, exact sums
-  std::vector<uint8_t> valid(n, 1);
-  valid[100] = 0;
-  Dev<float> ds(sc);
-  Dev<uint8_t> dv(valid), dmark(size_t(S) * n);
-  Dev<uint32_t> didx(size_t(S) * 64), dcount(S);
-  for (int psa = 0; psa < 2; ++psa) {
-    k::SelectArgs a;
-    a.score = ds.p, a.valid = dv.p, a.mark = dmark.p, a.idx = didx.p, a.count = dcount.p;
-    a.S = S, a.n = n, a.idx_cap = 64, a.sink = 1, a.local = 4, a.k = 50, a.tau = 8.0, a.cap = 60;
-    CU(psa ? k::select_psa(a, nullptr) : k::select_topk(a, nullptr));
-    CU(cudaDeviceSynchronize());
-    std::vector<uint8_t> mark(size_t(S) * n);
-    std::vector<uint32_t> idx(size_t(S) * 64), count(S);
-    k::SelectArgs h = a;
-    h.score = sc.data(), h.valid = valid.data(), h.mark = mark.data(), h.idx = idx.data(), h.count = count.data();
-    if (psa) k::host::select_psa(h);
-    else k::host::select_topk(h);
-    ASSERT_EQ(dmark.get(), mark) << "psa " << psa;
-    ASSERT_EQ(dcount.get(), count);
-    // idx holds count[s] entries per set; the slots past them are unspecified (here: the
-    // previous selection's, as the buffer is reused), so only the written prefix is compared.
-    const auto got = didx.get();
-    for (uint32_t s = 0; s < S; ++s) {
-      ASSERT_LE(count[s], a.idx_cap);
-      const auto row = got.begin() + ptrdiff_t(s) * a.idx_cap;
-      const auto want = idx.begin() + ptrdiff_t(s) * a.idx_cap;
-      ASSERT_TRUE(std::equal(row, row + count[s], want)) << "psa " << psa << ", set " << s;
+  // Top-k runs one CUDA block of 256 threads per set: n above, at and below the thread count.
+  for (const uint32_t n : {700u, 256u, 37u}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const uint32_t S = 40;
+    std::vector<float> sc(size_t(S) * n);
+    for (auto& x : sc) x = float(int(rng() % 50)) / 64.0f;  // ties, exact sums
+    std::vector<uint8_t> valid(n, 1);
+    valid[n / 3] = 0;
+    Dev<float> ds(sc);
+    Dev<uint8_t> dv(valid), dmark(size_t(S) * n);
+    Dev<uint32_t> didx(size_t(S) * 64), dcount(S);
+    for (int psa = 0; psa < 2; ++psa) {
+      k::SelectArgs a;
+      a.score = ds.p, a.valid = dv.p, a.mark = dmark.p, a.idx = didx.p, a.count = dcount.p;
+      a.S = S, a.n = n, a.idx_cap = 64, a.sink = 1, a.local = 4, a.k = 50, a.tau = 8.0, a.cap = 60;
+      CU(psa ? k::select_psa(a, nullptr) : k::select_topk(a, nullptr));
+      CU(cudaDeviceSynchronize());
+      std::vector<uint8_t> mark(size_t(S) * n);
+      std::vector<uint32_t> idx(size_t(S) * 64), count(S);
+      k::SelectArgs h = a;
+      h.score = sc.data(), h.valid = valid.data(), h.mark = mark.data(), h.idx = idx.data(), h.count = count.data();
+      if (psa) k::host::select_psa(h);
+      else k::host::select_topk(h);
+      ASSERT_EQ(dmark.get(), mark) << "psa " << psa;
+      ASSERT_EQ(dcount.get(), count);
+      // idx holds count[s] entries per set; the slots past them are unspecified (here: the
+      // previous selection's, as the buffer is reused), so only the written prefix is compared.
+      const auto got = didx.get();
+      for (uint32_t s = 0; s < S; ++s) {
+        ASSERT_LE(count[s], a.idx_cap);
+        const auto row = got.begin() + ptrdiff_t(s) * a.idx_cap;
+        const auto want = idx.begin() + ptrdiff_t(s) * a.idx_cap;
+        ASSERT_TRUE(std::equal(row, row + count[s], want)) << "psa " << psa << ", set " << s;
+      }
     }
   }
 }
@@ -232,30 +236,39 @@ TEST(KernelsGpu, ScatterBothPathsEqualTheHarness) {
     // The legacy NULL stream (single copies) and a created stream (one batched copy per layer).
     cudaStream_t created = nullptr;
     CU(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
-    for (cudaStream_t stream : {cudaStream_t(nullptr), created}) {
-      Dev<uint8_t> dk(slots_total * page), dv(slots_total * page);
-      CU(cudaMemset(dk.p, 0x5A, slots_total * page));
-      CU(cudaMemset(dv.p, 0x5A, slots_total * page));
-      std::vector<uint8_t> hk(slots_total * page, 0x5A), hv(slots_total * page, 0x5A);
-      for (uint32_t l = 0; l < L; ++l) {
-        k::ScatterArgs a;
-        a.src = staging, a.slots = slots, a.dst_k = dk.p, a.dst_v = dv.p, a.n = n, a.block_bytes = block_bytes;
-        a.slot_stride = page, a.layer = l, a.L = L, a.T = T, a.H = c.H, a.h0 = c.h0, a.h1 = c.h1;
-        a.row_bytes = uint32_t(row), a.layout = c.layout;
-        k::ScatterPath path;
-        CU(k::scatter_layer(a, stream, &path));
-        EXPECT_EQ(path, page >= k::kMinCopyRunBytes && c.layout == k::kLayoutNHD && heads == c.H
-                            ? k::ScatterPath::kCopies
-                            : k::ScatterPath::kKernel);
-        k::ScatterArgs h = a;
-        h.dst_k = hk.data(), h.dst_v = hv.data(), h.unit = k::scatter_unit_for(h);
-        k::host::scatter(h);
-        CU(cudaDeviceSynchronize());
-        ASSERT_EQ(dk.get(), hk) << "layer " << l << " H " << c.H << " heads " << c.h0 << "-" << c.h1
-                                << (stream ? " (created stream)" : " (NULL stream)");
-        ASSERT_EQ(dv.get(), hv);
+    // Each path forced, then the path by measurement (scatter_calibrate's choice, remembered).
+    for (cudaStream_t stream : {cudaStream_t(nullptr), created})
+      for (int32_t force : {0, 1, -1}) {
+        Dev<uint8_t> dk(slots_total * page), dv(slots_total * page);
+        CU(cudaMemset(dk.p, 0x5A, slots_total * page));
+        CU(cudaMemset(dv.p, 0x5A, slots_total * page));
+        std::vector<uint8_t> hk(slots_total * page, 0x5A), hv(slots_total * page, 0x5A);
+        k::ScatterCalibration cal;
+        for (uint32_t l = 0; l < L; ++l) {
+          k::ScatterArgs a;
+          a.src = staging, a.slots = slots, a.dst_k = dk.p, a.dst_v = dv.p, a.n = n, a.block_bytes = block_bytes;
+          a.slot_stride = page, a.layer = l, a.L = L, a.T = T, a.H = c.H, a.h0 = c.h0, a.h1 = c.h1;
+          a.row_bytes = uint32_t(row), a.layout = c.layout, a.force_path = force;
+          if (force < 0 && l == 0) {
+            CU(k::scatter_calibrate(a, stream, &cal));
+            EXPECT_TRUE(cal.measured);
+            EXPECT_GT(cal.copies_ms, 0.0f);
+            EXPECT_GT(cal.kernel_ms, 0.0f);
+            EXPECT_EQ(cal.path, cal.copies_ms <= cal.kernel_ms ? k::ScatterPath::kCopies : k::ScatterPath::kKernel);
+          }
+          k::ScatterPath path;
+          CU(k::scatter_layer(a, stream, &path));
+          if (force >= 0) EXPECT_EQ(path, force == 0 ? k::ScatterPath::kCopies : k::ScatterPath::kKernel);
+          else EXPECT_EQ(path, cal.path) << "the measured path, remembered for the shape";
+          k::ScatterArgs h = a;
+          h.dst_k = hk.data(), h.dst_v = hv.data(), h.unit = k::scatter_unit_for(h);
+          k::host::scatter(h);
+          CU(cudaDeviceSynchronize());
+          ASSERT_EQ(dk.get(), hk) << "layer " << l << " H " << c.H << " heads " << c.h0 << "-" << c.h1
+                                  << (stream ? " (created stream)" : " (NULL stream)") << " force " << force;
+          ASSERT_EQ(dv.get(), hv);
+        }
       }
-    }
     cudaStreamDestroy(created);
     cudaFreeHost(staging);
   }

@@ -29,7 +29,32 @@ inline ScatterPath scatter_path(const ScatterArgs& a) {
 /// [n][L][2][T][H][D]; a.slots: [n] in host memory that the device can read (pinned; the copy
 /// path reads it on the host); a.dst_k, a.dst_v: device. Returns cudaErrorInvalidValue for
 /// inconsistent sizes. path (may be null) receives the path taken.
+///
+/// The path (unless a.force_path names one): the faster of the two on this shape, measured by
+/// scatter_calibrate the first time the process scatters it (the caller's thread then waits for
+/// that layer's stream once), and remembered per (device, run bytes, runs per layer rounded up to
+/// a power of two, copy unit, layout, staging in device memory or not, legacy NULL stream or
+/// not). Why measure: the copy
+/// path's per-copy cost and the kernel's PCIe reads cross over at a size that depends on the
+/// machine (H100, 2026-11-27: batched copies 0.60x of one H2D copy on 32 KiB runs, the kernel
+/// 0.84x on 6 KiB pages; vLLM auto-calibrates its threshold for the same reason, vllm-project/vllm
+/// #57569). A stream being captured into a CUDA graph, or a failed measurement, uses the rule by
+/// run size (scatter_path). UCM_SCATTER_PATH=copies|kernel|threshold|auto (auto: default) in the
+/// environment fixes the choice for the process.
 cudaError_t scatter_layer(const ScatterArgs& a, cudaStream_t stream, ScatterPath* path = nullptr);
+
+/// What scatter_calibrate measured: the best of two timed runs of each path (after one untimed
+/// run of each), milliseconds, and the faster path (the rule by run size when not measured).
+struct ScatterCalibration {
+  float copies_ms = 0, kernel_ms = 0;
+  bool measured = false;
+  ScatterPath path = ScatterPath::kKernel;
+};
+
+/// Times both paths on a (each writes the layer's pages, as scatter_layer would: the load's
+/// destinations must be writable now), records the faster for a's shape as scatter_layer does,
+/// and synchronizes with the stream. out may be null.
+cudaError_t scatter_calibrate(const ScatterArgs& a, cudaStream_t stream, ScatterCalibration* out);
 
 /// Block scores (scores.h) of every set: a.r, a.q / a.code, a.valid, a.out device.
 cudaError_t block_scores(const ScoreArgs& a, cudaStream_t stream);

@@ -60,9 +60,11 @@ UCM_HD uint64_t scatter_run_bytes(const ScatterArgs& a) {
   return a.row_bytes;
 }
 
-/// Runs of at least this many bytes go through async copies; smaller ones through the gather
-/// kernel (on H100, batched host-to-device copies of 4-24 KiB pieces reach 4-7 GB/s against
-/// ~40 GB/s at >= 28 KiB: vLLM PR #42212).
+/// The rule by run size, where the path is not measured (launch.h, scatter_layer: a stream being
+/// captured into a graph, a failed measurement, UCM_SCATTER_PATH=threshold): runs of at least
+/// this many bytes go through async copies, smaller ones through the gather kernel (on H100,
+/// batched host-to-device copies of 4-24 KiB pieces reach 4-7 GB/s against ~40 GB/s at >= 28 KiB:
+/// vLLM PR #42212).
 constexpr uint64_t kMinCopyRunBytes = 28 * 1024;
 
 /// Source and destination byte offsets of copy unit `idx` (< scatter_threads); false if its

@@ -3,8 +3,8 @@
 //
 // The blocks are read and checksum-verified into pinned host staging by the store's load (all
 // heads, the store's payload layout), then one launch per layer moves them into the device cache
-// (ucm::kernels::scatter_layer, through libucm_cuda.so): async copies for runs of >= 28 KiB, the
-// gather kernel for smaller ones (a TP shard's head range). After layer l is enqueued its event is
+// (ucm::kernels::scatter_layer, through libucm_cuda.so): async copies or the gather kernel,
+// whichever the plugin measured faster on the shape the first time it met it. After layer l is enqueued its event is
 // recorded and its callback enqueued, so a server can start layer 0 while later layers arrive.
 // The task finishes when the stream has run every copy (a stream callback); the staging then
 // returns to a process-wide pool.
@@ -37,5 +37,9 @@ struct DeviceDest {
 /// the blocks of a layer whose copies could not be enqueued.
 Status load_device(Store& store, const NamespaceId& ns, const BlockHash* hashes, size_t n, DeviceDest dest,
                    std::shared_ptr<Task>* out);
+
+/// Layers of device loads this process scattered through async copies and through the gather
+/// kernel, since it started (the store bench reports the path its loads took).
+void scatter_path_counts(uint64_t* copy_layers, uint64_t* kernel_layers);
 
 }  // namespace ucm::detail
