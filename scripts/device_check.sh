@@ -456,6 +456,9 @@ say "repo $REPO, out $OUT, build $BUILD, budget ${BUDGET}s$([ "$DRY" = 1 ] && ec
 TORCH_CMAKE=""
 PKG_CONFIG_BIN=$(command -v pkg-config || true)
 step_info
+# PyTorch's CMake prefix also where the info step was not picked (UCM_DEVICE_STEPS): without it,
+# configure would find another libtorch (a system one) first.
+[ -n "$TORCH_CMAKE" ] || TORCH_CMAKE=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
 step_prefix
 export TORCH_CMAKE PKG_CONFIG_BIN LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" PKG_CONFIG_PATH="${PKG_CONFIG_PATH:-}"
 mkdir -p "$BUILD"
