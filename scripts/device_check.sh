@@ -364,7 +364,21 @@ need_ucm() { [ -x "$UCM_BIN" ] || { note "no $UCM_BIN (build failed)"; exit 3; }
 export -f need_ucm
 do_bench_kernels() {
   need_ucm
-  "$UCM_BIN" bench kernels --json >"$OUT/bench_kernels.json"
+  "$UCM_BIN" bench kernels --json >"$OUT/bench_kernels.json" || return $?
+  # Every case's ratio (and, for scatter by measurement, what it measured) in the step's line.
+  note "$("$PY" - "$OUT/bench_kernels.json" <<'PYEOF' 2>/dev/null
+import json, sys
+d = json.load(open(sys.argv[1]))
+out = []
+for c in d["cases"]:
+    s = "%s %.2fx (%s)" % (c["name"].replace("scatter ", "").replace(" + top-k", ""), c["ratio"], c["path"])
+    m = c.get("calibration_ms_per_layer")
+    if m:
+        s += " [copies %.3f / kernel %.3f ms]" % (m["copies"], m["kernel"])
+    out.append(s)
+print("; ".join(out))
+PYEOF
+)"
 }
 do_bench_store() {
   need_ucm
