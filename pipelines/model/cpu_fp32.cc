@@ -93,9 +93,10 @@ int64_t attention_units(const AttnArgs& a) { return a.B * a.nkv * ((a.T + kUnitR
 size_t attention_scratch_bytes(const AttnArgs& a) {
   auto align64 = [](size_t n) { return (n + 63) / 64 * 64; };
   const size_t sp = size_t((a.S + 15) / 16 * 16), hd = size_t(a.hd);
-  return 2 * align64(sp * hd * 4)              // packed K and V
-         + align64(size_t(kMaxPassRows) * sp * 4)  // score rows
-         + align64(size_t(kMaxPassRows) * hd * 4); // scaled query rows
+  const size_t rows = size_t(attention_group_passes(a.S) * kMaxPassRows);
+  return 2 * align64(sp * hd * 4)  // packed K and V
+         + align64(rows * sp * 4)  // score rows of a pass group
+         + align64(rows * hd * 4); // its scaled query rows
 }
 
 const Kernels& kernels(Isa isa) {

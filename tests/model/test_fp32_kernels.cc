@@ -180,6 +180,8 @@ TEST(Fp32Kernels, AttentionEqualsEagerAttention) {
       {1, 1, 77, 9, 3, 64, 0, "one decode row after 76 keys"},
       {1, 33, 33, 16, 2, 32, 0, "8 query heads per KV head"},
       {1, 20, 20, 2, 1, 256, 5, "hd 256, window 5"},
+      {1, 70, 1300, 9, 3, 64, 0, "70 rows after 1,230 cached keys: key chunks of 512, pass groups"},
+      {1, 64, 1100, 8, 2, 128, 300, "hd 128 (key chunks of 256), window 300"},
   };
   for (const auto& c : cases) {
     auto q = torch::randn({c.B, c.T, c.nh, c.hd}) * 2;
@@ -192,6 +194,20 @@ TEST(Fp32Kernels, AttentionEqualsEagerAttention) {
       auto got = attention(isa, q, k, v, qpos, c.window, scale);
       const double err = max_abs(got - want);
       EXPECT_LT(err, 2e-5 * max_abs(want)) << f32::isa_name(isa) << ": " << c.what;
+    }
+  }
+  // A row's result does not depend on the rows it shares a unit, a pass group or key chunks with
+  // (chunk bounds follow the group's key range): row 10 of 70 rows over 1,300 keys, bit for bit
+  // the same as that row alone.
+  {
+    auto q = torch::randn({1, 70, 9, 64}), k = torch::randn({1, 1300, 3, 64}), v = torch::randn({1, 1300, 3, 64});
+    auto qpos = torch::arange(1230, 1300, torch::kLong);
+    for (auto isa : isas()) {
+      auto full = attention(isa, q, k, v, qpos, 0, 0.125f);
+      for (int64_t row : {10, 69}) {
+        auto one = attention(isa, q.narrow(1, row, 1).contiguous(), k, v, qpos.narrow(0, row, 1).contiguous(), 0, 0.125f);
+        EXPECT_TRUE(torch::equal(one[0][0], full[0][row])) << f32::isa_name(isa) << " row " << row;
+      }
     }
   }
   // Right padding: rows t >= q_len[b] are 0; the others are as without it. Strided K/V (views of
