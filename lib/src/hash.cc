@@ -4,16 +4,11 @@
 #include <openssl/evp.h>
 
 #include <cstring>
-#include <memory>
 #include <stdexcept>
 
-namespace ucm {
+#include "ucm/core/evp.h"
 
-namespace {
-struct CtxFree {
-  void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
-};
-}  // namespace
+namespace ucm {
 
 BlockHash root_hash(const NamespaceId& ns) {
   uint8_t buf[11 + 16];
@@ -30,8 +25,7 @@ size_t hash_blocks(const BlockHash& parent, const uint32_t* tokens, size_t n_tok
   if (block_size == 0) return 0;
   const size_t nb = n_tokens / block_size;
   if (nb == 0) return 0;
-  std::unique_ptr<EVP_MD_CTX, CtxFree> ctx(EVP_MD_CTX_new());
-  if (!ctx) throw std::bad_alloc();
+  const core::EvpCtx ctx = core::new_evp_ctx();
   std::vector<uint8_t> buf(size_t(block_size) * 4);
   BlockHash prev = parent;
   out->reserve(out->size() + nb);

@@ -3,14 +3,11 @@
 
 #include <openssl/evp.h>
 
-#include <memory>
+#include "ucm/core/evp.h"
 
 namespace ucm {
 
 namespace {
-struct CtxFree {
-  void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
-};
 void put_le(uint8_t* p, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) p[i] = uint8_t(v >> (8 * i));
 }
@@ -20,7 +17,7 @@ size_t sglang_page_hashes(const std::optional<SglangPageHash>& prior, const uint
                           uint32_t page_size, std::vector<SglangPageHash>* out) {
   if (page_size == 0) return 0;
   const size_t pages = n_tokens / page_size;
-  std::unique_ptr<EVP_MD_CTX, CtxFree> ctx(EVP_MD_CTX_new());
+  const core::EvpCtx ctx = core::new_evp_ctx();
   std::vector<uint8_t> buf(size_t(page_size) * 4);
   std::optional<SglangPageHash> prev = prior;
   for (size_t i = 0; i < pages; ++i) {
@@ -40,7 +37,7 @@ size_t sglang_page_hashes(const std::optional<SglangPageHash>& prior, const uint
 std::optional<SglangPageHash> sglang_namespace_seed(std::optional<std::string_view> extra_key,
                                                     std::optional<std::string_view> cache_salt) {
   if (!extra_key && !cache_salt) return std::nullopt;
-  std::unique_ptr<EVP_MD_CTX, CtxFree> ctx(EVP_MD_CTX_new());
+  const core::EvpCtx ctx = core::new_evp_ctx();
   EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
   static constexpr char kTag[] = "sglang-cache-namespace-v1";
   EVP_DigestUpdate(ctx.get(), kTag, sizeof kTag - 1);

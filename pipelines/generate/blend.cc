@@ -11,12 +11,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "internal.h"
+
 namespace ucm::generate {
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+using detail::ms_since;
 
 Status read_text(const std::string& path, std::string* out) {
   std::ifstream f(path, std::ios::binary);

@@ -5,13 +5,13 @@
 
 #include <chrono>
 
+#include "internal.h"
+
 namespace ucm::generate {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using detail::ms_since;
 
 }  // namespace
 

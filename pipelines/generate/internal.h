@@ -2,6 +2,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,11 @@
 #include "ucm/tok/tokenizer.h"
 
 namespace ucm::generate::detail {
+
+/// Milliseconds of the steady clock since t0.
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 /// The torch dtype of a store dtype name: "bf16" -> kBFloat16, "fp16" -> kHalf, else kFloat.
 torch::ScalarType torch_dtype_of(const std::string& dtype);

@@ -1,10 +1,12 @@
 // pipelines/model/attn_ops.h: what the two CPU attention ops (ops::attention_bf16,
 // cpu_bf16_ops.cc; ops::attention_f32, cpu_fp32_ops.cc) share: the checks of their tensors, the
 // filling of their kernels' argument structs (cpu::AttnArgs, cpu::f32::AttnArgs: the same field
-// names), and a scratch buffer per thread. Internal to ucm_model.
+// names), a scratch buffer per thread, and the row split of their row ops. Internal to ucm_model.
 #pragma once
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "llama_model.h"
@@ -14,6 +16,12 @@ namespace ucm::model::ops::detail {
 inline void need(bool ok, const char* fn, const std::string& what) {
   if (!ok) throw ModelError(std::string("ops::") + fn + ": " + what);
 }
+
+/// A bf16 tensor's elements as raw bits (the kernels' uint16_t).
+inline uint16_t* bits(const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+/// Rows per task of a row op (at::parallel_for's grain): about 64 KiB of fp32 input each.
+inline int64_t grain(int64_t row_elems) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elems)); }
 
 /// The host tensors a filled Args points into (keep them alive for the call).
 struct AttnHold {

@@ -17,12 +17,9 @@
 namespace ucm::model::ops {
 namespace {
 
+using detail::bits;
+using detail::grain;
 using detail::need;
-
-uint16_t* bits(const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
-
-// Rows per task: about 64 KiB of fp32 input each.
-int64_t grain(int64_t row_elems) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elems)); }
 
 }  // namespace
 
