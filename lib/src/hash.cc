@@ -4,7 +4,6 @@
 #include <openssl/evp.h>
 
 #include <cstring>
-#include <stdexcept>
 
 #include "ucm/core/evp.h"
 
