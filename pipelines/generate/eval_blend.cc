@@ -254,6 +254,10 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
         row.mean_kl = b.vs_ref.mean_kl;
         row.greedy_match = b.greedy_match;
         row.chunk_blocks_failed = b.stats.blocks_failed;
+        row.stored_tokens = b.stats.stored_tokens;
+        row.recomputed_tokens = b.stats.recomputed_tokens;
+        row.check_layer = bs.check_layer;
+        row.relevance_ms = b.stats.relevance_ms;
         out->rows.push_back(row);
         if (o.progress)
           spdlog::info("eval blend: {} docs, ratio {:.2f}, {}: top-1 {:.3f}, KL {:.4f}, TTFT {:.0f} ms "
@@ -307,15 +311,27 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
 }
 
 std::string EvalBlendResult::to_json() const {
-  auto rows_json = [](const std::vector<Row>& v) {
+  // per_prompt: a blend row of one prompt also says what its prefill did (the means do not).
+  auto rows_json = [](const std::vector<Row>& v, bool per_prompt) {
     nlohmann::ordered_json a = nlohmann::ordered_json::array();
-    for (const auto& x : v)
-      a.push_back({{"size", x.size}, {"prompt", x.prompt}, {"method", x.method}, {"ratio", x.ratio},
-                   {"position_decay", x.position_decay}, {"prompt_tokens", x.prompt_tokens}, {"ttft_ms", x.ttft_ms}, {"served_fraction", x.served_fraction},
-                   {"top1_agreement", x.top1_agreement}, {"mean_kl", x.mean_kl}, {"greedy_match", x.greedy_match}});
+    for (const auto& x : v) {
+      nlohmann::ordered_json r = {{"size", x.size}, {"prompt", x.prompt}, {"method", x.method}, {"ratio", x.ratio},
+                                  {"position_decay", x.position_decay}, {"prompt_tokens", x.prompt_tokens},
+                                  {"ttft_ms", x.ttft_ms}, {"served_fraction", x.served_fraction},
+                                  {"top1_agreement", x.top1_agreement}, {"mean_kl", x.mean_kl},
+                                  {"greedy_match", x.greedy_match}};
+      if (per_prompt && x.method != "recompute" && x.method != "prefix") {
+        r["stored_tokens"] = x.stored_tokens;
+        r["recomputed_tokens"] = x.recomputed_tokens;
+        r["check_layer"] = x.check_layer;
+        r["relevance_ms"] = x.relevance_ms;
+        r["chunk_blocks_failed"] = x.chunk_blocks_failed;
+      }
+      a.push_back(std::move(r));
+    }
     return a;
   };
-  nlohmann::ordered_json j = {{"means", rows_json(means)}, {"rows", rows_json(rows)}};
+  nlohmann::ordered_json j = {{"means", rows_json(means, false)}, {"rows", rows_json(rows, true)}};
   return j.dump(2);
 }
 

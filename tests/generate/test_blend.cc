@@ -9,12 +9,16 @@
 //   * Blending several documents serves most of the prompt from the store and tracks full
 //     recompute better as the ratio grows.
 //   * The question's attention (LlamaModel::key_attention) is a distribution over the kept keys;
-//     the relevance and deviation selections recompute as many tokens, different ones.
+//     the relevance and deviation selections, with and without the position prior, recompute as
+//     many tokens, different ones.
+//   * Three documents under eight settings come from one `ucm eval blend` run (BlendEval), which
+//     these tests are also the tests of: one row per setting, means over one prompt are the rows.
 //   * Bad input: an unknown document id, a namespace whose RoPE is not the model's or cannot be
 //     moved (yarn), and a corrupted chunk block, which is recomputed, never served.
 // Model dir: $UCM_MODEL_DIR or <repo>/models/SmolLM2-135M-Instruct.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -180,71 +184,154 @@ TEST_F(Blend, SingleDocumentAtPositionZeroAnswersLikeThePrefixCache) {
   EXPECT_EQ(j["greedy_match"].get<uint64_t>(), kNewTokens) << j.dump();
   EXPECT_DOUBLE_EQ(j["top1_agreement"].get<double>(), 1.0);
   EXPECT_LT(j["mean_kl"].get<double>(), 1e-3);
+  // The defaults, as reported: the relevance selection at layer 0, exponent 2, prior 128.
+  EXPECT_EQ(j["selection"], "relevance");
+  EXPECT_EQ(j["check_layer"].get<int>(), 0);
+  EXPECT_DOUBLE_EQ(j["relevance_exponent"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(j["position_decay"].get<double>(), 128.0);
 }
 
-TEST_F(Blend, FullRecomputeRatioIsFullRecomputeExactly) {
-  const json j = blend(store_, "netrc.rst.txt,codeop.rst.txt", "--recompute-ratio 1");
-  ASSERT_TRUE(j.contains("tokens")) << j.dump();
-  EXPECT_EQ(j["recomputed_tokens"], j["stored_tokens"]);
-  EXPECT_EQ(j["mean_kl"].get<double>(), 0.0);  // bit-identical logits
-  EXPECT_DOUBLE_EQ(j["top1_agreement"].get<double>(), 1.0);
-  EXPECT_EQ(j["greedy_match"].get<uint64_t>(), kNewTokens);
-  EXPECT_EQ(j["tokens"], j["recompute_tokens"]);
+// ---------------------------------------------------------------------------------------------
+// The three documents' prompt under every setting the tests below compare comes from one
+// `ucm eval blend` run, shared by the test processes (tests/common/shared_fixture.h): full
+// recompute and prefix caching once, then a blend prefill and its decodes per setting, where a
+// `ucm generate --blend` per setting would prefill the baselines again each time (this suite's
+// time went there: docs/testing.md).
+const char* kEvalDocs = "linecache.rst.txt,codeop.rst.txt,netrc.rst.txt";
+const std::vector<double> kEvalRatios = {0.0, 0.15};  // none, and the default
+
+class BlendEval : public Blend {
+ protected:
+  static void SetUpTestSuite() {
+    Blend::SetUpTestSuite();
+    if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
+    eval_fixture_ = ucm::test::shared_fixture("blend-eval", [](const fs::path& dir) -> std::string {
+      auto r = run_shell(std::string(UCM_BIN) + " eval blend --json --model " + shell_quote(model_dir()) + " --store " +
+                         shell_quote(store_.string()) + " --documents " + kEvalDocs +
+                         " --sizes 3 --prompts 1 --ratios 0,0.15 --selections relevance,deviation"
+                         " --position-decays 128,0 --new-tokens " +
+                         std::to_string(kNewTokens) + " --question " + shell_quote(kQuestion));
+      if (r.code != 0) return "eval blend exit " + std::to_string(r.code) + ": " + r.err;
+      std::ofstream(dir / "eval.json") << r.out;
+      return "";
+    });
+    ASSERT_EQ(eval_fixture_.error, "");
+    std::ifstream f(eval_fixture_.dir / "eval.json");
+    eval_ = json::parse(f, nullptr, false);
+    ASSERT_FALSE(eval_.is_discarded()) << "eval.json is not JSON";
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    if (eval_fixture_.owned) fs::remove_all(eval_fixture_.dir, ec);
+    Blend::TearDownTestSuite();
+  }
+  // The per-prompt row of `method` ("recompute", "prefix", "blend-relevance", ...), at ratio and
+  // decay for the blend rows; an empty object (and a failure) when there is not exactly one.
+  static json row(const std::string& method, double ratio = 0, double decay = 0) {
+    json found = json::object();
+    int n = 0;
+    for (const auto& r : eval_["rows"]) {
+      if (r["method"] != method) continue;
+      if (method.rfind("blend", 0) == 0 &&
+          (std::abs(r["ratio"].get<double>() - ratio) > 1e-9 || r["position_decay"].get<double>() != decay))
+        continue;
+      found = r;
+      ++n;
+    }
+    EXPECT_EQ(n, 1) << method << " ratio " << ratio << " decay " << decay;
+    return n == 1 ? found : json::object();
+  }
+  static ucm::test::FixtureDir eval_fixture_;
+  static json eval_;  // the report of `ucm eval blend --json`
+};
+ucm::test::FixtureDir BlendEval::eval_fixture_;
+json BlendEval::eval_;
+
+TEST_F(BlendEval, OneRowPerPromptAndSettingAndMeansOverOnePrompt) {
+  // Full recompute, prefix caching, then selection x decay x ratio, in that order; with one prompt
+  // the means are the rows.
+  const auto& rows = eval_["rows"];
+  ASSERT_EQ(rows.size(), 2u + 2 * 2 * kEvalRatios.size()) << eval_.dump();
+  EXPECT_EQ(rows[0]["method"], "recompute");
+  EXPECT_EQ(rows[1]["method"], "prefix");
+  size_t i = 2;
+  for (const char* sel : {"blend-relevance", "blend-deviation"})
+    for (double decay : {128.0, 0.0})
+      for (double ratio : kEvalRatios) {
+        EXPECT_EQ(rows[i]["method"], sel) << i;
+        EXPECT_DOUBLE_EQ(rows[i]["ratio"].get<double>(), ratio) << i;
+        EXPECT_DOUBLE_EQ(rows[i]["position_decay"].get<double>(), decay) << i;
+        EXPECT_EQ(rows[i]["size"], 3) << i;
+        EXPECT_EQ(rows[i]["prompt_tokens"], rows[0]["prompt_tokens"]) << i;
+        EXPECT_EQ(rows[i]["chunk_blocks_failed"], 0) << i;
+        ++i;
+      }
+  const auto& means = eval_["means"];
+  ASSERT_EQ(means.size(), rows.size());
+  for (size_t k = 0; k < rows.size(); ++k) {
+    EXPECT_EQ(means[k]["method"], rows[k]["method"]) << k;
+    EXPECT_EQ(means[k]["prompt"], 1) << k;  // the number of prompts averaged
+    EXPECT_DOUBLE_EQ(means[k]["mean_kl"].get<double>(), rows[k]["mean_kl"].get<double>()) << k;
+    EXPECT_DOUBLE_EQ(means[k]["top1_agreement"].get<double>(), rows[k]["top1_agreement"].get<double>()) << k;
+  }
+  // Full recompute is the reference: agreement 1, KL 0, every new token its own.
+  EXPECT_DOUBLE_EQ(rows[0]["top1_agreement"].get<double>(), 1.0);
+  EXPECT_EQ(rows[0]["mean_kl"].get<double>(), 0.0);
+  EXPECT_EQ(rows[0]["greedy_match"].get<uint64_t>(), kNewTokens);
 }
 
-TEST_F(Blend, DocumentsServedFromTheStoreAndRatioBuysQuality) {
-  // Three documents (about 2,300 tokens): every blend run also prefills them twice more (full
-  // recompute and prefix caching) in fp32.
-  const std::string docs = "linecache.rst.txt,codeop.rst.txt,netrc.rst.txt";
-  const json r0 = blend(store_, docs, "--recompute-ratio 0");
-  const json r30 = blend(store_, docs, "--recompute-ratio 0.3");
-  ASSERT_TRUE(r0.contains("tokens") && r30.contains("tokens"));
-  // Every full block of every chunk is used: all but the documents' tails and the separators.
-  const uint64_t n = r0["prompt_tokens"].get<uint64_t>();
-  EXPECT_GT(r0["stored_tokens"].get<uint64_t>(), n * 9 / 10);
-  EXPECT_GT(r0["served_fraction"].get<double>(), 0.9);
+TEST_F(BlendEval, DocumentsServedFromTheStoreAndRatioBuysQuality) {
+  // Three documents (about 2,300 tokens).
+  const json prefix = row("prefix");
+  const uint64_t n = prefix["prompt_tokens"].get<uint64_t>();
   // Prefix caching serves the first document only.
-  EXPECT_LT(r0["prefix_served_fraction"].get<double>(), 0.35);
-  EXPECT_NEAR(double(r30["recomputed_tokens"].get<uint64_t>()), 0.3 * r30["stored_tokens"].get<double>(), 1.0);
-  EXPECT_LT(r30["mean_kl"].get<double>(), r0["mean_kl"].get<double>());
-  EXPECT_GT(r0["mean_kl"].get<double>(), 0.0);  // documents that never saw each other: not exact
-  std::printf("[ blend ] 3 docs, %llu tokens: ratio 0: top-1 %.3f KL %.4f; ratio 0.3: top-1 %.3f KL %.4f\n",
-              (unsigned long long)n, r0["top1_agreement"].get<double>(), r0["mean_kl"].get<double>(),
-              r30["top1_agreement"].get<double>(), r30["mean_kl"].get<double>());
+  EXPECT_LT(prefix["served_fraction"].get<double>(), 0.35);
+  for (const char* sel : {"blend-relevance", "blend-deviation"})
+    for (double decay : {128.0, 0.0}) {
+      const json r0 = row(sel, 0, decay), r15 = row(sel, 0.15, decay);
+      ASSERT_TRUE(r0.contains("stored_tokens") && r15.contains("stored_tokens")) << sel;
+      // Every full block of every chunk is used: all but the documents' tails and the separators.
+      EXPECT_GT(r0["stored_tokens"].get<uint64_t>(), n * 9 / 10) << sel;
+      EXPECT_EQ(r15["stored_tokens"], r0["stored_tokens"]) << sel;
+      EXPECT_EQ(r0["recomputed_tokens"].get<uint64_t>(), 0u) << sel;
+      EXPECT_GT(r0["served_fraction"].get<double>(), 0.9) << sel;
+      EXPECT_NEAR(double(r15["recomputed_tokens"].get<uint64_t>()), 0.15 * r15["stored_tokens"].get<double>(), 1.0);
+      // Documents that never saw each other: not exact; recomputing 15% of the stored tokens
+      // tracks full recompute better, whichever tokens the selection picks.
+      EXPECT_GT(r0["mean_kl"].get<double>(), 0.0) << sel;
+      EXPECT_LT(r15["mean_kl"].get<double>(), r0["mean_kl"].get<double>()) << sel << " decay " << decay;
+      std::printf("[ blend ] 3 docs, %llu tokens, %s, decay %g: ratio 0: top-1 %.3f KL %.4f; 0.15: top-1 %.3f KL "
+                  "%.4f\n",
+                  (unsigned long long)n, sel, decay, r0["top1_agreement"].get<double>(), r0["mean_kl"].get<double>(),
+                  r15["top1_agreement"].get<double>(), r15["mean_kl"].get<double>());
+    }
 }
 
-TEST_F(Blend, PositionPriorIsTheSelectionsAndOnlyChangesWhichTokens) {
+TEST_F(BlendEval, PositionPriorIsTheSelectionsAndOnlyChangesWhichTokens) {
   // ucm_blend_select_weighted with the default decay (128) and with none (CacheBlend's plain
-  // deviation): the same number of tokens recomputed, reported as asked; a negative decay is a
-  // usage error naming the option.
-  const std::string docs = "netrc.rst.txt,codeop.rst.txt";
-  const json with = blend(store_, docs, "--recompute-ratio 0.15");
-  const json without = blend(store_, docs, "--recompute-ratio 0.15 --position-decay 0");
-  ASSERT_TRUE(with.contains("tokens") && without.contains("tokens"));
-  EXPECT_DOUBLE_EQ(with["position_decay"].get<double>(), 128.0);
-  EXPECT_DOUBLE_EQ(without["position_decay"].get<double>(), 0.0);
-  EXPECT_EQ(with["recomputed_tokens"], without["recomputed_tokens"]);
-  EXPECT_NEAR(double(with["recomputed_tokens"].get<uint64_t>()), 0.15 * with["stored_tokens"].get<double>(), 1.0);
-  EXPECT_NE(with["mean_kl"].get<double>(), without["mean_kl"].get<double>());  // other tokens were chosen
-  auto bad = blend_run(store_, docs, "--position-decay -1");
+  // deviation), for both selections: the same number of tokens recomputed, other tokens chosen.
+  for (const char* sel : {"blend-relevance", "blend-deviation"}) {
+    const json with = row(sel, 0.15, 128), without = row(sel, 0.15, 0);
+    ASSERT_TRUE(with.contains("recomputed_tokens") && without.contains("recomputed_tokens")) << sel;
+    EXPECT_EQ(with["recomputed_tokens"], without["recomputed_tokens"]) << sel;
+    EXPECT_NEAR(double(with["recomputed_tokens"].get<uint64_t>()), 0.15 * with["stored_tokens"].get<double>(), 1.0);
+    EXPECT_NE(with["mean_kl"].get<double>(), without["mean_kl"].get<double>()) << sel << ": the same tokens?";
+  }
+  // A negative decay is a usage error naming the option, before the model loads.
+  auto bad = blend_run(store_, kEvalDocs, "--position-decay -1");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE((bad.out + bad.err).find("--position-decay"), std::string::npos) << bad.out << bad.err;
 }
 
-TEST_F(Blend, SelectionsRankByTheQuestionsAttentionOrByDeviation) {
+TEST_F(BlendEval, SelectionsRankByTheQuestionsAttentionOrByDeviation) {
   // The default selection ranks by how much the question attends to a token (check layer 0,
-  // the question's pass reported as relevance_ms); --selection deviation is CacheBlend's V
-  // deviation at layer 1. Same number of tokens recomputed, other tokens chosen. A deviation at
-  // layer 0 (always 0) and an unknown selection are usage errors.
-  const std::string docs = "linecache.rst.txt,codeop.rst.txt,netrc.rst.txt";
-  const json rel = blend(store_, docs, "--recompute-ratio 0.15");
-  const json dev = blend(store_, docs, "--recompute-ratio 0.15 --selection deviation");
-  ASSERT_TRUE(rel.contains("tokens") && dev.contains("tokens"));
-  EXPECT_EQ(rel["selection"], "relevance");
+  // the question's pass reported as relevance_ms); deviation is CacheBlend's V deviation at
+  // layer 1. Same number of tokens recomputed, other tokens chosen. A deviation at layer 0
+  // (always 0) and an unknown selection are usage errors.
+  const json rel = row("blend-relevance", 0.15, 128), dev = row("blend-deviation", 0.15, 128);
+  ASSERT_TRUE(rel.contains("check_layer") && dev.contains("check_layer"));
   EXPECT_EQ(rel["check_layer"].get<int>(), 0);
-  EXPECT_DOUBLE_EQ(rel["relevance_exponent"].get<double>(), 2.0);
   EXPECT_GT(rel["relevance_ms"].get<double>(), 0.0);
-  EXPECT_EQ(dev["selection"], "deviation");
   EXPECT_EQ(dev["check_layer"].get<int>(), 1);
   EXPECT_EQ(dev["relevance_ms"].get<double>(), 0.0);
   EXPECT_EQ(rel["recomputed_tokens"], dev["recomputed_tokens"]);
@@ -253,10 +340,10 @@ TEST_F(Blend, SelectionsRankByTheQuestionsAttentionOrByDeviation) {
               "KL %.4f\n",
               rel["top1_agreement"].get<double>(), rel["mean_kl"].get<double>(), rel["relevance_ms"].get<double>(),
               dev["top1_agreement"].get<double>(), dev["mean_kl"].get<double>());
-  auto bad = blend_run(store_, docs, "--selection deviation --check-layer 0");
+  auto bad = blend_run(store_, kEvalDocs, "--selection deviation --check-layer 0");
   EXPECT_NE(bad.code, 0) << bad.out << bad.err;
   EXPECT_NE((bad.out + bad.err).find("--check-layer 0"), std::string::npos) << bad.out << bad.err;
-  bad = blend_run(store_, docs, "--selection sideways");
+  bad = blend_run(store_, kEvalDocs, "--selection sideways");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE((bad.out + bad.err).find("--selection"), std::string::npos) << bad.out << bad.err;
 }
@@ -294,20 +381,28 @@ TEST_F(Blend, RopeThatCannotBeMovedOrIsAnotherModelsIsRefused) {
   EXPECT_NE(r.err.find("is not this model's"), std::string::npos) << r.err;
 }
 
-TEST_F(Blend, CorruptChunkBlockIsRecomputedNeverServed) {
-  const fs::path copy = root_ / "store-corrupt";
-  fs::copy(store_, copy, fs::copy_options::recursive);
-  // Block 10 of chunk:netrc.rst.txt.
-  ASSERT_EQ(ucm::test::corrupt_document_block(copy, "chunk:netrc.rst.txt", 10, 777, 0x21), "");
+TEST_F(Blend, FullRecomputeRatioIsFullRecomputeExactlyAndACorruptChunkBlockIsNeverServed) {
+  // Ratio 1 recomputes every stored token: bit-identical logits and the same tokens as full
+  // recompute. Then one chunk block corrupted in a copy of the store (block 10 of
+  // chunk:netrc.rst.txt): it is reported and its tokens computed, never served, and the answer is
+  // still full recompute's, bit for bit.
   const std::string docs = "copy.rst.txt,netrc.rst.txt";
   const json clean = blend(store_, docs, "--recompute-ratio 1");
-  const json bad = blend(copy, docs, "--recompute-ratio 1");
-  ASSERT_TRUE(clean.contains("tokens") && bad.contains("tokens"));
+  ASSERT_TRUE(clean.contains("tokens")) << clean.dump();
   EXPECT_EQ(clean["chunk_blocks_failed"].get<uint64_t>(), 0u);
+  EXPECT_EQ(clean["recomputed_tokens"], clean["stored_tokens"]);
+  EXPECT_EQ(clean["mean_kl"].get<double>(), 0.0);  // bit-identical logits
+  EXPECT_DOUBLE_EQ(clean["top1_agreement"].get<double>(), 1.0);
+  EXPECT_EQ(clean["greedy_match"].get<uint64_t>(), kNewTokens);
+  EXPECT_EQ(clean["tokens"], clean["recompute_tokens"]);
+
+  const fs::path copy = root_ / "store-corrupt";
+  fs::copy(store_, copy, fs::copy_options::recursive);
+  ASSERT_EQ(ucm::test::corrupt_document_block(copy, "chunk:netrc.rst.txt", 10, 777, 0x21), "");
+  const json bad = blend(copy, docs, "--recompute-ratio 1");
+  ASSERT_TRUE(bad.contains("tokens")) << bad.dump();
   EXPECT_EQ(bad["chunk_blocks_failed"].get<uint64_t>(), 1u);
   EXPECT_EQ(bad["stored_tokens"].get<uint64_t>() + 16, clean["stored_tokens"].get<uint64_t>());
-  // The corrupted block's tokens were computed: with everything else recomputed too the answer
-  // is still full recompute's, bit for bit.
   EXPECT_EQ(bad["mean_kl"].get<double>(), 0.0);
   EXPECT_EQ(bad["tokens"], bad["recompute_tokens"]);
 }

@@ -104,6 +104,13 @@ struct EvalBlendResult {
     uint64_t prompt_tokens = 0;
     double ttft_ms = 0, served_fraction = 0, top1_agreement = 0, mean_kl = 0;
     uint64_t greedy_match = 0, chunk_blocks_failed = 0;
+    /// blend rows: tokens of the prompt whose K/V came from stored chunks, and how many of them
+    /// were recomputed (ratio x stored, rounded); the layer the selection ran at; the question's
+    /// pass over the loaded cache (relevance selections; 0 otherwise), ms. 0 in the mean rows and
+    /// the CSV.
+    uint64_t stored_tokens = 0, recomputed_tokens = 0;
+    uint32_t check_layer = 0;
+    double relevance_ms = 0;
   };
   std::vector<Row> rows;       ///< per prompt
   std::vector<Row> means;      ///< per (size, method, ratio, decay): means over the prompts (prompt = count)
