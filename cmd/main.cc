@@ -31,7 +31,7 @@
 #endif
 #if UCM_CLI_HAVE_PRECOMPUTE
 #include "audit.h"    // inspect --audit (pipelines/audit)
-#include "compute.h"  // ucm_model: restart_with_blas_core
+#include "cpu_runtime.h"  // ucm_model: restart_with_blas_core, cxx_runtime_conflict
 #include "precompute.h"
 #endif
 #if UCM_CLI_HAVE_GENERATE

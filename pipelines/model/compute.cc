@@ -1,187 +1,9 @@
 #include "compute.h"
 
-#include "cpu_bf16.h"
-
-#include <dlfcn.h>
-#include <sched.h>
-#include <spdlog/spdlog.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <set>
-#include <sstream>
 #include <stdexcept>
 
 namespace ucm::model {
-
-namespace {
-
-// The words after the colon of /proc/cpuinfo's first line that starts with `key` (empty if
-// unreadable or absent).
-std::istringstream cpuinfo_words(const char* key) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(key, 0) == 0) return std::istringstream(line.substr(line.find(':') + 1));
-  return std::istringstream();
-}
-
-// The first "flags" line of /proc/cpuinfo, as a set of words.
-std::set<std::string> cpu_flags() {
-  auto words = cpuinfo_words("flags");
-  std::set<std::string> out;
-  for (std::string w; words >> w;) out.insert(w);
-  return out;
-}
-
-}  // namespace
-
-std::string cpu_vendor() {
-  auto words = cpuinfo_words("vendor_id");
-  std::string v;
-  words >> v;
-  return v;
-}
-
-std::string onednn_isa_cap() {
-  for (const char* var : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
-    const char* v = std::getenv(var);
-    if (!v || !*v) continue;
-    std::string cap(v);
-    std::transform(cap.begin(), cap.end(), cap.begin(), [](unsigned char c) { return char(std::toupper(c)); });
-    return cap == "ALL" || cap == "DEFAULT" ? "" : cap;
-  }
-  return "";
-}
-
-std::string cpu_bf16_isa() {
-  const auto f = cpu_flags();
-  std::string isa = f.count("amx_bf16") ? "amx_bf16" : f.count("avx512_bf16") ? "avx512_bf16" : "";
-  // oneDNN (libtorch's bf16 GEMMs) capped below the CPU's own ISA runs that ISA's kernels: without
-  // AMX at AVX512_CORE_BF16 / AVX512_CORE_FP16, with no bf16 instructions below (emulated).
-  const std::string cap = onednn_isa_cap();
-  if (!isa.empty() && !cap.empty() && cap.find("AMX") == std::string::npos && cap.rfind("AVX10", 0) != 0)
-    isa = cap == "AVX512_CORE_BF16" || cap == "AVX512_CORE_FP16" ? "avx512_bf16" : "";
-  return isa;
-}
-
-bool cpu::have_avx512_bf16() {  // declared in cpu_bf16.h, whose unit reads no files
-  static const bool have = [] {
-    const auto f = cpu_flags();
-    return f.count("avx512f") && f.count("avx512_bf16");
-  }();
-  return have;
-}
-
-std::string blas_core_name() {
-  using CoreNameFn = char* (*)();
-  auto fn = reinterpret_cast<CoreNameFn>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  const char* name = fn ? fn() : nullptr;
-  return name ? name : "";
-}
-
-int blas_threads() {
-  using GetFn = int (*)();
-  auto fn = reinterpret_cast<GetFn>(::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  return fn ? fn() : 0;
-}
-
-bool set_blas_threads(int n) {
-  using SetFn = void (*)(int);
-  auto fn = reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (!fn) return false;
-  fn(std::max(1, n));
-  return true;
-}
-
-std::string blas_core_for(const std::string& core, const std::set<std::string>& f) {
-  if (core.empty()) return "";
-  // OpenBLAS's x86-64 cores whose kernels predate AVX2 (and its name for an unknown CPU).
-  static const std::set<std::string> kOld = {"Prescott", "Core2",     "Penryn", "Dunnington", "Nehalem",
-                                             "Atom",     "Sandybridge", "Barcelona", "Unknown", "unknown"};
-  // Its cores with AVX2 kernels but none of AVX-512's (0.3.21 picks Cooperlake itself on Zen 5;
-  // Haswell there is what an environment's OPENBLAS_CORETYPE gives: blas_core_warning()).
-  static const std::set<std::string> kAvx2 = {"Haswell", "Zen"};
-  const bool avx512 = f.count("avx512f") && f.count("avx512bw") && f.count("avx512vl") && f.count("avx512dq");
-  if (kOld.count(core)) {
-    if (avx512) return "SkylakeX";
-    if (f.count("avx2") && f.count("fma")) return "Haswell";
-    return "";
-  }
-  return avx512 && kAvx2.count(core) ? "SkylakeX" : "";
-}
-
-std::string blas_core_override() {
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
-  if (set && *set) return "";
-  return blas_core_for(blas_core_name(), cpu_flags());
-}
-
-std::string blas_core_warning() {
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
-  if (!set || !*set) return "";
-  const std::string better = blas_core_for(set, cpu_flags());
-  if (better.empty()) return "";
-  return std::string("OPENBLAS_CORETYPE=") + set + " is set in the environment: OpenBLAS runs that core's kernels " +
-         "on this CPU, which has " + (better == "SkylakeX" ? "AVX-512" : "AVX2") +
-         ", and fp32 GEMMs run slower than with " + better +
-         "'s (AMD Zen 5, 2026-11-27: Haswell's 186-218 GFLOP/s against 290-410, the fp32 prefill 628 against 960-1000 "
-         "tokens/s). Unset it (OpenBLAS then picks its kernels itself) or set OPENBLAS_CORETYPE=" + better +
-         ", unless you need that core";
-}
-
-std::string blas_core_of(torch::Device dev, torch::ScalarType compute) {
-  return dev.is_cpu() && compute == torch::kFloat ? blas_core_name() : "";
-}
-
-void restart_with_blas_core(char** argv) {
-  const std::string core = blas_core_override();
-  if (core.empty()) return;
-  const std::string was = blas_core_name();
-  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-  ::execv("/proc/self/exe", argv);
-  spdlog::warn("OpenBLAS runs its {} kernels on this CPU; restarting with OPENBLAS_CORETYPE={} failed ({}): "
-               "fp32 GEMMs will be slow (set OPENBLAS_CORETYPE={} yourself)",
-               was, core, std::strerror(errno), core);
-  ::unsetenv("OPENBLAS_CORETYPE");
-}
-
-std::string cxx_runtime_conflict() {
-  // The std::filesystem functions ucm calls whose copies differ between toolchains (the ones a
-  // directory walk goes through), by their mangled names.
-  static const char* const kSymbols[] = {
-      "_ZNSt10filesystem10remove_allERKNS_7__cxx114pathERSt10error_code",  // remove_all(path, ec)
-      "_ZNSt10filesystem10remove_allERKNS_7__cxx114pathE",                 // remove_all(path)
-      "_ZNSt10filesystem18create_directoriesERKNS_7__cxx114pathERSt10error_code",
-      "_ZNSt10filesystem7__cxx1128recursive_directory_iteratorC1ERKNS0_4pathENS_17directory_optionsEPSt10error_code",
-      "_ZNSt10filesystem7__cxx1118directory_iteratorC1ERKNS0_4pathENS_17directory_optionsEPSt10error_code",
-  };
-  void* own = ::dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
-  if (!own) return "";  // not libstdc++ (libc++): nothing to compare
-  std::string problem;
-  for (const char* sym : kSymbols) {
-    void* mine = ::dlsym(own, sym);
-    void* found = ::dlsym(RTLD_DEFAULT, sym);
-    if (!mine || !found || mine == found) continue;
-    Dl_info info{};
-    const char* where = ::dladdr(found, &info) && info.dli_fname ? info.dli_fname : "another library";
-    problem = std::string("std::filesystem (") + sym + ") resolves to " + where +
-              "'s copy, not libstdc++.so.6's (a copy built for another libstdc++ can crash: a pip "
-              "PyTorch's does, in remove_all). The link named that library before libstdc++: rebuild ucm "
-              "with its CMakeLists.txt (it links libstdc++ first), or start this binary with "
-              "LD_PRELOAD=libstdc++.so.6";
-    break;
-  }
-  ::dlclose(own);
-  return problem;
-}
-
-bool cpu_is_amd() { return cpu_vendor() == "AuthenticAMD"; }
 
 ComputeChoice choose_compute(const std::string& want, torch::Device dev) {
   if (want != "auto" && want != "bf16" && want != "fp32")
@@ -204,12 +26,6 @@ ComputeChoice choose_compute(const std::string& want, torch::Device dev) {
   return {torch::kBFloat16, "bf16", isa};
 }
 
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
-}
-
 int set_compute_threads(int n, bool blas_gemms) {
   if (n <= 0) {
     const char* env = std::getenv("OMP_NUM_THREADS");
@@ -222,6 +38,10 @@ int set_compute_threads(int n, bool blas_gemms) {
   }
   at::set_num_threads(n);
   return at::get_num_threads();
+}
+
+std::string blas_core_of(torch::Device dev, torch::ScalarType compute) {
+  return dev.is_cpu() && compute == torch::kFloat ? blas_core_name() : "";
 }
 
 }  // namespace ucm::model

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "compute.h"
+#include "cpu_runtime.h"
 
 int main(int argc, char** argv) {
   ucm::model::restart_with_blas_core(argv);

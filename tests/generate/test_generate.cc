@@ -145,7 +145,8 @@ TEST_F(Generate, PromptEndingMidBlockHitsItsFullBlocks) {
   const std::string full = read_file(fs::path(kDocsDir) / "copy.rst.txt");
   json j;
   uint64_t n = 0;
-  for (size_t cut : {1000, 1037, 1111, 1234}) {
+  // 1037 ends mid-block with this tokenizer (265 tokens); the others are there in case it does not.
+  for (size_t cut : {1037, 1111, 1234, 1000}) {
     j = generate(full.substr(0, cut), store_);
     ASSERT_TRUE(j.contains("tokens"));
     n = j["prompt_tokens"].get<uint64_t>();
@@ -162,19 +163,20 @@ TEST_F(Generate, CorruptBlockIsRecomputedNeverUsed) {
   const fs::path copy = root_ / "store-corrupt";
   fs::copy(store_, copy, fs::copy_options::recursive);
   const std::string prompt = read_file(fs::path(kDocsDir) / "netrc.rst.txt") + kQuestion;
-  const json clean = generate(prompt, copy);
-  ASSERT_TRUE(clean.contains("tokens"));
-  const uint64_t hit = clean["prefix_hit_blocks"].get<uint64_t>();
-  ASSERT_GE(hit, 10u);
   // Flip one payload byte of block 5 of the prompt (its hash chain from the namespace's seed).
   ASSERT_EQ(ucm::test::corrupt_document_block(copy, "netrc.rst.txt", 5, 1000, 0x5a), "");
   const json j = generate(prompt, copy);
   ASSERT_TRUE(j.contains("tokens"));
+  // The document's blocks are all stored (CachedPrefixGivesTheRecomputedTokens): the five before
+  // the bad one are loaded, it is reported, and it and everything after it are recomputed.
+  ASSERT_GT(j["prompt_blocks"].get<uint64_t>(), 10u);
   EXPECT_EQ(j["blocks_failed"].get<uint64_t>(), 1u) << j.dump();
   EXPECT_EQ(j["blocks_loaded"].get<uint64_t>(), 5u);
   EXPECT_EQ(j["prefix_hit_tokens"].get<uint64_t>(), 5u * 16);
-  EXPECT_TRUE(j["tokens_match"].get<bool>());
-  EXPECT_EQ(j["tokens"], clean["tokens"]);
+  // The same tokens as full recompute of the same prompt in the same run, bit for bit in the
+  // first token's logits' argmax and every greedy step after.
+  EXPECT_TRUE(j["tokens_match"].get<bool>()) << j.dump();
+  EXPECT_EQ(j["greedy_match"].get<uint64_t>(), 32u);
 }
 
 TEST_F(Generate, SaveWritesBlocksTheNextRunFinds) {

@@ -1,7 +1,7 @@
 // tests/model/test_cxx_runtime.cc: every std::filesystem call reaches libstdc++.so.6 even when a
 // library linked before it exports its own copy (a pip PyTorch's libtorch.so does, and its
 // remove_all crashed ucm bench precompute: docs/device.md), and ucm-torch's start-up check names
-// such a copy where a link bypassed the build's libstdc++-first option (compute.h); libucm's own
+// such a copy where a link bypassed the build's libstdc++-first option (cpu_runtime.h); libucm's own
 // directory removal (ucm/fs.h) works either way, for servers whose links put libtorch first.
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 
 #include <unistd.h>
 
-#include "compute.h"
+#include "cpu_runtime.h"
 
 extern "C" int ucm_fake_remove_all_calls;
 

@@ -1,0 +1,86 @@
+// pipelines/model/cpu_runtime.h: what the CPU offers (/proc/cpuinfo), the loaded OpenBLAS's core
+// and threads, and the start-up checks of a main() that links libtorch (OpenBLAS's kernels, the
+// C++ runtime). Needs no libtorch header: a main() or a test that calls only these compiles in
+// about a second, where <torch/torch.h> alone costs 14 s of CPU (compute.h includes this header).
+// Internal to ucm_model.
+#pragma once
+#include <set>
+#include <string>
+
+namespace ucm::model {
+
+
+/// The CPU's bf16 matrix instructions, from /proc/cpuinfo's flags: "amx_bf16" (AMX tiles,
+/// Sapphire Rapids and later), "avx512_bf16" (Cooper Lake, Zen 4), or "" (none: bf16 GEMMs would
+/// be emulated, slower than fp32). Where oneDNN is capped below them (onednn_isa_cap()), the
+/// instructions its bf16 GEMMs will use: avx512_bf16 at AVX512_CORE_BF16 or AVX512_CORE_FP16
+/// (how an AMX machine stands in for one without), "" below those.
+std::string cpu_bf16_isa();
+
+/// /proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD"); "" when unreadable.
+std::string cpu_vendor();
+
+/// cpu_vendor() is "AuthenticAMD".
+bool cpu_is_amd();
+
+/// ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA), upper-cased; "" when unset, ALL or DEFAULT.
+std::string onednn_isa_cap();
+
+/// The cores this process may run on (sched_getaffinity; 1 if unknown).
+int usable_cores();
+
+/// The core whose kernels the loaded OpenBLAS (libtorch's fp32 BLAS on Debian) runs, e.g.
+/// "SkylakeX", "Haswell", "Prescott"; "" when the process has no OpenBLAS.
+std::string blas_core_name();
+
+/// Sets the threads of the loaded OpenBLAS's GEMMs (openblas_set_num_threads: process-wide) to
+/// n >= 1. n = 1: each GEMM runs in its caller's thread, so prefill workers on their own threads
+/// each run their own GEMMs side by side (LlamaModel::set_prefill_workers), and no OpenBLAS thread
+/// spins in sched_yield while a worker does element-wise work (fp32 prefill, 2 cores, 2026-11-29:
+/// 24% of the CPU time in the kernel, mostly sched_yield, with OpenBLAS's two threads). Returns
+/// false when the process has no OpenBLAS.
+bool set_blas_threads(int n);
+
+/// The loaded OpenBLAS's GEMM threads (openblas_get_num_threads); 0 when the process has none.
+int blas_threads();
+
+/// OpenBLAS picks its GEMM kernels once, when it loads, from the CPU model, and falls back to
+/// its SSE3 "Prescott" kernels for a model it does not know: OpenBLAS 0.3.21 (Debian 12) does so
+/// on this project's "Intel(R) Xeon(R) Processor" VMs, which have AVX-512; its fp32 GEMMs then run
+/// about 6x slower than with its SkylakeX kernels (measured: 9 vs 54 GFLOP/s, 1024x576x1536). On
+/// AMD Zen 5 it picks Cooperlake (AVX-512) itself; were it to pick its AVX2 cores there (Haswell,
+/// Zen: what OPENBLAS_CORETYPE=Haswell gives), the fp32 prefill would run 1.3-1.4x slower
+/// (measured 2026-11-27: 666-747 against 949-988 tokens/s).
+/// Returns the OPENBLAS_CORETYPE this process should have been started with when OPENBLAS_CORETYPE
+/// is not set: "SkylakeX" when /proc/cpuinfo has avx512f, avx512bw, avx512vl and avx512dq and the
+/// loaded OpenBLAS chose a core without AVX-512 kernels (pre-AVX2, Haswell or Zen); "Haswell" with
+/// avx2 and fma when it chose a pre-AVX2 core; "" otherwise (nothing to mend).
+std::string blas_core_override();
+
+/// blas_core_override()'s rule on its inputs: `core` the loaded OpenBLAS's (blas_core_name()),
+/// `cpu_flags` /proc/cpuinfo's flags.
+std::string blas_core_for(const std::string& core, const std::set<std::string>& cpu_flags);
+
+/// When OPENBLAS_CORETYPE is set to a core whose kernels this CPU outgrows (blas_core_for() would
+/// replace it: e.g. Haswell on an AVX-512 CPU, as some machines' environments set it), a message
+/// saying so and what to do; "" otherwise. The fp32 compute path logs it at warn: the value is
+/// left alone, as any value set by hand.
+std::string blas_core_warning();
+
+/// For a main() that links libtorch, before anything else: when blas_core_override() names a
+/// core, sets OPENBLAS_CORETYPE to it and re-executes /proc/self/exe with the same argv (OpenBLAS
+/// reads the variable only when it loads). Returns when there is nothing to mend or the exec
+/// fails (the run then goes on with the kernels it has, logged at warn).
+void restart_with_blas_core(char** argv);
+
+/// For a main() that links libtorch, before any command: "" when the process's std::filesystem
+/// functions are libstdc++.so.6's own, else a message naming the library whose copy the global
+/// lookup found first and what to do. A pip PyTorch's libtorch.so exports 64 std::filesystem
+/// functions of the manylinux toolchain's static libstdc++ parts; an executable that names it
+/// before libstdc++.so.6 binds every std::filesystem call (libucm's too) to that copy, and its
+/// remove_all jumps through a null pointer (ucm bench precompute with torch 2.11: docs/device.md).
+/// The build puts libstdc++ first in every link (CMakeLists.txt), so this finds nothing unless a
+/// link bypassed that; the binary then refuses to run instead of crashing in the middle.
+std::string cxx_runtime_conflict();
+
+}  // namespace ucm::model
