@@ -6,6 +6,8 @@
 #
 #   --runs N       executions per target (default 20000; -runs=N of libFuzzer)
 #   --seconds S    time per target instead (-max_total_time=S)
+#   --build-only   configure and build the targets, run nothing (scripts/test.sh builds them
+#                  beside ctest this way, at the lowest priority)
 #   TARGET         superblock data_file index_values meta_json tokenizer_load tokenizer_encode
 #                  safetensors corpus (default: all)
 #
@@ -21,12 +23,14 @@ cd "$(dirname "$0")/.."
 ALL=(superblock data_file index_values meta_json tokenizer_load tokenizer_encode safetensors corpus)
 RUNS=20000
 SECS=""
+BUILD_ONLY=0
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) RUNS=$2; SECS=""; shift 2 ;;
     --seconds) SECS=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --build-only) BUILD_ONLY=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) echo "fuzz: unknown option $1" >&2; exit 2 ;;
     *)
       ok=0
@@ -63,6 +67,7 @@ build_targets=(fuzz_make_seeds)
 for t in "${targets[@]}"; do build_targets+=("fuzz_$t"); done
 nice -n 10 cmake --build "$BUILD" -j"$JOBS" --target "${build_targets[@]}" >"$BUILD/fuzz-build.log" 2>&1 \
   || { tail -50 "$BUILD/fuzz-build.log"; echo "fuzz: build failed (log: $BUILD/fuzz-build.log)" >&2; exit 1; }
+[ "$BUILD_ONLY" = 1 ] && exit 0
 
 # --- seeds ------------------------------------------------------------------------------------
 # Checked-in seeds (tests/fuzz/corpus/TARGET) + the product encoders' (fuzz_make_seeds) + for the

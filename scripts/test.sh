@@ -6,9 +6,21 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 .venv/bin/python scripts/fetch_model.py --out models/SmolLM2-135M-Instruct
-# Two at a time: the tests that run the model hold the resource lock `cpu` (tests/CMakeLists.txt),
-# so they run one after another while the quick ones run beside them. `ctest -L quick` is the
+# Two at a time: the tests that run the model run with one BLAS thread each (tests/CMakeLists.txt),
+# so two of them share the 2 cores, and the quick ones fill the gaps. `ctest -L quick` is the
 # fast subset (docs/testing.md).
+#
+# The fuzz targets' clang build (scripts/fuzz.sh) runs beside ctest at the lowest priority: ctest
+# keeps about 1.8 of 2 cores busy (tests that wait on a lease, a child process or a lock), and the
+# build takes the rest (docs/testing.md, "Where the suite's time goes"). Its log:
+# build-fuzz/fuzz-build.log.
+mkdir -p "${FUZZ_BUILD_DIR:-build-fuzz}"
+nice -n 19 scripts/fuzz.sh --build-only >"${FUZZ_BUILD_DIR:-build-fuzz}/build-only.log" 2>&1 &
+fuzz_build=$!
+trap 'kill "$fuzz_build" 2>/dev/null || true' EXIT
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j"${CTEST_JOBS:-2}")
-# A short burst of every libFuzzer target (docs/fuzzing.md): builds build-fuzz/ with clang first.
+# A short burst of every libFuzzer target (docs/fuzzing.md); its build is finished first (again,
+# at the normal priority, if the one beside ctest failed: that prints the error).
+wait "$fuzz_build" || true
+trap - EXIT
 scripts/fuzz.sh --runs 2000
