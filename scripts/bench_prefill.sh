@@ -20,6 +20,9 @@
 #   transformers           .venv-torch (scripts/venv_torch.sh)
 #   matmul limit           torch.matmul GFLOP/s of the model's MLP shape, fp32 and bf16, and the
 #                          prefill tokens/s that bounds (2 FLOPs per parameter per token)
+#   fp32 GEMM routes       bench_gemm (tests/model, built here if missing): the model's GEMMs
+#                          through OpenBLAS and through oneDNN (libtorch's mkldnn_linear), one
+#                          thread and every core; printed after the table, kept in DIR/gemm.txt
 # An engine whose venv is missing is reported as skipped. Output: DIR/prefill.json and a
 # markdown table on stdout, with the CPU model.
 set -uo pipefail
@@ -140,3 +143,17 @@ for r in rows:
     else:
         print(f"| {r['engine']} {r.get('version', '')} | {r['dtype']} | {r['tokens_per_second']:.1f} | {r['tokens']} tokens in {r['seconds']:.2f} s |")
 PY
+
+# fp32 GEMMs: OpenBLAS (what ucm's fp32 path runs) against oneDNN through libtorch, the model's
+# shapes, one thread (each prefill worker's) and every core.
+BUILD_DIR=${BUILD_DIR:-build}
+if [ -x "$BUILD_DIR/tests/model/bench_gemm" ] || cmake --build "$BUILD_DIR" --target bench_gemm >/dev/null 2>&1; then
+  {
+    echo; echo "fp32 GEMM routes (bench_gemm), 1 thread:"
+    OPENBLAS_NUM_THREADS=1 "$BUILD_DIR/tests/model/bench_gemm" "" 1
+    echo; echo "fp32 GEMM routes (bench_gemm), $(nproc) threads:"
+    OPENBLAS_NUM_THREADS=$(nproc) "$BUILD_DIR/tests/model/bench_gemm" "" "$(nproc)"
+  } 2>&1 | tee "$OUT/gemm.txt"
+else
+  echo "bench_prefill: bench_gemm could not be built (cmake --build $BUILD_DIR --target bench_gemm): GEMM routes skipped" >&2
+fi
