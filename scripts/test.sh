@@ -15,9 +15,10 @@ scripts/build.sh
 # build takes the rest (docs/testing.md, "Where the suite's time goes"). Its log:
 # build-fuzz/fuzz-build.log.
 mkdir -p "${FUZZ_BUILD_DIR:-build-fuzz}"
-nice -n 19 scripts/fuzz.sh --build-only >"${FUZZ_BUILD_DIR:-build-fuzz}/build-only.log" 2>&1 &
+# In a session of its own, so that a failing ctest stops the whole build (make and clang too).
+setsid nice -n 19 scripts/fuzz.sh --build-only >"${FUZZ_BUILD_DIR:-build-fuzz}/build-only.log" 2>&1 &
 fuzz_build=$!
-trap 'kill "$fuzz_build" 2>/dev/null || true' EXIT
+trap 'kill -- -"$fuzz_build" 2>/dev/null || true' EXIT
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 900 -j"${CTEST_JOBS:-2}")
 # A short burst of every libFuzzer target (docs/fuzzing.md); its build is finished first (again,
 # at the normal priority, if the one beside ctest failed: that prints the error).
