@@ -17,12 +17,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "compute.h"
 #include "llama_model.h"
+#include "real_data.h"  // model_dir(): $UCM_MODEL_DIR or the source tree's models/
 
 namespace {
 
@@ -42,11 +44,7 @@ double best_seconds(F&& f) {
 
 int main(int argc, char** argv) {
   ucm::model::restart_with_blas_core(argv);  // OpenBLAS's kernels for this CPU, as ucm-torch
-  std::string dir = argc > 1 ? argv[1] : "";
-  if (dir.empty()) {
-    const char* e = std::getenv("UCM_MODEL_DIR");
-    dir = (e && *e) ? e : std::string(UCM_REPO_DIR) + "/models/SmolLM2-135M-Instruct";
-  }
+  const std::string dir = argc > 1 && *argv[1] ? argv[1] : ucm::test::model_dir();
   const int threads = argc > 2 ? std::max(1, std::atoi(argv[2])) : 1;
   try {
     if (!at::hasMKLDNN()) {

@@ -11,14 +11,11 @@
 
 #include "compute.h"
 #include "llama_model.h"
+#include "real_data.h"  // model_dir(): $UCM_MODEL_DIR or the source tree's models/
 
 int main(int argc, char** argv) {
   ucm::model::restart_with_blas_core(argv);  // OpenBLAS's kernels for this CPU, as ucm-torch
-  std::string dir = argc > 1 ? argv[1] : "";
-  if (dir.empty()) {
-    const char* e = std::getenv("UCM_MODEL_DIR");
-    dir = (e && *e) ? e : std::string(UCM_REPO_DIR) + "/models/SmolLM2-135M-Instruct";
-  }
+  const std::string dir = argc > 1 && *argv[1] ? argv[1] : ucm::test::model_dir();
   try {
     auto m = ucm::model::LlamaModel::load(dir);
     std::printf("model %s, digest %s, torch threads %d\n", dir.c_str(), m->weights_digest().c_str(),
