@@ -30,14 +30,6 @@ endif()
 # requirements of ucm_model and GoogleTest; -Winvalid-pch (and -Werror) make a mismatch an error,
 # never a silent full compile. A unit of those targets that does not include libtorch skips it
 # (loading 650 MB of PCH costs it more than it saves).
-set(_ucm_torch_test_units
-    ${PROJECT_SOURCE_DIR}/tests/generate/test_blend.cc
-    ${PROJECT_SOURCE_DIR}/tests/model/test_compute_dtype.cc
-    ${PROJECT_SOURCE_DIR}/tests/model/test_family_parity.cc
-    ${PROJECT_SOURCE_DIR}/tests/model/test_fp32_kernels.cc
-    ${PROJECT_SOURCE_DIR}/tests/model/test_model_parity.cc
-    ${PROJECT_SOURCE_DIR}/tests/precompute/test_precompute.cc
-    ${PROJECT_SOURCE_DIR}/tests/precompute/test_skipped_entries.cc)
 set(_ucm_torch_test_targets test_blend test_compute_dtype test_family_parity test_fp32_kernels test_model_parity
     test_precompute)
 if(UCM_HAVE_TORCH AND TARGET ucm_model AND TARGET test_blend)
@@ -49,19 +41,13 @@ if(UCM_HAVE_TORCH AND TARGET ucm_model AND TARGET test_blend)
   target_link_libraries(ucm_test_torch_pch PRIVATE ucm_model GTest::gtest ucm_warnings)
   target_precompile_headers(ucm_test_torch_pch PRIVATE <torch/torch.h> <gtest/gtest.h>)
   foreach(t ${_ucm_torch_test_targets})
-    if(NOT TARGET ${t})
-      continue()
+    if(TARGET ${t})
+      target_precompile_headers(${t} REUSE_FROM ucm_test_torch_pch)
     endif()
-    target_precompile_headers(${t} REUSE_FROM ucm_test_torch_pch)
-    get_target_property(_srcs ${t} SOURCES)
-    get_target_property(_dir ${t} SOURCE_DIR)
-    foreach(src ${_srcs})
-      get_filename_component(_abs ${src} ABSOLUTE BASE_DIR ${_dir})
-      if(NOT _abs IN_LIST _ucm_torch_test_units)
-        set_source_files_properties(${_abs} TARGET_DIRECTORY ${t} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
-      endif()
-    endforeach()
   endforeach()
+  # The one unit of those targets that includes no libtorch.
+  set_source_files_properties(${PROJECT_SOURCE_DIR}/tests/precompute/test_precompute_cli.cc
+                              TARGET_DIRECTORY test_precompute PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
 endif()
 
 # The other multi-unit targets: the C++ standard library headers that most units include (about
