@@ -20,7 +20,7 @@ namespace ucm::model::cpu::f32 {
   void silu_mul(const float*, int64_t, float*, int64_t, int64_t);                                                    \
   void qkv_rope(const float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*, float*, float*, \
                 uint16_t*, uint16_t*, int64_t, int64_t);                                                             \
-  void attention(const AttnArgs&, int64_t, int64_t, void*);                                                          \
+  void attention(const AttnArgs&, int64_t, int64_t, int64_t, void*);                                                       \
   }
 UCM_F32_DECLARE(avx512)
 UCM_F32_DECLARE(avx2)

@@ -117,9 +117,11 @@ struct Kernels {
   /// float -> bfloat16 (round to nearest even, NaN 0xFFFF). hd: a multiple of 32.
   void (*qkv_rope)(const float* qkv, const float* cos, const float* sin, int64_t T, int64_t nh, int64_t nkv,
                    int64_t hd, float* q, float* k, float* v, uint16_t* k16, uint16_t* v16, int64_t r0, int64_t r1);
-  /// Attention units [u0, u1) (attention_units()); scratch: attention_scratch_bytes(a) bytes,
-  /// 64-byte aligned, owned by the calling thread.
-  void (*attention)(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch);
+  /// Attention units u0, u0 + step, ... below u1 (attention_units(); step >= 1: a thread's share
+  /// when units are dealt round-robin); scratch: attention_scratch_bytes(a) bytes, 64-byte
+  /// aligned, owned by the calling thread. Units of one call that share a sequence and KV head
+  /// pack its keys once (each later row block packs only the keys after the earlier ones').
+  void (*attention)(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch);
 };
 
 /// The kernels compiled for isa (any Isa: callers check that the CPU runs it, cpu_isa()).

@@ -126,7 +126,7 @@ torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, cons
   // row blocks dearer, and consecutive units alternate between threads.
   auto run = [&](int64_t i, int64_t nt) {
     void* scratch = detail::thread_scratch(bytes, "attention_f32");
-    for (int64_t u = i; u < units; u += nt) kk.attention(a, u, u + 1, scratch);
+    kk.attention(a, i, units, nt, scratch);
   };
   if (t_kernel_threads > 1 && units > 1) {
     // Threads of its own (KernelThreads): libtorch's OpenMP threads stay at one, as beside

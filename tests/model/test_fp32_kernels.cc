@@ -60,10 +60,11 @@ std::vector<torch::Tensor> qkv_rope(f32::Isa isa, const torch::Tensor& qkv, cons
 }
 
 // The kernel of one ISA on q [B, T, nh, hd] and k, v [B, S, nkv, hd] (fp32 or bf16, any strides
-// with dims contiguous), every unit on this thread.
+// with dims contiguous), every unit on this thread: in one call (deal 0), in `deal` calls that each
+// take every deal-th unit (as attention_f32 deals them to threads), or one call per unit (-1).
 torch::Tensor attention(f32::Isa isa, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& qpos, int64_t window, float scale, const torch::Tensor& q_len = {},
-                        const torch::Tensor& keep = {}, torch::Tensor* probs = nullptr) {
+                        const torch::Tensor& keep = {}, torch::Tensor* probs = nullptr, int64_t deal = 0) {
   f32::AttnArgs a;
   a.B = q.size(0);
   a.T = q.size(1);
@@ -99,7 +100,13 @@ torch::Tensor attention(f32::Isa isa, const torch::Tensor& q, const torch::Tenso
   EXPECT_TRUE(f32::attention_supported(a));
   std::vector<float> scratch((f32::attention_scratch_bytes(a) + 63) / 4 + 16);
   void* p = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
-  f32::kernels(isa).attention(a, 0, f32::attention_units(a), p);
+  const int64_t units = f32::attention_units(a);
+  if (deal > 0)
+    for (int64_t i = 0; i < deal; ++i) f32::kernels(isa).attention(a, i, units, deal, p);
+  else if (deal < 0)
+    for (int64_t u = 0; u < units; ++u) f32::kernels(isa).attention(a, u, u + 1, 1, p);
+  else
+    f32::kernels(isa).attention(a, 0, units, 1, p);
   return out;
 }
 
@@ -227,6 +234,41 @@ TEST(Fp32Kernels, AttentionEqualsEagerAttention) {
     auto from16 = attention(isa, qv, kb, vb, pos, 0, 0.125f);
     auto widened = attention(isa, qv, kb.to(torch::kFloat), vb.to(torch::kFloat), pos, 0, 0.125f);
     EXPECT_TRUE(torch::equal(from16, widened)) << f32::isa_name(isa) << " bf16 k, v";
+  }
+}
+
+// Units of one call that share a sequence and KV head pack its keys once, each later row block only
+// the keys after the earlier ones': the result is that of packing every unit afresh (one call per
+// unit), bit for bit, however the units are dealt (round-robin to 1, 2 or 3 threads), with a
+// sliding window (the packed range moves), bf16 K/V, and query positions out of order (a later row
+// block sees fewer keys than the one before).
+TEST(Fp32Kernels, AttentionUnitsPackKeysOnceWithTheBitsOfFreshPacking) {
+  torch::manual_seed(23);
+  struct Case {
+    int64_t B, T, S, window;
+    bool bf16, shuffled;
+    const char* what;
+  };
+  const Case cases[] = {
+      {2, 200, 200, 0, false, false, "causal, 4 row blocks per head, 2 sequences"},
+      {1, 150, 150, 40, false, false, "sliding window 40"},
+      {1, 130, 300, 0, true, false, "bf16 K/V, 130 rows after 170 cached keys"},
+      {1, 200, 200, 0, false, true, "positions out of order"},
+  };
+  for (const auto& c : cases) {
+    auto q = torch::randn({c.B, c.T, 9, 64});
+    auto k = torch::randn({c.B, c.S, 3, 64}), v = torch::randn({c.B, c.S, 3, 64});
+    if (c.bf16) k = k.to(torch::kBFloat16), v = v.to(torch::kBFloat16);
+    auto qpos = torch::arange(c.S - c.T, c.S, torch::kLong);
+    if (c.shuffled) qpos = qpos.flip(0).contiguous();  // row block 0 sees the most keys
+    const auto want = reference_attention(q, k.to(torch::kFloat), v.to(torch::kFloat), qpos, c.window, 0.125f);
+    for (auto isa : isas()) {
+      const auto fresh = attention(isa, q, k, v, qpos, c.window, 0.125f, {}, {}, nullptr, -1);
+      EXPECT_LT(max_abs(fresh - want), 2e-5 * max_abs(want)) << f32::isa_name(isa) << ": " << c.what;
+      for (int64_t deal : {0, 2, 3})
+        EXPECT_TRUE(torch::equal(attention(isa, q, k, v, qpos, c.window, 0.125f, {}, {}, nullptr, deal), fresh))
+            << f32::isa_name(isa) << ": " << c.what << ", dealt to " << deal;
+    }
   }
 }
 
