@@ -4,6 +4,7 @@
 #include "cpu_bf16.h"
 
 #include <dlfcn.h>
+#include <malloc.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -146,6 +147,12 @@ void restart_with_blas_core(char** argv) {
                "fp32 GEMMs will be slow (set OPENBLAS_CORETYPE={} yourself)",
                was, core, std::strerror(errno), core);
   ::unsetenv("OPENBLAS_CORETYPE");
+}
+
+bool keep_freed_pages() {
+  // 32 MiB: glibc's largest mmap threshold on 64-bit (HEAP_MAX_SIZE / 2); bigger blocks are
+  // mapped whatever it says.
+  return ::mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && ::mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
 }
 
 std::string cxx_runtime_conflict() {

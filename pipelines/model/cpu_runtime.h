@@ -73,6 +73,15 @@ std::string blas_core_warning();
 /// fails (the run then goes on with the kernels it has, logged at warn).
 void restart_with_blas_core(char** argv);
 
+/// For a main() that runs the model, before the first tensor: glibc malloc keeps the pages it is
+/// given back instead of returning them to the kernel (M_MMAP_THRESHOLD at its 32 MiB maximum,
+/// M_TRIM_THRESHOLD 1 GiB), so a layer's activations, allocated and freed by every layer of every
+/// sequence, reuse pages already faulted in. Before it each fresh buffer was mapped, faulted in and
+/// unmapped again: page faults, and OpenBLAS zeroing fresh output pages, were 3.5% of an fp32
+/// prefill's CPU (perf, SmolLM2, 2K-token pages, docs/benchmarks.md). Memory stays at the run's
+/// peak. Returns false when glibc refuses a value (then nothing else changes).
+bool keep_freed_pages();
+
 /// For a main() that links libtorch, before any command: "" when the process's std::filesystem
 /// functions are libstdc++.so.6's own, else a message naming the library whose copy the global
 /// lookup found first and what to do. A pip PyTorch's libtorch.so exports 64 std::filesystem
