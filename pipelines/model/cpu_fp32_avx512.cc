@@ -20,7 +20,7 @@ namespace ucm::model::cpu::f32::avx512 {
 #define UCM_F32_FMA(a, b, c) (vf)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c))
 #define UCM_F32_LANES 16
 #define UCM_F32_KB 4
-#define UCM_F32_ACC 16
+#define UCM_F32_ACC 24
 #define UCM_F32_ROWS 12
 #include "cpu_fp32_kernels.inc"
 #undef UCM_F32_FMA
