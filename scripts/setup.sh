@@ -6,7 +6,12 @@ cd "$(dirname "$0")/.."
 DOCS=${DOCS:-12}
 STORE=${STORE:-stores/python311-doc}
 CORPUS=${CORPUS:-/usr/share/doc/python3.11/html/_sources}
+# One line per step on stderr, with its seconds ("setup: <step>: N s"; scripts/time_readme.sh
+# collects them).
+t0=$SECONDS
+step() { echo "setup: $1: $((SECONDS - t0)) s" >&2; t0=$SECONDS; }
 scripts/deps.sh
+step "apt and pip (deps.sh)"
 # The model is fetched while the build runs (one is network and one core, the other both cores).
 mkdir -p models
 .venv/bin/python scripts/fetch_model.py --out models/SmolLM2-135M-Instruct >models/fetch.log 2>&1 &
@@ -19,9 +24,11 @@ if ! wait "$fetch"; then
   exit 1
 fi
 cat models/fetch.log >&2
+step "build of ucm, ucm-torch and libucm (the model fetched beside it)"
 bin=${BUILD_DIR:-build}/bin/ucm
 "$bin" --version
 "$bin" precompute --model models/SmolLM2-135M-Instruct --corpus "$CORPUS" --corpus-suffix .rst.txt \
   --store "$STORE" --template configs/template_chat.txt --limit "$DOCS" --resume --progress
 "$bin" inspect "$STORE" --docs
 "$bin" inspect "$STORE"
+step "precompute of $DOCS documents and inspect"
