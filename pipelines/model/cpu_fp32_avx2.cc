@@ -19,14 +19,16 @@ namespace ucm::model::cpu::f32::avx2 {
 
 #define UCM_F32_FMA(a, b, c) (vf)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c))
 #define UCM_F32_LANES 8
-#define UCM_F32_KB 1
+#define UCM_F32_KB 2
 #define UCM_F32_ACC 12
+#define UCM_F32_SROWS 6
 #define UCM_F32_ROWS 12
 #include "cpu_fp32_kernels.inc"
 #undef UCM_F32_FMA
 #undef UCM_F32_LANES
 #undef UCM_F32_KB
 #undef UCM_F32_ACC
+#undef UCM_F32_SROWS
 #undef UCM_F32_ROWS
 
 }  // namespace ucm::model::cpu::f32::avx2

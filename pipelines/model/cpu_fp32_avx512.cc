@@ -21,12 +21,14 @@ namespace ucm::model::cpu::f32::avx512 {
 #define UCM_F32_LANES 16
 #define UCM_F32_KB 4
 #define UCM_F32_ACC 24
+#define UCM_F32_SROWS 12
 #define UCM_F32_ROWS 12
 #include "cpu_fp32_kernels.inc"
 #undef UCM_F32_FMA
 #undef UCM_F32_LANES
 #undef UCM_F32_KB
 #undef UCM_F32_ACC
+#undef UCM_F32_SROWS
 #undef UCM_F32_ROWS
 
 }  // namespace ucm::model::cpu::f32::avx512

@@ -14,12 +14,14 @@ namespace ucm::model::cpu::f32::generic {
 #define UCM_F32_LANES 16
 #define UCM_F32_KB 1
 #define UCM_F32_ACC 3
+#define UCM_F32_SROWS 4
 #define UCM_F32_ROWS 4
 #include "cpu_fp32_kernels.inc"
 #undef UCM_F32_FMA
 #undef UCM_F32_LANES
 #undef UCM_F32_KB
 #undef UCM_F32_ACC
+#undef UCM_F32_SROWS
 #undef UCM_F32_ROWS
 
 }  // namespace ucm::model::cpu::f32::generic
