@@ -115,7 +115,9 @@ int main(int argc, char** argv) {
   // to SSE3 kernels).
   ucm::model::restart_with_blas_core(argv);
   // Activations reuse freed pages (page faults were 3.5% of an fp32 prefill: cpu_runtime.h).
-  if (!std::getenv("UCM_MALLOC_DEFAULTS")) ucm::model::keep_freed_pages();
+  // UCM_MALLOC_DEFAULTS=1 leaves glibc's defaults (before/after runs).
+  if (const char* d = std::getenv("UCM_MALLOC_DEFAULTS"); !d || !*d || std::strcmp(d, "0") == 0)
+    ucm::model::keep_freed_pages();
   ucm::cli::set_audit_runner(ucm::cli::run_audit_command);
 #endif
   // stdout carries only reports (text, or one JSON object with --json); every message of the

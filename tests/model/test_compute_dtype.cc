@@ -14,6 +14,7 @@
 // without, the model tests run the portable kernels (UCM_BF16_KERNELS=portable) with oneDNN's
 // emulated bf16 GEMMs (`ucm precompute` refuses bf16 there as slower than fp32).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -402,6 +403,34 @@ TEST(ComputeDtype, ChoiceAndRefusals) {
     EXPECT_EQ(ucm::model::choose_compute("bf16", torch::kCPU).path, isa);
   }
   EXPECT_GE(ucm::model::set_compute_threads(1), 1);
+}
+
+// ucm-torch's malloc setting (cpu_runtime.h): glibc takes both values, and a 24 MiB buffer freed
+// and allocated again comes back with its pages (glibc's defaults map a fresh one, or trim it
+// from the heap, and every page faults again: 6,144 of them).
+TEST(ComputeDtype, KeptFreedPagesAreReusedWithoutPageFaults) {
+  ASSERT_TRUE(ucm::model::keep_freed_pages());
+  constexpr size_t kBytes = size_t(24) << 20, kPage = 4096;
+  auto minor_faults = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
+  };
+  auto touch = [](char* p, char v) {  // every page written (volatile: not a store the compiler drops)
+    volatile char* q = p;
+    for (size_t i = 0; i < kBytes; i += kPage) q[i] = v;
+  };
+  char* a = static_cast<char*>(std::malloc(kBytes));
+  ASSERT_NE(a, nullptr);
+  touch(a, 1);
+  std::free(a);
+  const long before = minor_faults();
+  char* b = static_cast<char*>(std::malloc(kBytes));
+  ASSERT_NE(b, nullptr);
+  touch(b, 2);
+  const long faults = minor_faults() - before;
+  std::free(b);
+  EXPECT_LT(faults, long(kBytes / kPage / 20)) << "pages faulted in again: " << faults << " of " << kBytes / kPage;
 }
 
 TEST(ComputeDtype, OpenBlasCoreOverride) {
