@@ -1,17 +1,17 @@
 // pipelines/model/cpu_fp32_ops.cc: the libtorch glue of the fp32 CPU kernels (cpu_fp32.h): checks
-// shapes, dtypes and strides, allocates the outputs, splits rows and attention units over
-// libtorch's intra-op threads. Declared in llama_ops.h.
+// shapes, dtypes and strides, allocates the outputs, splits rows and attention units over the
+// prefill's crew (crew.h) or else libtorch's intra-op threads; and the fp32 prefill's GEMMs, their
+// rows split over the crew. Declared in llama_ops.h.
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdlib>
-#include <exception>
 #include <memory>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "attn_ops.h"
 #include "cpu_fp32.h"
+#include "crew.h"
 #include "llama_model.h"
 #include "llama_ops.h"
 
@@ -26,12 +26,60 @@ using detail::need;
 
 const f32::Kernels& kern() { return f32::kernels(f32::best_isa()); }
 
-thread_local int t_kernel_threads = 1;  // KernelThreads
+// Rows of a part of a row kernel shared with the crew: at least ~256 KiB of fp32 input.
+int64_t crew_rows(int64_t row_elems) { return std::max<int64_t>(16, 65536 / std::max<int64_t>(1, row_elems)); }
+
+// fn(r0, r1) over rows [0, R): in parts on the crew's idle helpers (crew.h) where there are some,
+// else on libtorch's intra-op threads (at::parallel_for, grain rows per task).
+template <class F>
+void for_rows(int64_t R, int64_t row_elems, const F& fn) {
+  const int64_t part = crew_rows(row_elems);
+  if (Crew* c = this_crew(); c && R >= 2 * part) {
+    c->share(int(std::min<int64_t>(R / part, 64)), [&](int p, int n) {
+      const int64_t r0 = split_at(R, p, n, 1), r1 = split_at(R, p + 1, n, 1);
+      if (r1 > r0) fn(r0, r1);
+    });
+    return;
+  }
+  at::parallel_for(0, R, grain(row_elems), fn);
+}
+
+// A GEMM's rows on the crew: at least 64 rows a part (OpenBLAS's rate falls below that), starts
+// on multiples of 16 (its SkylakeX kernel's row tile).
+constexpr int64_t kGemmPartRows = 64;
+
+// Whether a GEMM of R rows with W goes to the crew (linear_f32, add_linear_f32_).
+bool gemm_on_crew(int64_t R, const torch::Tensor& w) {
+  return R >= 2 * kGemmPartRows && w.scalar_type() == torch::kFloat && this_crew();
+}
+
+// fn(r0, n) over row ranges of [0, R) on the crew (gemm_on_crew() true).
+template <class F>
+void gemm_rows(int64_t R, const F& fn) {
+  this_crew()->share(int(std::min<int64_t>(R / kGemmPartRows, 64)), [&](int p, int n) {
+    const int64_t r0 = split_at(R, p, n, 16), r1 = split_at(R, p + 1, n, 16);
+    if (r1 > r0) fn(r0, r1 - r0);
+  });
+}
 
 }  // namespace
 
-KernelThreads::KernelThreads(int n) : was_(t_kernel_threads) { t_kernel_threads = std::max(1, n); }
-KernelThreads::~KernelThreads() { t_kernel_threads = was_; }
+torch::Tensor linear_f32(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  if (x.dim() != 2 || !x.is_contiguous() || !gemm_on_crew(x.size(0), w)) return linear(x, w, b);
+  const int64_t R = x.size(0);
+  auto y = torch::empty({R, w.size(0)}, x.options());
+  gemm_rows(R, [&](int64_t r0, int64_t n) {
+    auto yr = y.narrow(0, r0, n);
+    if (b.defined()) at::addmm_out(yr, b, x.narrow(0, r0, n), w.t());
+    else at::mm_out(yr, x.narrow(0, r0, n), w.t());
+  });
+  return y;
+}
+
+void add_linear_f32_(torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& w) {
+  if (x.dim() != 2 || a.dim() != 2 || x.stride(1) != 1 || !gemm_on_crew(x.size(0), w)) return add_linear_(x, a, w);
+  gemm_rows(x.size(0), [&](int64_t r0, int64_t n) { x.narrow(0, r0, n).addmm_(a.narrow(0, r0, n), w.t()); });
+}
 
 std::string fp32_kernels() {
   bool on = false;
@@ -50,7 +98,7 @@ torch::Tensor rms_norm_f32(const torch::Tensor& x, const torch::Tensor& w, doubl
   const float* wp = w.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const auto& k = kern();
-  at::parallel_for(0, R, grain(H), [&](int64_t r0, int64_t r1) { k.rms_norm(xp, ldx, wp, H, float(eps), op, H, r0, r1); });
+  for_rows(R, H, [&](int64_t r0, int64_t r1) { k.rms_norm(xp, ldx, wp, H, float(eps), op, H, r0, r1); });
   return out;
 }
 
@@ -79,7 +127,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope_f32(const torch
   uint16_t* k16 = kv16 ? bits(k) : nullptr;
   uint16_t* v16 = kv16 ? bits(v) : nullptr;
   const auto& kk = kern();
-  at::parallel_for(0, B * T, grain(W), [&](int64_t r0, int64_t r1) {
+  for_rows(B * T, W, [&](int64_t r0, int64_t r1) {
     kk.qkv_rope(src, cp, sp, T, nh, nkv, hd, qp, kp, vp, k16, v16, r0, r1);
   });
   return {q, k, v};
@@ -94,7 +142,7 @@ torch::Tensor silu_mul_f32(const torch::Tensor& gu) {
   const float* gp = gu.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const auto& k = kern();
-  at::parallel_for(0, R, grain(2 * I), [&](int64_t r0, int64_t r1) { k.silu_mul(gp, I, op, r0, r1); });
+  for_rows(R, 2 * I, [&](int64_t r0, int64_t r1) { k.silu_mul(gp, I, op, r0, r1); });
   return out;
 }
 
@@ -128,28 +176,8 @@ torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, cons
     void* scratch = detail::thread_scratch(bytes, "attention_f32");
     kk.attention(a, i, units, nt, scratch);
   };
-  if (t_kernel_threads > 1 && units > 1) {
-    // Threads of its own (KernelThreads): libtorch's OpenMP threads stay at one, as beside
-    // OpenBLAS's threads they would spin between ops (compute.h, set_compute_threads).
-    const int64_t nt = std::min<int64_t>(t_kernel_threads, units);
-    std::vector<std::exception_ptr> err(static_cast<size_t>(nt));
-    std::vector<std::thread> pool;
-    for (int64_t i = 1; i < nt; ++i)
-      pool.emplace_back([&, i] {
-        try {
-          run(i, nt);
-        } catch (...) {
-          err[size_t(i)] = std::current_exception();
-        }
-      });
-    try {
-      run(0, nt);
-    } catch (...) {
-      err[0] = std::current_exception();
-    }
-    for (auto& t : pool) t.join();
-    for (auto& e : err)
-      if (e) std::rethrow_exception(e);
+  if (Crew* c = this_crew(); c && units > 1) {
+    c->share(int(std::min<int64_t>(units, 64)), [&](int p, int n) { run(p, n); });
     return out;
   }
   const int64_t nt = std::min<int64_t>(at::get_num_threads(), units);

@@ -1,6 +1,7 @@
 // pipelines/model/llama_layer_f32.cc: LlamaModel's decoder layer on the fp32 path's fused CPU
 // kernels (cpu_fp32.h): RMSNorm, RoPE with the K/V cache's rounding, attention and the SiLU gate
-// in one pass each, the GEMMs (and the residual adds, addmm_ with beta 1) on OpenBLAS. The
+// in one pass each, the GEMMs (and the residual adds, addmm_ with beta 1) on OpenBLAS, their rows
+// split over the prefill's crew where a worker is idle (crew.h). The
 // arithmetic is llama_layer.cc's (transformers' LlamaDecoderLayer at fp32); the batched prefill
 // and the cached forward both run it, so precompute's K/V and the engine's are the same bits.
 #include <cmath>
@@ -26,7 +27,7 @@ void LlamaModel::layer_forward_f32(int64_t li, torch::Tensor& x, int64_t B, cons
   const auto kv_dtype = !cache && io.kv_dtype == torch::kBFloat16 ? torch::kBFloat16 : torch::kFloat;
   torch::Tensor q, k, v;  // [B, T, n, hd]
   if (L.q_norm.defined()) std::tie(q, k, v) = project_qkv(L, h, B, T, rope.cos, rope.sin);  // qwen3's per-head norms
-  else std::tie(q, k, v) = ops::qkv_rope_f32(ops::linear(h, L.wqkv, L.bqkv), rope.cos, rope.sin, B, T, nh, nkv, hd, kv_dtype);
+  else std::tie(q, k, v) = ops::qkv_rope_f32(ops::linear_f32(h, L.wqkv, L.bqkv), rope.cos, rope.sin, B, T, nh, nkv, hd, kv_dtype);
   torch::Tensor ka, va, lengths;  // what attention reads: [B, S, nkv, hd], fp32 or bf16
   if (cache) {
     auto k3 = k.view({T, nkv, hd}), v3 = v.reshape({T, nkv, hd});
@@ -69,13 +70,13 @@ void LlamaModel::layer_forward_f32(int64_t li, torch::Tensor& x, int64_t B, cons
                                  io.observe ? &probs : nullptr);  // fp32 [B, T, nh, hd]
   if (io.observe) io.observe(probs);  // [nkv, G * T, S]: one query chunk of every row
   const int64_t BT = B * T;
-  ops::add_linear_(x, attn.view({BT, nh * hd}), L.wo);
+  ops::add_linear_f32_(x, attn.view({BT, nh * hd}), L.wo);
   // MLP in row blocks (bounded [rows, 2I] buffers, reused by the allocator).
   const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
   for (int64_t r = 0; r < BT; r += mlp_rows) {
     auto xr = x.narrow(0, r, std::min(mlp_rows, BT - r));
-    auto gu = ops::linear(ops::rms_norm_f32(xr, L.ln2, eps), L.wgate_up);  // [rows, 2I]
-    ops::add_linear_(xr, ops::silu_mul_f32(gu), L.wdown);
+    auto gu = ops::linear_f32(ops::rms_norm_f32(xr, L.ln2, eps), L.wgate_up);  // [rows, 2I]
+    ops::add_linear_f32_(xr, ops::silu_mul_f32(gu), L.wdown);
   }
 }
 

@@ -451,7 +451,7 @@ LlamaModel::Output LlamaModel::forward_rows(const torch::Tensor& tokens, const t
   }
   if (want_logits) {
     auto h = rms_norm(x, norm_, c.rms_norm_eps);
-    out.logits = ops::linear(h, lm_head_).view({B, T, c.vocab_size});
+    out.logits = ops::linear_f32(h, lm_head_).view({B, T, c.vocab_size});  // linear() but on a crew
   }
   return out;
 }

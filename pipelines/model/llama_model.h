@@ -321,9 +321,10 @@ class LlamaModel {
   int prefill_workers_ = 1;
   /// forward() of a checked batch on the fused CPU kernels (llama_prefill.cc): each sequence alone
   /// at its own length (no padding rows in the GEMMs), the sequences dealt to the prefill workers
-  /// longest first, each to the least loaded; one sequence with n > 1 workers at fp32 runs on the
-  /// calling thread with n OpenBLAS threads and n attention threads (ops::KernelThreads). Rows
-  /// past a sequence's length are 0.
+  /// longest first, each to the least loaded. At fp32 the n workers are a crew (crew.h): one whose
+  /// sequences are done, or that was dealt none (a batch of fewer than n sequences), takes row
+  /// ranges of the others' GEMMs and row kernels and a share of their attention units, with the
+  /// same bits. Rows past a sequence's length are 0.
   Output forward_packed(const torch::Tensor& tokens, const torch::Tensor& lengths, bool want_logits,
                         torch::ScalarType kv_dtype) const;
   /// forward() of sequences [b0, b1) of a checked batch, on the calling thread.

@@ -113,18 +113,11 @@ torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, cons
                             const torch::Tensor& qpos, int64_t window, double scale,
                             const torch::Tensor& q_len = {}, const torch::Tensor& keep = {},
                             torch::Tensor* probs = nullptr);
-/// While alive, attention_f32 on this thread runs its units on n threads of its own (n >= 1)
-/// instead of libtorch's intra-op threads: a lone sequence's prefill keeps one OpenMP thread
-/// beside OpenBLAS's threads (forward_packed).
-class KernelThreads {
- public:
-  explicit KernelThreads(int n);
-  ~KernelThreads();
-  KernelThreads(const KernelThreads&) = delete;
-  KernelThreads& operator=(const KernelThreads&) = delete;
-
- private:
-  int was_;
-};
+/// linear() and add_linear_() of the fp32 path's prefill: on a crew with helpers idle (crew.h,
+/// forward_packed) the rows of x (or a) are split between them, each range one OpenBLAS GEMM on
+/// its own thread, with the bits of the whole GEMM; otherwise (no crew, no idle helper, fewer than
+/// 128 rows, W not fp32) exactly linear() and add_linear_().
+torch::Tensor linear_f32(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
+void add_linear_f32_(torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& w);
 
 }  // namespace ucm::model::ops

@@ -6,15 +6,19 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "compute.h"
 #include "cpu_fp32.h"
+#include "crew.h"
 #include "llama_model.h"
 #include "llama_ops.h"
 
@@ -328,28 +332,120 @@ std::string model_dir() {
   return std::string(UCM_REPO_DIR) + "/models/SmolLM2-135M-Instruct";
 }
 
+// The premise of the crew's GEMM split (pipelines/model/crew.h): OpenBLAS gives each output row
+// the same bits whatever rows the GEMM was called with, for the model's shapes, with a bias
+// (addmm), without (mm) and added to the output (addmm_, beta 1).
+TEST(Fp32Kernels, GemmRowRangesGiveTheWholeGemmsBits) {
+  ucm::model::set_blas_threads(1);
+  torch::manual_seed(5);
+  const int64_t shapes[][2] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
+  for (const auto& nk : shapes) {
+    const int64_t N = nk[0], K = nk[1];
+    auto w = torch::randn({N, K}), b = torch::randn({N});
+    for (int64_t M : {128, 333, 682}) {
+      auto x = torch::randn({M, K}), acc = torch::randn({M, N});
+      auto whole = torch::mm(x, w.t()), whole_b = torch::addmm(b, x, w.t()), whole_acc = acc.clone().addmm_(x, w.t());
+      for (int64_t cut : {int64_t{16}, int64_t{64}, M / 2 / 16 * 16, M - 16}) {
+        auto y = torch::empty({M, N}), yb = torch::empty({M, N}), ya = acc.clone();
+        for (auto [r0, n] : {std::pair<int64_t, int64_t>{0, cut}, {cut, M - cut}}) {
+          auto yr = y.narrow(0, r0, n), ybr = yb.narrow(0, r0, n);
+          at::mm_out(yr, x.narrow(0, r0, n), w.t());
+          at::addmm_out(ybr, b, x.narrow(0, r0, n), w.t());
+          ya.narrow(0, r0, n).addmm_(x.narrow(0, r0, n), w.t());
+        }
+        EXPECT_TRUE(torch::equal(y, whole)) << M << " x " << N << " x " << K << " cut at " << cut;
+        EXPECT_TRUE(torch::equal(yb, whole_b)) << M << " x " << N << " x " << K << " cut at " << cut << " (bias)";
+        EXPECT_TRUE(torch::equal(ya, whole_acc)) << M << " x " << N << " x " << K << " cut at " << cut << " (beta 1)";
+      }
+    }
+  }
+}
+
+// The crew itself (no model): parts are split only with idle helpers, every part runs once, a
+// part's exception reaches the poster after every part has ended, and the crew ends.
+TEST(Fp32Kernels, CrewRunsEveryPartOnceAndPassesErrorsOn) {
+  using ucm::model::Crew;
+  {
+    Crew alone(1);
+    int calls = 0, parts_seen = 0;
+    alone.share(8, [&](int p, int n) {
+      ++calls;
+      parts_seen = n;
+      EXPECT_EQ(p, 0);
+    });
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(parts_seen, 1);  // no helper: one part
+    alone.help_until_done();   // the only worker: returns at once
+  }
+  // Three workers: two help at once, the first posts tasks.
+  Crew crew(3);
+  std::vector<std::thread> helpers;
+  for (int i = 0; i < 2; ++i) helpers.emplace_back([&] { crew.help_until_done(); });
+  auto both_idle = [&] {
+    while (crew.idle_helpers() < 2) std::this_thread::yield();
+  };
+  both_idle();
+  int parts = 0;
+  crew.share(16, [&](int p, int n) {
+    if (p == 0) parts = n;
+  });
+  EXPECT_EQ(parts, 3) << "two idle helpers give three parts";
+  both_idle();
+  crew.share(2, [&](int p, int n) {
+    if (p == 0) parts = n;
+  });
+  EXPECT_EQ(parts, 2) << "max_parts caps the parts";
+  std::vector<std::atomic<int>> hits(64);
+  for (int round = 0; round < 2000; ++round) {
+    crew.share(16, [&](int p, int n) {
+      for (int i = p; i < 64; i += n) hits[size_t(i)].fetch_add(1);
+    });
+  }
+  for (auto& h : hits) EXPECT_EQ(h.load(), 2000);
+  EXPECT_GT(crew.helped_parts(), 0);
+  both_idle();
+  std::atomic<int> ended{0};
+  EXPECT_THROW(crew.share(3,
+                          [&](int p, int) {
+                            ended.fetch_add(1);
+                            if (p == 1) throw std::runtime_error("part 1");
+                          }),
+               std::runtime_error);
+  EXPECT_EQ(ended.load(), 3) << "share returns after every part has ended";
+  crew.help_until_done();
+  for (auto& t : helpers) t.join();
+}
+
 // The fused fp32 prefill of the default model: two workers give one worker's K/V and logits bit
-// for bit (a batch of sequences of unequal lengths), and a batch of one sequence with two workers
-// (this thread, two libtorch and OpenBLAS threads) gives them too.
+// for bit (a batch of sequences of unequal lengths: the worker with the two short ones then helps
+// the other, crew.h), and a batch of one sequence with two workers (one runs it, one helps) gives
+// them too.
 TEST(Fp32Kernels, PrefillWorkersGiveTheOneThreadResultBitForBit) {
   auto m = ucm::model::LlamaModel::load(model_dir(), torch::kCPU, torch::kFloat);
   ASSERT_FALSE(m->fused_fp32().empty()) << "the fp32 model runs libtorch's ops (UCM_FP32_KERNELS=0?)";
   torch::manual_seed(23);
-  auto tokens = torch::randint(0, 49152, {3, 96}, torch::kLong);
-  auto lengths = torch::tensor({96, 61, 17}, torch::kLong);
+  auto tokens = torch::randint(0, 49152, {3, 320}, torch::kLong);
+  auto lengths = torch::tensor({320, 61, 17}, torch::kLong);
   ucm::model::set_blas_threads(1);
   at::set_num_threads(1);
   m->set_prefill_workers(1);
   auto one = m->forward(tokens, lengths, true, torch::kBFloat16);
   m->set_prefill_workers(2);
+  const int64_t helped0 = ucm::model::crew_helped_parts_total();
   auto par = m->forward(tokens, lengths, true, torch::kBFloat16);
+  const int64_t helped1 = ucm::model::crew_helped_parts_total();
   auto alone = m->forward(tokens.narrow(0, 0, 1), lengths.narrow(0, 0, 1), true, torch::kBFloat16);
+  const int64_t helped2 = ucm::model::crew_helped_parts_total();
+  EXPECT_GT(helped1, helped0) << "the worker of the short sequences never helped";
+  EXPECT_GT(helped2 - helped1, 30 * 4) << "one sequence: the second worker helped in under 4 parts a layer";
   for (size_t l = 0; l < one.k.size(); ++l) {
     EXPECT_TRUE(torch::equal(par.k[l], one.k[l])) << "layer " << l;
     EXPECT_TRUE(torch::equal(par.v[l], one.v[l])) << "layer " << l;
     EXPECT_TRUE(torch::equal(alone.k[l][0], one.k[l][0])) << "one sequence, two threads, layer " << l;
+    EXPECT_TRUE(torch::equal(alone.v[l][0], one.v[l][0])) << "one sequence, two threads, layer " << l;
   }
   EXPECT_TRUE(torch::equal(par.logits, one.logits));
+  EXPECT_TRUE(torch::equal(alone.logits[0], one.logits[0]));
   // Real rows of a padded sequence are those of the sequence alone.
   auto short_one = m->forward(tokens.narrow(0, 2, 1).narrow(1, 0, 17), torch::tensor({17}, torch::kLong), true,
                               torch::kBFloat16);

@@ -1,0 +1,94 @@
+// pipelines/model/crew.h: the prefill workers of one batched prefill (LlamaModel::forward_packed)
+// as a crew. Each worker runs its own sequences; a worker whose sequences are done, or one that was
+// dealt none, helps those still running: it takes parts of their GEMMs (row ranges), attention
+// (units) and row kernels (row ranges). Without it a batch's shorter half left a core idle while
+// the longest sequence finished (a batch of 1,616 and 1,168 tokens: a core idle for the last 448
+// tokens), and a batch of one sequence ran its GEMMs on OpenBLAS's threads, which spin between
+// GEMMs beside the attention threads, and its row kernels on one thread (docs/benchmarks.md,
+// "The prefill's crew": 1.05x on 2K-token pages, 1.13x on whole pages, 2 cores).
+// No libtorch: the ops that share (cpu_fp32_ops.cc) split their own work. Internal to ucm_model.
+//
+// Bits: a part is a row range (rows do not interact in a GEMM or a row kernel; OpenBLAS sums each
+// output over K in the same blocks whatever the rows: tested) or a dealing of attention's units
+// (each unit computed alone: tested), so the results do not depend on how many helpers were idle.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <list>
+#include <mutex>
+
+namespace ucm::model {
+
+class Crew {
+ public:
+  /// A crew of `workers` threads (>= 1), none of them helping yet.
+  explicit Crew(int workers);
+  Crew(const Crew&) = delete;
+  Crew& operator=(const Crew&) = delete;
+
+  /// Runs fn(p, parts) for every p in [0, parts), parts = min(max_parts, 1 + the helpers idle
+  /// now) (1 with max_parts <= 1): the calling thread runs the parts no helper has taken, then waits
+  /// for the others. Rethrows the first exception a part threw (after every part has ended).
+  void share(int max_parts, const std::function<void(int part, int parts)>& fn);
+
+  /// Called once by each worker whose own work is done (also when it threw): helps the others
+  /// until every worker has called it, then returns.
+  void help_until_done();
+
+  /// Helpers waiting for work now.
+  int idle_helpers() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return idle_;
+  }
+  /// Parts run by a helper since the crew was made.
+  int64_t helped_parts() const { return helped_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Task {
+    const std::function<void(int, int)>* fn;
+    int parts, next = 0, left;
+    std::exception_ptr err;
+  };
+  // Claims a part of t (mu_ held): its index, or -1 if none is left.
+  static int claim(Task& t) { return t.next < t.parts ? t.next++ : -1; }
+  void run_part(Task& t, int p, bool helper);
+
+  const int workers_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;  // helpers: a task posted, or every worker done
+  std::condition_variable done_cv_;  // posters: a part ended
+  std::list<Task*> tasks_;           // tasks with parts not yet claimed
+  int idle_ = 0;                     // helpers waiting for work
+  int done_ = 0;                     // workers that called help_until_done()
+  std::atomic<int64_t> helped_{0};
+};
+
+/// The crew of the calling thread while a CrewMember is alive on it, else nullptr.
+Crew* this_crew();
+
+/// Parts run by a helper in every crew of this process so far (tests: that a prefill shared).
+int64_t crew_helped_parts_total();
+
+/// Makes `crew` the calling thread's crew while alive (restores the one before).
+class CrewMember {
+ public:
+  explicit CrewMember(Crew* crew);
+  ~CrewMember();
+  CrewMember(const CrewMember&) = delete;
+  CrewMember& operator=(const CrewMember&) = delete;
+
+ private:
+  Crew* was_;
+};
+
+/// The split points of rows [0, n) into `parts` ranges with starts on multiples of `align`
+/// (the last range takes the rest): part p is [split_at(n, p, parts, align), split_at(n, p + 1, ...)).
+inline int64_t split_at(int64_t n, int p, int parts, int64_t align) {
+  if (p >= parts) return n;
+  return n * p / parts / align * align;
+}
+
+}  // namespace ucm::model
