@@ -1,12 +1,21 @@
 #include "crew.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace ucm::model {
 namespace {
 thread_local Crew* t_crew = nullptr;
 std::atomic<int64_t> g_helped{0};
+std::atomic<bool> g_strict{false};
 }  // namespace
+
+void crew_strict_for_tests(bool on) { g_strict.store(on, std::memory_order_relaxed); }
+bool crew_strict() { return g_strict.load(std::memory_order_relaxed); }
+
+void Crew::wait_for_idle(int n) const {
+  while (idle_helpers() < n) std::this_thread::yield();
+}
 
 Crew* this_crew() { return t_crew; }
 int64_t crew_helped_parts_total() { return g_helped.load(std::memory_order_relaxed); }
@@ -48,7 +57,9 @@ void Crew::share(int max_parts, const std::function<void(int, int)>& fn) {
     tasks_.push_back(&t);
   }
   work_cv_.notify_all();
-  // This thread takes parts too: the task ends even if every helper is busy elsewhere.
+  // This thread takes parts too: the task ends even if every helper is busy elsewhere (in the
+  // tests' strict mode one part only: the helpers idle when it was posted take the rest).
+  const bool strict = g_strict.load(std::memory_order_relaxed);
   for (;;) {
     int p;
     {
@@ -58,6 +69,7 @@ void Crew::share(int max_parts, const std::function<void(int, int)>& fn) {
     }
     if (p < 0) break;
     run_part(t, p, false);
+    if (strict) break;
   }
   std::unique_lock<std::mutex> lk(mu_);
   done_cv_.wait(lk, [&] { return t.left == 0; });

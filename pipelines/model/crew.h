@@ -43,6 +43,8 @@ class Crew {
     std::lock_guard<std::mutex> lk(mu_);
     return idle_;
   }
+  /// Blocks until at least n helpers wait for work (tests: crew_strict()).
+  void wait_for_idle(int n) const;
   /// Parts run by a helper since the crew was made.
   int64_t helped_parts() const { return helped_.load(std::memory_order_relaxed); }
 
@@ -71,6 +73,15 @@ Crew* this_crew();
 
 /// Parts run by a helper in every crew of this process so far (tests: that a prefill shared).
 int64_t crew_helped_parts_total();
+
+/// Tests only: with `on`, a poster runs one part of each task it shares and leaves the others to
+/// the helpers that were idle when it posted (they are bound to take them), so that tests can
+/// assert that helpers ran parts; without it (the default) the poster runs every part no helper
+/// has taken yet, which on a loaded machine can be all of them.
+void crew_strict_for_tests(bool on);
+/// Whether the strict mode is on (forward_packed then also starts a worker's sequences only once
+/// the workers dealt none are idle, so that they are sure to help).
+bool crew_strict();
 
 /// Makes `crew` the calling thread's crew while alive (restores the one before).
 class CrewMember {

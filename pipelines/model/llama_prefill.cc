@@ -74,6 +74,7 @@ LlamaModel::Output LlamaModel::forward_packed(const torch::Tensor& tokens, const
       try {
         at::set_num_threads(1);  // this thread's OpenMP threads
         CrewMember member(fp32 ? &crew : nullptr);
+        if (fp32 && crew_strict() && !mine[size_t(w)].empty()) crew.wait_for_idle(int(W - std::min(W, B)));
         for (int64_t b : mine[size_t(w)]) place(b, run(b));
       } catch (...) {
         err[size_t(w)] = std::current_exception();
