@@ -53,8 +53,8 @@ void add_bf16(float* x, const uint16_t* y, int64_t n, Bf16Path path) {
   (hw_path(path) ? hw::add_bf16 : portable::add_bf16)(x, y, n);
 }
 
-void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch, Bf16Path path) {
-  (hw_path(path) ? hw::attention_bf16 : portable::attention_bf16)(a, u0, u1, scratch);
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch, Bf16Path path) {
+  (hw_path(path) ? hw::attention_bf16 : portable::attention_bf16)(a, u0, u1, step < 1 ? 1 : step, scratch);
 }
 
 bool attention_supported(const AttnArgs& a) {
@@ -64,19 +64,23 @@ bool attention_supported(const AttnArgs& a) {
 
 namespace {
 
-constexpr int64_t kRows = 4;  // query rows (heads of one token sharing a KV head) per pass
+constexpr int64_t kScoreRows = 6;  // query rows per call of the score kernel (6 x 4 key blocks: 24 accumulators)
 
 int64_t pad_keys(int64_t S) { return (S + 31) / 32 * 32; }
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 }  // namespace
 
+int64_t attention_units(const AttnArgs& a) { return a.B * a.nkv * ((a.T + kAttnUnitRows - 1) / kAttnUnitRows); }
+
 size_t attention_scratch_bytes(const AttnArgs& a) {
   const size_t sp = size_t(pad_keys(a.S)), hd = size_t(a.hd);
-  return 2 * align64(sp * hd * 2)        // packed K and V, bf16
-         + align64(kRows * sp * 4)       // score rows, fp32
-         + align64(kRows * sp * 2)       // probability rows, bf16
-         + align64(kRows * hd * 2);      // query rows, bf16
+  const size_t rows = size_t(attention_group_passes(a.S) * kAttnPassRows);
+  return 2 * align64(sp * hd * 2)    // packed K and V, bf16
+         + align64(rows * sp * 4)    // score rows of a pass group, fp32
+         + align64(rows * sp * 2)    // its probability rows, bf16
+         + align64(rows * hd * 2)    // its query rows, bf16
+         + align64(rows * hd * 4);   // its output rows' sums between key chunks, fp32
 }
 
 #pragma GCC push_options
@@ -139,33 +143,43 @@ void scores(const uint16_t* Kp, const uint16_t* qb, int64_t hd, int64_t kb0, int
   for (; kb + kB <= kb1; kb += kB) {
     const uint16_t* k0 = Kp + kb * np * 32;
     __m512 acc[R][kB];
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
       for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_setzero_ps();
     for (int64_t p = 0; p < np; ++p) {
       __m512bh kz[kB];
+#pragma GCC unroll 16
       for (int x = 0; x < kB; ++x) kz[x] = as_bh(_mm512_loadu_si512(k0 + (x * np + p) * 32));
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const __m512bh q = as_bh(_mm512_set1_epi32(int(q32[r * np + p])));
+#pragma GCC unroll 16
         for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_dpbf16_ps(acc[r][x], q, kz[x]);
       }
     }
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
       for (int x = 0; x < kB; ++x) _mm512_storeu_ps(sc + r * sp + (kb + x) * 16, acc[r][x]);
   }
   for (; kb < kb1; ++kb) {
     const uint16_t* k0 = Kp + kb * np * 32;
     __m512 acc[R];
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t p = 0; p < np; ++p) {
       const __m512bh a = as_bh(_mm512_loadu_si512(k0 + p * 32));
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], as_bh(_mm512_set1_epi32(int(q32[r * np + p]))), a);
     }
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) _mm512_storeu_ps(sc + r * sp + kb * 16, acc[r]);
   }
 }
 
 using ScoresFn = void (*)(const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, float*, int64_t);
-constexpr ScoresFn kScores[kRows + 1] = {nullptr, scores<1>, scores<2>, scores<3>, scores<4>};
+constexpr ScoresFn kScores[kScoreRows + 1] = {nullptr, scores<1>, scores<2>, scores<3>, scores<4>, scores<5>, scores<6>};
 
 // Softmax of sc[lo, hi) into bf16 probabilities pb[lo, hi); pb's entries of the pairs around the
 // range's ends that fall outside it are 0.
@@ -192,44 +206,64 @@ void softmax_row(float* sc, uint16_t* pb, int64_t lo, int64_t hi) {
   if (hi & 1) pb[hi] = 0;
 }
 
-// out rows [0, R) (bf16, row r at out + r * hd) = sum over key pairs [jp0, jp1) of pb's pairs
-// times Vp's pairs, fp32 accumulation; NDB = hd / 16 (R * NDB <= 16 accumulators).
+// Rows [0, R) += sum over key pairs [jp0, jp1) of pb's pairs (row r at pb + r * sp) times Vp's
+// pairs, fp32 accumulation; NDB = hd / 16 (R * NDB <= 16 accumulators). The sums start from 0, or
+// (resume) from acc's fp32 rows (row r at acc + r * hd); finish rounds them once to bf16 into
+// out[r], else they go back to acc. A sweep in key chunks calls it once per chunk: the same bits
+// as one call over all the pairs.
 template <int NDB, int R>
-void weigh_values(const uint16_t* Vp, const uint16_t* pb, int64_t sp, int64_t jp0, int64_t jp1, uint16_t* out) {
+void weigh_values(const uint16_t* Vp, const uint16_t* pb, int64_t sp, int64_t jp0, int64_t jp1, float* acc_rows,
+                  uint16_t* const* out, bool resume, bool finish) {
   __m512 acc[R][NDB];
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
-    for (int d = 0; d < NDB; ++d) acc[r][d] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int d = 0; d < NDB; ++d)
+      acc[r][d] = resume ? _mm512_loadu_ps(acc_rows + (r * NDB + d) * 16) : _mm512_setzero_ps();
   const uint32_t* p32 = reinterpret_cast<const uint32_t*>(pb);
   const int64_t sp2 = sp / 2;
   for (int64_t jp = jp0; jp < jp1; ++jp) {
     const uint16_t* vrow = Vp + jp * NDB * 32;
     __m512bh pp[R];
+#pragma GCC unroll 16
     for (int r = 0; r < R; ++r) pp[r] = as_bh(_mm512_set1_epi32(int(p32[r * sp2 + jp])));
+#pragma GCC unroll 16
     for (int d = 0; d < NDB; ++d) {
       const __m512bh vz = as_bh(_mm512_loadu_si512(vrow + d * 32));
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) acc[r][d] = _mm512_dpbf16_ps(acc[r][d], pp[r], vz);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
-    for (int d = 0; d < NDB; ++d) store_bf16(out + (r * NDB + d) * 16, acc[r][d]);
+#pragma GCC unroll 16
+    for (int d = 0; d < NDB; ++d) {
+      if (finish)
+        store_bf16(out[r] + d * 16, acc[r][d]);
+      else
+        _mm512_storeu_ps(acc_rows + (r * NDB + d) * 16, acc[r][d]);
+    }
 }
 
 // Rows [0, nr) of weigh_values, in passes of as many rows as 16 accumulators hold.
 template <int NDB>
 void weigh_rows(const uint16_t* Vp, const uint16_t* pb, int64_t sp, int64_t nr, int64_t jp0, int64_t jp1,
-                uint16_t* out) {
+                float* acc_rows, uint16_t* const* out, bool resume, bool finish) {
   constexpr int kMax = NDB <= 4 ? 4 : NDB <= 8 ? 2 : 1;
+  constexpr int64_t hd = NDB * 16;
   int64_t r = 0;
-  for (; r + kMax <= nr; r += kMax) weigh_values<NDB, kMax>(Vp, pb + r * sp, sp, jp0, jp1, out + r * NDB * 16);
+  for (; r + kMax <= nr; r += kMax)
+    weigh_values<NDB, kMax>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish);
   switch (nr - r) {  // fewer than kMax left
-    case 3: weigh_values<NDB, 3>(Vp, pb + r * sp, sp, jp0, jp1, out + r * NDB * 16); break;
-    case 2: weigh_values<NDB, 2>(Vp, pb + r * sp, sp, jp0, jp1, out + r * NDB * 16); break;
-    case 1: weigh_values<NDB, 1>(Vp, pb + r * sp, sp, jp0, jp1, out + r * NDB * 16); break;
+    case 3: weigh_values<NDB, 3>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish); break;
+    case 2: weigh_values<NDB, 2>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish); break;
+    case 1: weigh_values<NDB, 1>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish); break;
     default: break;
   }
 }
 
-using WeighFn = void (*)(const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, int64_t, uint16_t*);
+using WeighFn = void (*)(const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*,
+                         uint16_t* const*, bool, bool);
 
 WeighFn weigh_for(int64_t hd) {
   switch (hd / 16) {
@@ -357,31 +391,68 @@ void add_bf16(float* x, const uint16_t* y, int64_t n) {
   }
 }
 
-void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch) {
+// One pass of query rows (attention_bf16 below): tokens [t, t + nt), heads g0.. of the KV head's
+// group, row r = i * ng + g; its key range [lu, hu) and each row's [lo, hi), relative to the
+// unit's first packed key.
+// Its rows' sums end at ne distinct key-pair ends E[0] < E[1] < ...: rows [f[m], f[m + 1]) end at
+// E[m] (the pass's tokens in order of position; f[ne] = nr).
+struct Pass {
+  int64_t t, nt, g0, ng, nr, lu, hu, ne;
+  int64_t lo[kAttnPassRows], hi[kAttnPassRows], E[kAttnPassRows], f[kAttnPassRows + 1];
+  uint16_t* out[kAttnPassRows];
+};
+
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch) {
   const int64_t hd = a.hd, np = hd / 2, ndb = hd / 16, G = a.nh / a.nkv, sp = pad_keys(a.S);
+  const int64_t ntb = (a.T + kAttnUnitRows - 1) / kAttnUnitRows;
+  const int64_t group = attention_group_passes(a.S), chunk = attention_chunk_keys(hd);
+  const size_t rows_g = size_t(group * kAttnPassRows);
   auto* base = static_cast<unsigned char*>(scratch);
   auto* Kp = reinterpret_cast<uint16_t*>(base);
-  auto* Vp = reinterpret_cast<uint16_t*>(base + align64(size_t(sp * hd * 2)));
-  auto* sc = reinterpret_cast<float*>(base + 2 * align64(size_t(sp * hd * 2)));
-  auto* pb = reinterpret_cast<uint16_t*>(reinterpret_cast<unsigned char*>(sc) + align64(size_t(kRows * sp * 4)));
-  auto* qb = reinterpret_cast<uint16_t*>(reinterpret_cast<unsigned char*>(pb) + align64(size_t(kRows * sp * 2)));
+  base += align64(size_t(sp * hd * 2));
+  auto* Vp = reinterpret_cast<uint16_t*>(base);
+  base += align64(size_t(sp * hd * 2));
+  auto* sc = reinterpret_cast<float*>(base);
+  base += align64(rows_g * size_t(sp) * 4);
+  auto* pb = reinterpret_cast<uint16_t*>(base);
+  base += align64(rows_g * size_t(sp) * 2);
+  auto* qb = reinterpret_cast<uint16_t*>(base);
+  base += align64(rows_g * size_t(hd) * 2);
+  auto* accb = reinterpret_cast<float*>(base);
   const WeighFn weigh = weigh_for(hd);
-  for (int64_t u = u0; u < u1; ++u) {
-    const int64_t b = u / a.nkv, h = u % a.nkv;
+  // The 16-bit interleave of two 16-value halves: out[2i] = lo[i], out[2i + 1] = hi[i].
+  alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i zip = _mm512_load_si512(kZip);
+  Pass passes[8];
+  // Keys [pk_k0, pk_end) of sequence pk_b's KV head pk_h, packed by an earlier unit of this call
+  // (real keys, not padding): a later row block of the same head packs only the keys after them.
+  int64_t pk_b = -1, pk_h = -1, pk_k0 = -1, pk_end = 0;
+  for (int64_t u = u0; u < u1; u += step) {
+    const int64_t b = u / (a.nkv * ntb), h = (u / ntb) % a.nkv, tb = u % ntb;
+    const int64_t t0 = tb * kAttnUnitRows, t1 = std::min(a.T, t0 + kAttnUnitRows);
     const int64_t rows = a.q_len ? std::clamp<int64_t>(a.q_len[b], 0, a.T) : a.T;  // query rows past it: padding
-    int64_t kmax = 0;  // keys those rows see: [0, kmax)
-    for (int64_t t = 0; t < rows; ++t) kmax = std::max(kmax, std::min(a.S, a.qpos[t] + 1));
-    // K in blocks of 16 keys, each key's dims in pairs: Kp[((j / 16) * np + p) * 32 + (j % 16) * 2 + e]
-    // = k[j][2p + e] (the layout vdpbf16ps reads as 16 dot products). V in pairs of keys:
-    // Vp[((j / 2) * ndb + d / 16) * 32 + (d % 16) * 2 + j % 2] = v[j][d]. Keys past kmax are 0.
-    const int64_t kpad = std::min(sp, (kmax + 31) / 32 * 32);
-    // The 16-bit interleave of two 16-value halves: out[2i] = lo[i], out[2i + 1] = hi[i].
-    alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    const __m512i zip = _mm512_load_si512(kZip);
+    const int64_t tr = std::min(t1, rows);
+    for (int64_t t = std::max(t0, rows); t < t1; ++t)
+      std::memset(a.out + ((b * a.T + t) * a.nh + h * G) * hd, 0, size_t(G * hd * 2));
+    if (t0 >= tr) continue;
+    // The keys these rows see: [kmin, kmax); packed from k0 (a multiple of 32) on.
+    int64_t kmax = 0, kmin = a.S;
+    for (int64_t t = t0; t < tr; ++t) {
+      kmax = std::max(kmax, std::min(a.S, a.qpos[t] + 1));
+      kmin = std::min(kmin, a.window > 0 ? std::max<int64_t>(0, a.qpos[t] - a.window + 1) : int64_t{0});
+    }
+    const int64_t k0 = std::min(kmin, kmax) / 32 * 32, kpad = pad_keys(std::max<int64_t>(0, kmax - k0));
+    const int64_t packed =
+        b == pk_b && h == pk_h && k0 == pk_k0 ? std::max<int64_t>(0, std::min(pk_end, kmax) - k0) / 32 * 32 : 0;
+    pk_b = b, pk_h = h, pk_k0 = k0, pk_end = std::max(kmax, k0);
+    // K in blocks of 16 keys, each key's dims in pairs: Kp[((jr / 16) * np + p) * 32 + (jr % 16) * 2 + e]
+    // = k[k0 + jr][2p + e] (the layout vdpbf16ps reads as 16 dot products). V in pairs of keys:
+    // Vp[((jr / 2) * ndb + d / 16) * 32 + (d % 16) * 2 + jr % 2] = v[k0 + jr][d]. Keys past kmax are 0.
     alignas(64) uint16_t tmp[256];
-    for (int64_t j = 0; j < kpad; ++j) {
-      uint32_t* kd = reinterpret_cast<uint32_t*>(Kp) + (j / 16) * np * 16 + (j % 16);
+    for (int64_t jr = packed; jr < kpad; ++jr) {
+      const int64_t j = k0 + jr;
+      uint32_t* kd = reinterpret_cast<uint32_t*>(Kp) + (jr / 16) * np * 16 + (jr % 16);
       if (j >= kmax) {
         for (int64_t p = 0; p < np; ++p) kd[p * 16] = 0;
         continue;
@@ -396,8 +467,9 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch) {
       }
       for (int64_t p = 0; p < np; ++p) kd[p * 16] = t32[p];
     }
-    for (int64_t j = 0; j < kpad; j += 2) {
-      uint16_t* vd = Vp + (j / 2) * ndb * 32;
+    for (int64_t jr = packed; jr < kpad; jr += 2) {
+      const int64_t j = k0 + jr;
+      uint16_t* vd = Vp + (jr / 2) * ndb * 32;
       for (int64_t d = 0; d < hd; d += 16) {
         __m512i both;  // [bf16(v[j]) 16 dims, bf16(v[j + 1]) 16 dims]
         if (a.v16) {
@@ -415,27 +487,98 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch) {
         _mm512_storeu_si512(vd + d * 2, _mm512_permutexvar_epi16(zip, both));
       }
     }
-    for (int64_t t = rows; t < a.T; ++t)
-      std::memset(a.out + ((b * a.T + t) * a.nh + h * G) * hd, 0, size_t(G * hd * 2));
-    for (int64_t t = 0; t < rows; ++t) {
-      const int64_t hi = std::min(a.S, a.qpos[t] + 1);
-      const int64_t lo = a.window > 0 ? std::max<int64_t>(0, a.qpos[t] - a.window + 1) : 0;
-      for (int64_t g0 = 0; g0 < G; g0 += kRows) {
-        const int64_t nr = std::min(kRows, G - g0);
-        uint16_t* o = a.out + ((b * a.T + t) * a.nh + h * G + g0) * hd;
-        if (hi <= lo) {  // no visible key (not reached by a causal mask): a zero output
-          std::memset(o, 0, size_t(nr * hd * 2));
-          continue;
+    // Scores of the group's passes chunk by chunk of keys (each dot product as in one sweep), the
+    // softmax of every row, then the weighted values chunk by chunk (each row's sums in key-pair
+    // order, resumed from accb): the same bits as one pass at a time over all its keys. A row's
+    // probabilities are 0 over the rest of its pass's range; its sums take the pairs before its
+    // own (exact zeros added to +0) but stop at its own last pair: a zero added after a sum that
+    // vdpbf16ps flushed to -0 would make it +0.
+    auto run_group = [&](int64_t n) {
+      int64_t LU = a.S, HU = 0;
+      for (int64_t i = 0; i < n; ++i) LU = std::min(LU, passes[i].lu), HU = std::max(HU, passes[i].hu);
+      const int64_t c_first = LU / 32 * 32;
+      for (int64_t c0 = c_first; c0 < HU; c0 += chunk)
+        for (int64_t i = 0; i < n; ++i) {
+          const Pass& ps = passes[i];
+          const int64_t b0 = std::max(ps.lu / 16, c0 / 16), b1 = std::min((ps.hu + 15) / 16, (c0 + chunk) / 16);
+          if (b0 >= b1) continue;
+          const uint16_t* q = qb + i * kAttnPassRows * hd;
+          float* s = sc + i * kAttnPassRows * sp;
+          for (int64_t r = 0; r < ps.nr; r += kScoreRows)
+            kScores[std::min(kScoreRows, ps.nr - r)](Kp, q + r * hd, hd, b0, b1, s + r * sp, sp);
         }
-        for (int64_t r = 0; r < nr; ++r) {
-          const float* qr = a.q + b * a.q_sb + t * a.q_st + (h * G + g0 + r) * hd;
-          for (int64_t d = 0; d < hd; d += 16) pack16(qb + r * hd + d, qr + d, a.scale);
+      for (int64_t i = 0; i < n; ++i) {
+        const Pass& ps = passes[i];
+        const int64_t pl = ps.lu & ~int64_t{1}, ph = (ps.hu + 1) & ~int64_t{1};  // the pass's pairs
+        for (int64_t r = 0; r < ps.nr; ++r) {
+          float* s = sc + (i * kAttnPassRows + r) * sp;
+          uint16_t* p = pb + (i * kAttnPassRows + r) * sp;
+          const int64_t lo = ps.lo[r], hi = ps.hi[r];
+          softmax_row(s, p, lo, hi);
+          for (int64_t j = pl; j < lo; ++j) p[j] = 0;
+          for (int64_t j = hi; j < ph; ++j) p[j] = 0;
         }
-        kScores[nr](Kp, qb, hd, lo / 16, (hi + 15) / 16, sc, sp);
-        for (int64_t r = 0; r < nr; ++r) softmax_row(sc + r * sp, pb + r * sp, lo, hi);
-        weigh(Vp, pb, sp, nr, lo / 2, (hi + 1) / 2, o);
       }
+      for (int64_t c0 = c_first; c0 < HU; c0 += chunk)
+        for (int64_t i = 0; i < n; ++i) {
+          Pass& ps = passes[i];
+          const uint16_t* p = pb + i * kAttnPassRows * sp;
+          float* acc = accb + i * kAttnPassRows * hd;
+          const int64_t pl = ps.lu / 2;
+          // Segment m, pairs [E[m - 1], E[m]): the rows from f[m] on; those before f[m + 1] end in it.
+          for (int64_t m = 0; m < ps.ne; ++m) {
+            const int64_t jp0 = std::max(c0 / 2, m ? ps.E[m - 1] : pl), jp1 = std::min((c0 + chunk) / 2, ps.E[m]);
+            if (jp0 >= jp1) continue;
+            const int64_t r0 = ps.f[m], r1 = jp1 >= ps.E[m] ? ps.f[m + 1] : r0;  // rows [r0, r1) finish
+            if (r1 > r0) weigh(Vp, p + r0 * sp, sp, r1 - r0, jp0, jp1, acc + r0 * hd, ps.out + r0, jp0 > pl, true);
+            if (ps.nr > r1)
+              weigh(Vp, p + r1 * sp, sp, ps.nr - r1, jp0, jp1, acc + r1 * hd, ps.out + r1, jp0 > pl, false);
+          }
+        }
+    };
+    // Passes of query rows: every head of the KV head's group for as many consecutive tokens as
+    // kAttnPassRows holds (groups wider than that: kAttnPassRows heads of one token at a time),
+    // taken in groups of up to attention_group_passes() that share one sweep of the keys.
+    const int64_t tpp = G <= kAttnPassRows ? kAttnPassRows / G : 1, hpp = G <= kAttnPassRows ? G : kAttnPassRows;
+    auto lo_of = [&](int64_t t) { return (a.window > 0 ? std::max<int64_t>(0, a.qpos[t] - a.window + 1) : 0) - k0; };
+    auto hi_of = [&](int64_t t) { return std::min(a.S, a.qpos[t] + 1) - k0; };
+    int64_t n_in = 0;
+    for (int64_t t = t0; t < tr;) {
+      if (hi_of(t) <= lo_of(t)) {  // a token that sees no key (not reached by a causal mask): zero outputs
+        std::memset(a.out + ((b * a.T + t) * a.nh + h * G) * hd, 0, size_t(G * hd * 2));
+        ++t;
+        continue;
+      }
+      // The pass's tokens: up to tpp, in order of position, each seeing a key.
+      int64_t nt = 1;
+      while (nt < tpp && t + nt < tr && a.qpos[t + nt] >= a.qpos[t + nt - 1] && hi_of(t + nt) > lo_of(t + nt)) ++nt;
+      for (int64_t g0 = 0; g0 < G; g0 += hpp) {
+        Pass& ps = passes[n_in];
+        const int64_t ng = std::min(hpp, G - g0);
+        ps.t = t, ps.nt = nt, ps.g0 = g0, ps.ng = ng, ps.nr = nt * ng, ps.lu = lo_of(t), ps.hu = hi_of(t + nt - 1);
+        ps.ne = 0;
+        uint16_t* q = qb + n_in * kAttnPassRows * hd;
+        for (int64_t i = 0; i < nt; ++i) {
+          const int64_t l1 = lo_of(t + i), h1 = hi_of(t + i), e = (h1 + 1) / 2;
+          if (ps.ne == 0 || e > ps.E[ps.ne - 1]) ps.f[ps.ne] = i * ng, ps.E[ps.ne++] = e;
+          for (int64_t g = 0; g < ng; ++g) {
+            const int64_t r = i * ng + g;
+            ps.lo[r] = l1;
+            ps.hi[r] = h1;
+            ps.out[r] = a.out + ((b * a.T + t + i) * a.nh + h * G + g0 + g) * hd;
+            const float* qr = a.q + b * a.q_sb + (t + i) * a.q_st + (h * G + g0 + g) * hd;
+            for (int64_t d = 0; d < hd; d += 16) pack16(q + r * hd + d, qr + d, a.scale);
+          }
+        }
+        ps.f[ps.ne] = ps.nr;
+        if (++n_in == group) {
+          run_group(n_in);
+          n_in = 0;
+        }
+      }
+      t += nt;
     }
+    if (n_in > 0) run_group(n_in);
   }
 }
 

@@ -100,14 +100,48 @@ struct AttnArgs {
 /// multiple of nkv, every count positive).
 bool attention_supported(const AttnArgs& a);
 
+/// Query rows (tokens) of one attention unit.
+constexpr int64_t kAttnUnitRows = 64;
+
+/// At most this many query rows (heads of consecutive tokens that share a KV head) per pass of
+/// the hardware kernel: each K vector loaded feeds that many dot products.
+constexpr int64_t kAttnPassRows = 12;
+
+/// Passes of a unit whose scores are kept at once (a pass group): as many as a 4 MiB budget of
+/// scores and probabilities holds at S keys, 1 to 8. A group sweeps the unit's packed keys in
+/// chunks that stay in L2 (attention_chunk_keys()), each chunk serving every pass of the group,
+/// rather than every pass sweeping all keys (at 8K keys, K and V of a KV head are 2 MiB in bf16
+/// and left L2 on every pass: the bf16 prefill of 8K-token pages ran at a third of the fp32
+/// path's speed, 2026-12-02, docs/benchmarks.md).
+inline int64_t attention_group_passes(int64_t S) {
+  const int64_t per_pass = kAttnPassRows * ((S + 31) / 32 * 32) * 6;  // fp32 scores, bf16 probabilities
+  const int64_t p = (int64_t(4) << 20) / (per_pass > 0 ? per_pass : 1);
+  return p < 1 ? 1 : p > 8 ? 8 : p;
+}
+
+/// Keys per chunk of a pass group's sweep: 128 KiB of packed K (and as much V), whole blocks of 32.
+inline int64_t attention_chunk_keys(int64_t hd) {
+  const int64_t c = (int64_t(128) << 10) / (hd * 2) / 32 * 32;
+  return c < 32 ? 32 : c;
+}
+
+/// The attention units: B * nkv * ceil(T / kAttnUnitRows) (sequence b, KV head h, block tb of
+/// query rows: u = (b * nkv + h) * ceil(T / kAttnUnitRows) + tb).
+int64_t attention_units(const AttnArgs& a);
+
 /// Scratch bytes one thread needs for attention_bf16 of these shapes (packed K and V of one
-/// sequence and KV head, and score rows; either implementation).
+/// sequence and KV head, the score, probability, query and accumulator rows of a pass group;
+/// either implementation).
 size_t attention_scratch_bytes(const AttnArgs& a);
 
-/// Runs the attention units [u0, u1) of the B * nkv units (b = u / nkv, KV head u % nkv): every
-/// query row of that sequence and of the heads that share the KV head. scratch: at least
-/// attention_scratch_bytes(a) bytes, 64-byte aligned, owned by the calling thread.
-void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch, Bf16Path path = Bf16Path::kAuto);
+/// Runs the attention units u0, u0 + step, ... below u1 (attention_units(); step >= 1: a
+/// thread's share when units are dealt round-robin): every query row of that block of the
+/// sequence's tokens and of the heads that share the KV head. Units of one call that share a
+/// sequence and KV head pack its keys once (a later row block packs only the keys after the
+/// earlier ones'). scratch: at least attention_scratch_bytes(a) bytes, 64-byte aligned, owned by
+/// the calling thread. The output of a row does not depend on the units' dealing.
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch,
+                    Bf16Path path = Bf16Path::kAuto);
 
 // The two implementations the functions above dispatch to, with their arguments.
 namespace hw {  // cpu_bf16.cc; call only where have_avx512_bf16()
@@ -118,7 +152,7 @@ void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const fl
               int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1, uint16_t* k16,
               uint16_t* v16);
 void add_bf16(float* x, const uint16_t* y, int64_t n);
-void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch);
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch);
 }  // namespace hw
 namespace portable {  // cpu_bf16_portable.cc
 void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
@@ -128,7 +162,7 @@ void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const fl
               int64_t nkv, int64_t hd, float* q, float* k, float* v, int64_t r0, int64_t r1, uint16_t* k16,
               uint16_t* v16);
 void add_bf16(float* x, const uint16_t* y, int64_t n);
-void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch);
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch);
 }  // namespace portable
 
 }  // namespace ucm::model::cpu

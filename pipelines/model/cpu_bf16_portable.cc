@@ -221,22 +221,24 @@ void softmax_row(float* sc, int64_t lo, int64_t hi) {
 
 }  // namespace
 
-void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch) {
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch) {
   const int64_t hd = a.hd, np = hd / 2, G = a.nh / a.nkv, sp = pad_keys(a.S);
+  const int64_t ntb = (a.T + kAttnUnitRows - 1) / kAttnUnitRows;
   // Within attention_scratch_bytes(a) (cpu_bf16.cc's layout): K in blocks of 16 keys, each block
   // [hd][16] (dim-major: lane l = key 16 blk + l, as the hardware's score lanes); V rows [key][hd];
-  // both bf16 with vdpbf16ps's DAZ applied; then one score row (fp32 [sp], in the hardware's
-  // kRows score rows) and one query row (fp32 [hd], within its probability and query rows).
+  // both bf16 with vdpbf16ps's DAZ applied; then one score row (fp32 [sp], within the hardware's
+  // score rows) and one query row (fp32 [hd], within its probability rows).
   auto* base = static_cast<unsigned char*>(scratch);
   auto* Kt = reinterpret_cast<uint16_t*>(base);
   auto* Vr = reinterpret_cast<uint16_t*>(base + align64(size_t(sp * hd * 2)));
   auto* sc = reinterpret_cast<float*>(base + 2 * align64(size_t(sp * hd * 2)));
   auto* qf = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(sc) + align64(size_t(sp * 4)));
-  for (int64_t u = u0; u < u1; ++u) {
-    const int64_t b = u / a.nkv, h = u % a.nkv;
-    const int64_t rows = a.q_len ? std::clamp<int64_t>(a.q_len[b], 0, a.T) : a.T;
+  for (int64_t u = u0; u < u1; u += step) {  // unit u: sequence b, KV head h, query rows [t0, t1)
+    const int64_t b = u / (a.nkv * ntb), h = (u / ntb) % a.nkv, tb = u % ntb;
+    const int64_t t0 = tb * kAttnUnitRows, t1 = std::min(a.T, t0 + kAttnUnitRows);
+    const int64_t rows = std::min(t1, a.q_len ? std::clamp<int64_t>(a.q_len[b], 0, a.T) : a.T);
     int64_t kmax = 0;
-    for (int64_t t = 0; t < rows; ++t) kmax = std::max(kmax, std::min(a.S, a.qpos[t] + 1));
+    for (int64_t t = t0; t < rows; ++t) kmax = std::max(kmax, std::min(a.S, a.qpos[t] + 1));
     const int64_t kpad = std::min(sp, (kmax + 31) / 32 * 32);
     for (int64_t j = 0; j < kpad; ++j) {
       uint16_t* kd = Kt + (j / kL) * hd * kL + j % kL;
@@ -255,9 +257,9 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, void* scratch) {
       }
     }
     const float kmin = min_nonzero(Kt, kpad * hd), vmin = min_nonzero(Vr, kpad * hd);
-    for (int64_t t = rows; t < a.T; ++t)
+    for (int64_t t = std::max(t0, rows); t < t1; ++t)
       std::memset(a.out + ((b * a.T + t) * a.nh + h * G) * hd, 0, size_t(G * hd * 2));
-    for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t t = t0; t < rows; ++t) {
       const int64_t hi = std::min(a.S, a.qpos[t] + 1);
       const int64_t lo = a.window > 0 ? std::max<int64_t>(0, a.qpos[t] - a.window + 1) : 0;
       for (int64_t g = 0; g < G; ++g) {

@@ -2,7 +2,8 @@
 // BLAS GEMMs (q k^T, mask, softmax, p v per KV head), one thread each, SmolLM2-135M's heads (9
 // query heads, 3 KV heads, head_dim 64), causal, T = S in {512, 2048, 8192} (or the one T given).
 // The kernel's time is the best of 5 runs (the first pays the output's page faults), libtorch's
-// the best of 2. Not a test.
+// the best of 2. Where the CPU runs the bf16 path's hardware kernels (cpu_bf16.h), their
+// attention on the same operands too (best of 5). Not a test.
 // Usage: bench_fp32_attention [ISA: avx512 | avx2 | generic] [T]
 #include <torch/torch.h>
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "compute.h"
+#include "cpu_bf16.h"
 #include "cpu_fp32.h"
 
 namespace f32 = ucm::model::cpu::f32;
@@ -62,6 +64,22 @@ int main(int argc, char** argv) {
       }
     });
     const double flop = 4.0 * nh * hd * double(T) * double(T + 1) / 2;  // q k^T and p v over the causal half
+    // The bf16 path's kernel (cpu_bf16.h) on the same operands, where the CPU runs its hardware path.
+    double k16 = 0;
+    if (ucm::model::cpu::hardware_kernels()) {
+      namespace cpu = ucm::model::cpu;
+      cpu::AttnArgs b;
+      b.B = 1; b.T = T; b.S = T; b.nh = nh; b.nkv = nkv; b.hd = hd;
+      b.q = a.q; b.k = a.k; b.v = a.v;
+      b.q_sb = a.q_sb; b.q_st = a.q_st; b.k_sb = a.k_sb; b.k_st = a.k_st; b.v_sb = a.v_sb; b.v_st = a.v_st;
+      std::vector<uint16_t> out16(size_t(T * nh * hd));
+      b.out = out16.data(); b.qpos = a.qpos; b.scale = 0.125f;
+      std::vector<float> s16(cpu::attention_scratch_bytes(b) / 4 + 64);
+      void* p16 = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(s16.data()) + 63) / 64 * 64);
+      k16 = best_of(5, [&] { cpu::attention_bf16(b, 0, cpu::attention_units(b), 1, p16); });
+    }
+    const double flop0 = 4.0 * nh * hd * double(T) * double(T + 1) / 2;
+    if (k16 > 0) std::printf("T %5lld: bf16 kernel %8.1f ms (%5.1f GFLOP/s)\n", (long long)T, k16 * 1e3, flop0 / k16 / 1e9);
     std::printf("T %5lld: kernel (%s) %8.1f ms (%5.1f GFLOP/s), libtorch %8.1f ms (%5.1f GFLOP/s), kernel/libtorch %.2f\n",
                 (long long)T, f32::isa_name(isa), kern * 1e3, flop / kern / 1e9, lib * 1e3, 2 * flop / lib / 1e9, kern / lib);
   }

@@ -211,11 +211,16 @@ void attention_case(const AttnCase& c, Gen& g) {
   const size_t bytes = (cpu::attention_scratch_bytes(a) + 63) / 64 * 64;
   std::unique_ptr<void, decltype(&std::free)> scratch(std::aligned_alloc(64, bytes), &std::free);
   std::vector<uint16_t> out_hw(size_t(c.B * c.T * c.nh * c.hd), 0xABCD), out_p(out_hw.size(), 0x1234);
+  const int64_t units = cpu::attention_units(a);
+  EXPECT_EQ(units, c.B * c.nkv * ((c.T + cpu::kAttnUnitRows - 1) / cpu::kAttnUnitRows)) << c.what;
+  // The hardware path dealt round-robin in three shares, as three threads run it (a share's later
+  // row blocks of a KV head pack only the keys after its earlier ones'), each share on scratch
+  // that an earlier share left dirty; the portable one unit after unit.
   a.out = out_hw.data();
-  cpu::attention_bf16(a, 0, c.B * c.nkv, scratch.get(), Bf16Path::kHardware);
+  for (int64_t i = 0; i < 3; ++i) cpu::attention_bf16(a, i, units, 3, scratch.get(), Bf16Path::kHardware);
   std::memset(scratch.get(), 0x5A, bytes);  // nothing left behind is read
   a.out = out_p.data();
-  cpu::attention_bf16(a, 0, c.B * c.nkv, scratch.get(), Bf16Path::kPortable);
+  cpu::attention_bf16(a, 0, units, 1, scratch.get(), Bf16Path::kPortable);
   EXPECT_TRUE(same_bits(out_hw, out_p)) << c.what;
 }
 
@@ -241,6 +246,13 @@ TEST(Bf16KernelsHwVsPortable, AttentionBitForBit) {
       {2, 45, 45, 6, 2, 64, 0, false, false, 1, 1, 1, "cancelling sums", true},
       {2, 45, 45, 6, 2, 64, 9, true, true, 1, 1, 1, "cancelling sums, bf16 K/V, window 9, padding", true},
       {1, 33, 33, 3, 1, 128, 0, false, false, 1, 1, 1, "cancelling sums, hd 128", true},
+      // Longer than a key chunk (attention_chunk_keys: 1,024 keys at hd 64, 512 at hd 128), so a
+      // pass group's sums resume across chunks, and more row blocks than shares.
+      {1, 1100, 1100, 3, 1, 64, 0, false, false, 2, 2, 1, "1,100 tokens: two key chunks, 18 row blocks"},
+      {2, 600, 600, 4, 2, 128, 0, true, true, 2, 2, 1, "600 tokens at hd 128, bf16 K/V, q_len padding"},
+      {1, 70, 1100, 6, 2, 64, 300, false, false, 2, 2, 1, "70 queries after 1,030 cached keys, window 300"},
+      {1, 700, 700, 3, 1, 64, 200, true, false, 2, 2, 1, "700 tokens, window 200: packing from later keys"},
+      {1, 1100, 1100, 16, 2, 32, 0, false, false, 1, 1, 1, "8 query heads per KV head, 1,100 tokens, hd 32", true},
   };
   for (const bool tiny : {true, false}) {
     g.tiny = tiny;
@@ -276,7 +288,7 @@ TEST(Bf16KernelsPortable, VdpBf16PsTininessAfterRounding) {
   for (const Bf16Path p : paths) {
     std::vector<uint16_t> out(size_t(2 * hd), 0xFFFF);
     a.out = out.data();
-    cpu::attention_bf16(a, 0, 1, scratch.get(), p);
+    cpu::attention_bf16(a, 0, cpu::attention_units(a), 1, scratch.get(), p);
     const char* what = p == Bf16Path::kHardware ? "hardware" : "portable";
     EXPECT_EQ(out[0], 0x8080) << what << ": row 0 is v0";
     for (int64_t d = 0; d < hd; ++d) EXPECT_EQ(out[size_t(hd + d)], 0x0080) << what << ", dim " << d;
