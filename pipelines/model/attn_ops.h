@@ -1,14 +1,17 @@
 // pipelines/model/attn_ops.h: what the two CPU attention ops (ops::attention_bf16,
 // cpu_bf16_ops.cc; ops::attention_f32, cpu_fp32_ops.cc) share: the checks of their tensors, the
 // filling of their kernels' argument structs (cpu::AttnArgs, cpu::f32::AttnArgs: the same field
-// names), a scratch buffer per thread, and the row split of their row ops. Internal to ucm_model.
+// names), a scratch buffer per thread, and the row split of their row ops and GEMMs. Internal to
+// ucm_model.
 #pragma once
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
 
+#include "crew.h"
 #include "llama_model.h"
 
 namespace ucm::model::ops::detail {
@@ -22,6 +25,20 @@ inline uint16_t* bits(const torch::Tensor& t) { return reinterpret_cast<uint16_t
 
 /// Rows per task of a row op (at::parallel_for's grain): about 64 KiB of fp32 input each.
 inline int64_t grain(int64_t row_elems) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elems)); }
+
+/// fn(r0, r1) over rows [0, R) of a row op: in parts of at least ~256 KiB of fp32 input on the
+/// crew's idle helpers (crew.h) where the calling thread has a crew, else on libtorch's intra-op
+/// threads (at::parallel_for, grain() rows per task).
+template <class F>
+void for_rows(int64_t R, int64_t row_elems, const F& fn) {
+  const int64_t part = std::max<int64_t>(16, 65536 / std::max<int64_t>(1, row_elems));
+  if (!share_rows(R, part, 1, fn)) at::parallel_for(0, R, grain(row_elems), fn);
+}
+
+/// A GEMM's rows on the crew: at least this many rows a part (OpenBLAS's rate falls below that),
+/// starts on multiples of 16 (OpenBLAS's SkylakeX row tile; oneDNN's bf16 GEMMs give a row the
+/// same bits wherever it starts too: tested).
+constexpr int64_t kGemmPartRows = 64;
 
 /// The host tensors a filled Args points into (keep them alive for the call).
 struct AttnHold {

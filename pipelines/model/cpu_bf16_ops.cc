@@ -1,6 +1,7 @@
 // pipelines/model/cpu_bf16_ops.cc: the libtorch glue of the bf16 path's CPU kernels (cpu_bf16.h):
 // checks shapes, dtypes and strides, allocates the outputs, splits rows and attention units over
-// libtorch's intra-op threads. Each op runs the kernels cpu::kernel_path() picks at its call (the
+// the prefill's crew (crew.h) or else libtorch's intra-op threads; and the bf16 prefill's GEMMs,
+// their rows split over the crew. Each op runs the kernels cpu::kernel_path() picks at its call (the
 // hardware ones, or the portable ones: UCM_BF16_KERNELS=portable, or a CPU without AVX512-BF16).
 // Declared in llama_ops.h.
 #include <ATen/Parallel.h>
@@ -19,12 +20,25 @@ namespace ucm::model::ops {
 namespace {
 
 using detail::bits;
-using detail::grain;
+using detail::for_rows;
+using detail::kGemmPartRows;
 using detail::need;
 
 }  // namespace
 
 bool fast_bf16() { return cpu::hardware_kernels(); }
+
+torch::Tensor mm_bf16(const torch::Tensor& x, const torch::Tensor& w) {
+  const bool split = x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kBFloat16 &&
+                     w.scalar_type() == torch::kBFloat16 && x.size(0) >= 2 * kGemmPartRows && this_crew();
+  if (!split) return torch::mm(x, w.t());
+  auto y = torch::empty({x.size(0), w.size(0)}, x.options());
+  share_rows(x.size(0), kGemmPartRows, 16, [&](int64_t r0, int64_t r1) {
+    auto yr = y.narrow(0, r0, r1 - r0);
+    at::mm_out(yr, x.narrow(0, r0, r1 - r0), w.t());
+  });
+  return y;
+}
 
 torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   need(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.stride(1) == 1 && x.device().is_cpu(), "rms_norm_bf16",
@@ -37,9 +51,7 @@ torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, doub
   const float* wp = w.data_ptr<float>();
   uint16_t* op = bits(out);
   const auto path = cpu::kernel_path();
-  at::parallel_for(0, R, grain(H), [&](int64_t r0, int64_t r1) {
-    cpu::rms_norm_bf16(xp, ldx, wp, H, float(eps), op, H, r0, r1, path);
-  });
+  for_rows(R, H, [&](int64_t r0, int64_t r1) { cpu::rms_norm_bf16(xp, ldx, wp, H, float(eps), op, H, r0, r1, path); });
   return out;
 }
 
@@ -72,7 +84,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope(const torch::Te
   uint16_t* k16 = kv16 ? bits(k) : nullptr;
   uint16_t* v16 = kv16 ? bits(v) : nullptr;
   const auto path = cpu::kernel_path();
-  at::parallel_for(0, B * T, grain(W), [&](int64_t r0, int64_t r1) {
+  for_rows(B * T, W, [&](int64_t r0, int64_t r1) {
     cpu::qkv_rope(src, bp, cp, sp, T, nh, nkv, hd, qp, kp, vp, r0, r1, k16, v16, path);
   });
   return {q, k, v};
@@ -87,7 +99,7 @@ torch::Tensor silu_mul_bf16(const torch::Tensor& gu) {
   const uint16_t* gp = bits(gu);
   uint16_t* op = bits(out);
   const auto path = cpu::kernel_path();
-  at::parallel_for(0, R, grain(2 * I), [&](int64_t r0, int64_t r1) { cpu::silu_mul_bf16(gp, I, op, r0, r1, path); });
+  for_rows(R, 2 * I, [&](int64_t r0, int64_t r1) { cpu::silu_mul_bf16(gp, I, op, r0, r1, path); });
   return out;
 }
 
@@ -98,7 +110,9 @@ void add_bf16_(torch::Tensor& x, const torch::Tensor& y) {
   float* xp = x.data_ptr<float>();
   const uint16_t* yp = bits(y);
   const auto path = cpu::kernel_path();
-  at::parallel_for(0, x.numel(), 65536, [&](int64_t b, int64_t e) { cpu::add_bf16(xp + b, yp + b, e - b, path); });
+  // Rows of x's last dimension (the whole tensor as one row where it has none).
+  const int64_t n = x.dim() > 0 ? x.size(-1) : 1, R = n > 0 ? x.numel() / n : 0;
+  for_rows(R, n, [&](int64_t r0, int64_t r1) { cpu::add_bf16(xp + r0 * n, yp + r0 * n, (r1 - r0) * n, path); });
 }
 
 torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -21,45 +21,15 @@ namespace {
 namespace f32 = cpu::f32;
 
 using detail::bits;
-using detail::grain;
+using detail::for_rows;
+using detail::kGemmPartRows;
 using detail::need;
 
 const f32::Kernels& kern() { return f32::kernels(f32::best_isa()); }
 
-// Rows of a part of a row kernel shared with the crew: at least ~256 KiB of fp32 input.
-int64_t crew_rows(int64_t row_elems) { return std::max<int64_t>(16, 65536 / std::max<int64_t>(1, row_elems)); }
-
-// fn(r0, r1) over rows [0, R): in parts on the crew's idle helpers (crew.h) where there are some,
-// else on libtorch's intra-op threads (at::parallel_for, grain rows per task).
-template <class F>
-void for_rows(int64_t R, int64_t row_elems, const F& fn) {
-  const int64_t part = crew_rows(row_elems);
-  if (Crew* c = this_crew(); c && R >= 2 * part) {
-    c->share(int(std::min<int64_t>(R / part, 64)), [&](int p, int n) {
-      const int64_t r0 = split_at(R, p, n, 1), r1 = split_at(R, p + 1, n, 1);
-      if (r1 > r0) fn(r0, r1);
-    });
-    return;
-  }
-  at::parallel_for(0, R, grain(row_elems), fn);
-}
-
-// A GEMM's rows on the crew: at least 64 rows a part (OpenBLAS's rate falls below that), starts
-// on multiples of 16 (its SkylakeX kernel's row tile).
-constexpr int64_t kGemmPartRows = 64;
-
 // Whether a GEMM of R rows with W goes to the crew (linear_f32, add_linear_f32_).
 bool gemm_on_crew(int64_t R, const torch::Tensor& w) {
   return R >= 2 * kGemmPartRows && w.scalar_type() == torch::kFloat && this_crew();
-}
-
-// fn(r0, n) over row ranges of [0, R) on the crew (gemm_on_crew() true).
-template <class F>
-void gemm_rows(int64_t R, const F& fn) {
-  this_crew()->share(int(std::min<int64_t>(R / kGemmPartRows, 64)), [&](int p, int n) {
-    const int64_t r0 = split_at(R, p, n, 16), r1 = split_at(R, p + 1, n, 16);
-    if (r1 > r0) fn(r0, r1 - r0);
-  });
 }
 
 }  // namespace
@@ -68,17 +38,19 @@ torch::Tensor linear_f32(const torch::Tensor& x, const torch::Tensor& w, const t
   if (x.dim() != 2 || !x.is_contiguous() || !gemm_on_crew(x.size(0), w)) return linear(x, w, b);
   const int64_t R = x.size(0);
   auto y = torch::empty({R, w.size(0)}, x.options());
-  gemm_rows(R, [&](int64_t r0, int64_t n) {
-    auto yr = y.narrow(0, r0, n);
-    if (b.defined()) at::addmm_out(yr, b, x.narrow(0, r0, n), w.t());
-    else at::mm_out(yr, x.narrow(0, r0, n), w.t());
+  share_rows(R, kGemmPartRows, 16, [&](int64_t r0, int64_t r1) {
+    auto yr = y.narrow(0, r0, r1 - r0);
+    if (b.defined()) at::addmm_out(yr, b, x.narrow(0, r0, r1 - r0), w.t());
+    else at::mm_out(yr, x.narrow(0, r0, r1 - r0), w.t());
   });
   return y;
 }
 
 void add_linear_f32_(torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& w) {
   if (x.dim() != 2 || a.dim() != 2 || x.stride(1) != 1 || !gemm_on_crew(x.size(0), w)) return add_linear_(x, a, w);
-  gemm_rows(x.size(0), [&](int64_t r0, int64_t n) { x.narrow(0, r0, n).addmm_(a.narrow(0, r0, n), w.t()); });
+  share_rows(x.size(0), kGemmPartRows, 16, [&](int64_t r0, int64_t r1) {
+    x.narrow(0, r0, r1 - r0).addmm_(a.narrow(0, r0, r1 - r0), w.t());
+  });
 }
 
 std::string fp32_kernels() {

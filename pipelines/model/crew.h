@@ -6,7 +6,8 @@
 // tokens), and a batch of one sequence ran its GEMMs on OpenBLAS's threads, which spin between
 // GEMMs beside the attention threads, and its row kernels on one thread (docs/benchmarks.md,
 // "The prefill's crew": 1.05x on 2K-token pages, 1.13x on whole pages, 2 cores).
-// No libtorch: the ops that share (cpu_fp32_ops.cc) split their own work. Internal to ucm_model.
+// No libtorch: the ops that share (cpu_fp32_ops.cc, cpu_bf16_ops.cc) split their own work, row
+// ranges through share_rows(). Internal to ucm_model.
 //
 // Bits: a part is a row range (rows do not interact in a GEMM or a row kernel; OpenBLAS sums each
 // output over K in the same blocks whatever the rows: tested) or a dealing of attention's units
@@ -100,6 +101,21 @@ class CrewMember {
 inline int64_t split_at(int64_t n, int p, int parts, int64_t align) {
   if (p >= parts) return n;
   return n * p / parts / align * align;
+}
+
+/// Runs fn(r0, r1) over row ranges that cover [0, R) once, on the calling thread's crew
+/// (Crew::share): at most R / min_rows parts (and 64), starts on multiples of `align`, no range
+/// empty. Returns false, running nothing, where the calling thread has no crew or R < 2 min_rows
+/// (the caller then runs the rows its own way).
+template <class F>
+bool share_rows(int64_t R, int64_t min_rows, int64_t align, const F& fn) {
+  Crew* c = this_crew();
+  if (!c || R < 2 * min_rows) return false;
+  c->share(int(R / min_rows < 64 ? R / min_rows : 64), [&](int p, int n) {
+    const int64_t r0 = split_at(R, p, n, align), r1 = split_at(R, p + 1, n, align);
+    if (r1 > r0) fn(r0, r1);
+  });
+  return true;
 }
 
 }  // namespace ucm::model

@@ -75,7 +75,7 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
   // Without a cache, the fused kernels write a bf16 KV cache's K/V straight out (no fp32 copy).
   const auto qkv_kv_dtype = !cache && io.kv_dtype == torch::kBFloat16 ? torch::kBFloat16 : torch::kFloat;
   auto [q, k, v] = fused && !L.q_norm.defined()
-                      ? ops::qkv_rope(torch::mm(h, L.wqkv.t()), L.bqkv, rope.cos, rope.sin, B, T, nh, nkv, hd, qkv_kv_dtype)
+                      ? ops::qkv_rope(ops::mm_bf16(h, L.wqkv), L.bqkv, rope.cos, rope.sin, B, T, nh, nkv, hd, qkv_kv_dtype)
                       : project_qkv(L, h, B, T, rope.cos, rope.sin);  // [B, T, n, hd]
   torch::Tensor kt, vh;  // attention's keys K^T [B, nkv, hd, S] and values [B, nkv, S, hd], compute dtype
   if (cache) {
@@ -116,12 +116,12 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
       const bool direct = k.scalar_type() == torch::kFloat || k.scalar_type() == torch::kBFloat16;
       auto attn = ops::attention_bf16(q, direct ? k : k.to(torch::kFloat), direct ? v : v.to(torch::kFloat), pos,
                                       c.sliding_window.value_or(0), scale, io.lengths);  // bf16 [B, T, nh, hd]
-      ops::add_bf16_(x, torch::mm(attn.view({BT, nh * hd}), L.wo.t()));
+      ops::add_bf16_(x, ops::mm_bf16(attn.view({BT, nh * hd}), L.wo));
       const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
       for (int64_t r = 0; r < BT; r += mlp_rows) {
         auto xr = x.narrow(0, r, std::min(mlp_rows, BT - r));
-        auto gu = torch::mm(ops::rms_norm_bf16(xr, L.ln2, eps), L.wgate_up.t());  // bf16 [rows, 2I]
-        ops::add_bf16_(xr, torch::mm(ops::silu_mul_bf16(gu), L.wdown.t()));
+        auto gu = ops::mm_bf16(ops::rms_norm_bf16(xr, L.ln2, eps), L.wgate_up);  // bf16 [rows, 2I]
+        ops::add_bf16_(xr, ops::mm_bf16(ops::silu_mul_bf16(gu), L.wdown));
       }
       return;
     }

@@ -63,6 +63,11 @@ inline torch::Tensor attn_matmul(const torch::Tensor& a, const torch::Tensor& b,
 // The bf16 compute path's fused CPU ops (cpu_bf16.h kernels; cpu_bf16_ops.cc). Each throws
 // ModelError on a tensor it does not take. fast_bf16(): whether this CPU runs them (AVX512-BF16).
 bool fast_bf16();
+/// x W^T of the bf16 path's prefill: x bf16 [R, K], W bf16 [N, K] -> bf16 [R, N] (libtorch's mm,
+/// oneDNN); on a crew with helpers idle (crew.h, forward_packed) the rows of x are split between
+/// them, each range one GEMM on its own thread, with the bits of the whole GEMM; otherwise (no
+/// crew, fewer than 128 rows, x not contiguous) exactly torch::mm(x, W.t()).
+torch::Tensor mm_bf16(const torch::Tensor& x, const torch::Tensor& w);
 /// bf16(w * rms-normalised x): x fp32 [R, H] (rows contiguous), w fp32 [H] -> bf16 [R, H].
 torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, double eps);
 /// q, k, v of a layer from its projection's bf16 output qkv [B * T, (nh + 2 nkv) hd] (+ bias fp32,

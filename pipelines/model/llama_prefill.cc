@@ -1,6 +1,6 @@
 // pipelines/model/llama_prefill.cc: LlamaModel::forward_packed, the batched prefill on the fused
-// CPU kernels: sequences without their padding, dealt to the prefill workers, which at fp32 help
-// each other as a crew (crew.h).
+// CPU kernels: sequences without their padding, dealt to the prefill workers, which help each
+// other as a crew (crew.h).
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -23,11 +23,10 @@ LlamaModel::Output LlamaModel::forward_packed(const torch::Tensor& tokens, const
   auto run = [&](int64_t b) {  // sequence b alone, at its own length
     return forward_rows(tokens.narrow(0, b, 1).narrow(1, 0, len[b]), lc.narrow(0, b, 1), want_logits, kv_dtype);
   };
-  // At fp32 every worker is in the crew (crew.h) even where the batch has fewer sequences: one
-  // whose sequences are done (or that was dealt none) takes parts of the others' GEMMs, attention
-  // and row kernels. The bf16 path's ops do not share: its workers are one per sequence at most.
-  const bool fp32 = !fused_fp32_.empty();
-  const int64_t W = fp32 ? prefill_workers_ : std::min<int64_t>(prefill_workers_, B);
+  // Every worker is in the crew (crew.h) even where the batch has fewer sequences: one whose
+  // sequences are done (or that was dealt none) takes parts of the others' GEMMs, attention and
+  // row kernels (the fused ops of both compute dtypes share: forward() comes here only with them).
+  const int64_t W = prefill_workers_;
   const bool whole = B == 1 && len[0] == T;  // the one sequence's output is the batch's
   if (W <= 1 && whole) return forward_rows(tokens, lc, want_logits, kv_dtype);
   Output out;
@@ -73,8 +72,8 @@ LlamaModel::Output LlamaModel::forward_packed(const torch::Tensor& tokens, const
       c10::InferenceMode guard;  // also while helping: the parts write inference tensors
       try {
         at::set_num_threads(1);  // this thread's OpenMP threads
-        CrewMember member(fp32 ? &crew : nullptr);
-        if (fp32 && crew_strict() && !mine[size_t(w)].empty()) crew.wait_for_idle(int(W - std::min(W, B)));
+        CrewMember member(&crew);
+        if (crew_strict() && !mine[size_t(w)].empty()) crew.wait_for_idle(int(W - std::min(W, B)));
         for (int64_t b : mine[size_t(w)]) place(b, run(b));
       } catch (...) {
         err[size_t(w)] = std::current_exception();

@@ -15,9 +15,10 @@ std::string fmt_fixed(double v, int digits) {
   return b;
 }
 
-// "2 prefill workers (avx512_bf16 kernels, one libtorch thread each)" | "1 libtorch thread, OpenBLAS
-// Cooperlake GEMMs" | "2 prefill workers (fp32_avx512 kernels, one libtorch thread each, OpenBLAS
-// SkylakeX GEMMs in the worker's thread, idle workers helping)" (fp32's crew: pipelines/model/crew.h).
+// "2 prefill workers (avx512_bf16 kernels, one libtorch thread each, idle workers helping)" |
+// "1 libtorch thread, OpenBLAS Cooperlake GEMMs" | "2 prefill workers (fp32_avx512 kernels, one
+// libtorch thread each, OpenBLAS SkylakeX GEMMs in the worker's thread, idle workers helping)"
+// (the fused kernels' crew: pipelines/model/crew.h).
 std::string threads_text(int threads, const std::string& kernels, const std::string& blas_core) {
   const char* s = threads == 1 ? "" : "s";
   const std::string blas = blas_core.empty() ? std::string() : "OpenBLAS " + blas_core + " GEMMs";
@@ -25,7 +26,7 @@ std::string threads_text(int threads, const std::string& kernels, const std::str
     return std::to_string(threads) + " libtorch thread" + s + (blas.empty() ? std::string() : ", " + blas);
   return std::to_string(threads) + " prefill worker" + s + " (" + kernels + " kernels, one libtorch thread each" +
          (blas.empty() ? std::string() : ", " + blas + " in the worker's thread") +
-         (threads > 1 && kernels.rfind("fp32", 0) == 0 ? ", idle workers helping" : "") + ")";
+         (threads > 1 ? ", idle workers helping" : "") + ")";
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "compute.h"
+#include "crew.h"
 #include "llama_model.h"
 #include "llama_ops.h"
 #include "ucm/tok/tokenizer.h"
@@ -184,6 +185,30 @@ TEST(ComputeDtype, PrefillWorkersGiveTheOneThreadResultBitForBit) {
   auto alone = m->forward(tokens.narrow(0, 3, 1).narrow(1, 0, 17), lengths.narrow(0, 3, 1).clone().fill_(17), true,
                           torch::kBFloat16);
   EXPECT_TRUE(torch::equal(alone.k[5][0], one.k[5][3].narrow(0, 0, 17)));
+  // The crew (crew.h): one sequence of 320 tokens on two workers, the second dealt none, so that
+  // it takes row ranges of the GEMMs (>= 128 rows) and row kernels and a share of the attention
+  // units; in the strict mode for tests it is idle when the first posts, so it must help.
+  {
+    const int threads = at::get_num_threads();
+    at::set_num_threads(1);
+    auto t320 = (torch::arange(320, torch::kLong) * 104729 % m->config().vocab_size).view({1, 320});
+    auto l320 = torch::tensor({320}, torch::kLong);
+    auto solo = m->forward(t320, l320, true, torch::kBFloat16);
+    m->set_prefill_workers(2);
+    ucm::model::crew_strict_for_tests(true);
+    const int64_t helped0 = ucm::model::crew_helped_parts_total();
+    auto shared = m->forward(t320, l320, true, torch::kBFloat16);
+    const int64_t helped = ucm::model::crew_helped_parts_total() - helped0;
+    ucm::model::crew_strict_for_tests(false);
+    m->set_prefill_workers(1);
+    at::set_num_threads(threads);
+    EXPECT_GT(helped, 0) << "one sequence on two workers: the second never helped";
+    EXPECT_TRUE(torch::equal(shared.logits, solo.logits)) << "one sequence on two workers";
+    for (size_t l = 0; l < solo.k.size(); ++l) {
+      EXPECT_TRUE(torch::equal(shared.k[l], solo.k[l])) << "one sequence on two workers, layer " << l;
+      EXPECT_TRUE(torch::equal(shared.v[l], solo.v[l])) << "one sequence on two workers, layer " << l;
+    }
+  }
   // Where the AVX512-BF16 kernels run, the portable ones give their bits through the whole model.
   if (ucm::model::ops::fast_bf16()) {
     KernelsEnv portable("portable");
@@ -194,6 +219,36 @@ TEST(ComputeDtype, PrefillWorkersGiveTheOneThreadResultBitForBit) {
       EXPECT_TRUE(torch::equal(port.v[l], one.v[l])) << "portable kernels, layer " << l;
     }
   }
+}
+
+// The bf16 path's GEMMs (libtorch's mm: oneDNN) give every output row the same bits whatever
+// rows they are called with, at one thread (a prefill worker's): what lets a crew split a GEMM's
+// rows (ops::linear_bf16, on starts that are multiples of 16) without changing a bit. At the
+// model's four layer shapes, on every CPU (oneDNN's AMX or AVX512-BF16 kernels where the CPU has
+// them, its emulation (AVX512_CORE) elsewhere).
+TEST(ComputeDtype, Bf16GemmRowRangesGiveTheWholeGemmsBits) {
+  c10::InferenceMode guard;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  torch::manual_seed(6);
+  const int64_t shapes[][2] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
+  for (const auto& nk : shapes) {
+    const int64_t N = nk[0], K = nk[1];
+    auto w = torch::randn({N, K}).to(torch::kBFloat16);
+    for (int64_t M : {128, 333, 682, 2048}) {
+      auto x = torch::randn({M, K}).to(torch::kBFloat16);
+      auto whole = torch::mm(x, w.t());
+      for (int64_t cut : {int64_t{16}, int64_t{64}, M / 2 / 16 * 16, M - 16}) {
+        auto y = torch::empty({M, N}, x.options());
+        for (auto [r0, n] : {std::pair<int64_t, int64_t>{0, cut}, {cut, M - cut}}) {
+          auto yr = y.narrow(0, r0, n);
+          at::mm_out(yr, x.narrow(0, r0, n), w.t());
+        }
+        EXPECT_TRUE(torch::equal(y, whole)) << M << " x " << N << " x " << K << " cut at " << cut;
+      }
+    }
+  }
+  at::set_num_threads(threads);
 }
 
 // ---- The fused kernels against libtorch on the same bf16-rounded operands -------------------
