@@ -47,8 +47,7 @@ void setup_bench_precompute(CLI::App& bench) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
   c->add_option("--threads", a->o.threads,
-                 "Prefill threads (0: bf16 one prefill worker per core, each one libtorch thread; fp32 one "
-                 "libtorch thread, its GEMMs on OpenBLAS's own threads)")
+                 "Prefill workers on the CPU (0: one per core, helping each other; as precompute's --threads)")
       ->capture_default_str();
   add_common_flags(c, &a->common);
   c->callback([a] {

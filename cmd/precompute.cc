@@ -128,13 +128,15 @@ CLI::App* setup_precompute(CLI::App& app) {
       "Where prefill runs: cpu (default), cuda or cuda:N (needs ucm built with a CUDA libtorch, e.g. "
       "PyTorch's; docs/precompute.md)");
   add("--compute-dtype", "compute-dtype", &a->compute_dtype,
-      "GEMM dtype of the prefill: fp32 (default), bf16 (fp32 accumulation, ~3-6x faster on a CPU with "
-      "AMX-BF16 or AVX512-BF16; refused without them) or auto (bf16 where it beats fp32: AMX-BF16, or AVX512-BF16 on AMD). The stored K/V are in "
-      "--dtype either way; the report says which ran (docs/model.md, \"Compute dtype\")")
+      "GEMM dtype of the prefill: fp32 (default), bf16 (fp32 accumulation; on a CPU with AMX-BF16 about 1.2-2x "
+      "fp32's speed, AVX512-BF16 on AMD 2.5x; refused on CPUs without bf16 units) or auto (bf16 where it beats "
+      "fp32: AMX-BF16, or AVX512-BF16 on AMD). The stored K/V are in --dtype either way; the report says which ran "
+      "(docs/model.md, \"Compute dtype\")")
       ->check(CLI::IsMember({"auto", "bf16", "fp32"}));
   add("--threads", "threads", &a->threads,
-      "Prefill threads (default 0: bf16 one prefill worker per core, each one libtorch thread; fp32 one "
-      "libtorch thread, its GEMMs on OpenBLAS's own threads, every core; OMP_NUM_THREADS also sets it)")
+      "Prefill workers on the CPU (default 0: one per core), each with one libtorch thread and, at fp32, its "
+      "GEMMs on OpenBLAS in its own thread; a worker whose sequences are done helps the others (docs/model.md). "
+      "With UCM_FP32_KERNELS=0, fp32 runs one libtorch thread beside OpenBLAS's own; OMP_NUM_THREADS also sets it")
       ->check(CLI::NonNegativeNumber);
   add("--max-doc-tokens", "max-doc-tokens", &a->max_doc_tokens,
       "Cut longer documents (template included) here (default: max_position_embeddings)");

@@ -35,6 +35,22 @@ void for_rows(int64_t R, int64_t row_elems, const F& fn) {
   if (!share_rows(R, part, 1, fn)) at::parallel_for(0, R, grain(row_elems), fn);
 }
 
+/// Deals `units` attention units round-robin: run(i, n) for each share i of n, share i taking
+/// units i, i + n, ... (a causal mask makes later row blocks dearer, and consecutive units
+/// alternate between threads); the shares go to the crew's idle helpers (crew.h) where the calling
+/// thread has a crew, else to libtorch's intra-op threads.
+template <class F>
+void deal_units(int64_t units, const F& run) {
+  if (Crew* c = this_crew(); c && units > 1) {
+    c->share(int(std::min<int64_t>(units, 64)), [&](int p, int n) { run(p, n); });
+    return;
+  }
+  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), units));
+  at::parallel_for(0, nt, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) run(i, nt);
+  });
+}
+
 /// A GEMM's rows on the crew: at least this many rows a part (OpenBLAS's rate falls below that),
 /// starts on multiples of 16 (OpenBLAS's SkylakeX row tile; oneDNN's bf16 GEMMs give a row the
 /// same bits wherever it starts too: tested).

@@ -126,18 +126,8 @@ torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, con
   const size_t bytes = cpu::attention_scratch_bytes(a);
   const int64_t units = cpu::attention_units(a);
   const auto path = cpu::kernel_path();
-  // Units are dealt round-robin (thread i takes units i, i + n, ...): a causal mask makes later
-  // row blocks dearer, and consecutive units alternate between threads.
-  auto run = [&](int64_t i, int64_t n) {
+  detail::deal_units(units, [&](int64_t i, int64_t n) {
     cpu::attention_bf16(a, i, units, n, detail::thread_scratch(bytes, "attention_bf16"), path);
-  };
-  if (Crew* c = this_crew(); c && units > 1) {
-    c->share(int(std::min<int64_t>(units, 64)), [&](int p, int n) { run(p, n); });
-    return out;
-  }
-  const int64_t nt = std::min<int64_t>(at::get_num_threads(), units);
-  at::parallel_for(0, nt, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) run(i, nt);
   });
   return out;
 }

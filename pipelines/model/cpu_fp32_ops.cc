@@ -142,19 +142,8 @@ torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, cons
   const size_t bytes = f32::attention_scratch_bytes(a);
   const int64_t units = f32::attention_units(a);
   const auto& kk = kern();
-  // Units are dealt round-robin (thread i takes units i, i + n, ...): a causal mask makes later
-  // row blocks dearer, and consecutive units alternate between threads.
-  auto run = [&](int64_t i, int64_t nt) {
-    void* scratch = detail::thread_scratch(bytes, "attention_f32");
-    kk.attention(a, i, units, nt, scratch);
-  };
-  if (Crew* c = this_crew(); c && units > 1) {
-    c->share(int(std::min<int64_t>(units, 64)), [&](int p, int n) { run(p, n); });
-    return out;
-  }
-  const int64_t nt = std::min<int64_t>(at::get_num_threads(), units);
-  at::parallel_for(0, nt, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) run(i, nt);
+  detail::deal_units(units, [&](int64_t i, int64_t n) {
+    kk.attention(a, i, units, n, detail::thread_scratch(bytes, "attention_f32"));
   });
   return out;
 }

@@ -74,10 +74,12 @@ struct PrecomputeOptions {
   /// fp32 elsewhere). The stored K/V are in `dtype` either way. fp32 stays the default until bf16
   /// meets the K/V parity bar on every layer (docs/model.md, "Compute dtype").
   std::string compute_dtype = "fp32";
-  /// Prefill threads; 0 = the default: fp32 on the CPU one libtorch thread, beside OpenBLAS's own
-  /// threads (unless OMP_NUM_THREADS is set); bf16 with the fused CPU kernels one prefill worker
-  /// per core, each one libtorch thread (model::LlamaModel::set_prefill_workers; n > 0: n
-  /// workers); bf16 without them every core this process may use but one (docs/model.md,
+  /// Prefill threads; 0 = the default. On the fused CPU kernels (either compute dtype) one
+  /// prefill worker per core (n > 0: n workers), each one libtorch thread and, at fp32, its GEMMs
+  /// on OpenBLAS in its own thread; a worker whose sequences are done helps the others
+  /// (model::LlamaModel::set_prefill_workers, pipelines/model/crew.h). Without the kernels
+  /// (UCM_FP32_KERNELS=0) fp32 runs one libtorch thread beside OpenBLAS's own threads (unless
+  /// OMP_NUM_THREADS is set), bf16 every core this process may use but one (docs/model.md,
   /// "Compute dtype"). Store I/O runs on its own threads.
   int threads = 0;
 };
@@ -115,7 +117,7 @@ struct PrecomputeSummary {
   double tokens_per_second = 0;
   std::string compute_dtype;     ///< "bf16" | "fp32": what the GEMMs ran in
   std::string compute_path;      ///< "amx_bf16" | "avx512_bf16" | "cuda" | "fp32"
-  int threads = 0;               ///< libtorch intra-op threads (kernels "avx512_bf16": prefill workers)
+  int threads = 0;               ///< prefill workers on the fused kernels, else libtorch intra-op threads
   /// What ran between the GEMMs: "avx512_bf16" (the bf16 prefill's fused CPU kernels, one
   /// libtorch thread per prefill worker) | "libtorch" (its element-wise ops and matmuls).
   std::string kernels = "libtorch";
