@@ -64,7 +64,7 @@ bool attention_supported(const AttnArgs& a) {
 
 namespace {
 
-constexpr int64_t kScoreRows = 6;  // query rows per call of the score kernel (6 x 4 key blocks: 24 accumulators)
+constexpr int64_t kScoreRows = 4;  // query rows per call of the score kernel (4 x 4 key blocks: 16 accumulators)
 
 int64_t pad_keys(int64_t S) { return (S + 31) / 32 * 32; }
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
@@ -78,8 +78,8 @@ size_t attention_scratch_bytes(const AttnArgs& a) {
   const size_t rows = size_t(attention_group_passes(a.S) * kAttnPassRows);
   return 2 * align64(sp * hd * 2)    // packed K and V, bf16
          + align64(rows * sp * 4)    // score rows of a pass group, fp32
-         + align64(rows * sp * 2)    // its probability rows, bf16
-         + align64(rows * hd * 2)    // its query rows, bf16
+         + align64(rows * sp * 4)    // its probability rows, bf16 values widened
+         + align64(rows * hd * 4)    // its query rows, bf16 values widened
          + align64(rows * hd * 4);   // its output rows' sums between key chunks, fp32
 }
 
@@ -131,14 +131,32 @@ inline __m512 exp16(__m512 x) {
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
 
+// vdpbf16ps as two fp32 FMAs: per lane i, acc = fma(a[2i+1], b[2i+1], acc), then
+// fma(a[2i], b[2i], acc), both rounded to nearest even: vdpbf16ps's arithmetic (Intel SDM; the
+// portable dp()), with its DAZ and FTZ from the MXCSR (FlushDenormals). On Intel's AVX-512 cores
+// vdpbf16ps issues once in two cycles where an FMA issues twice a cycle (measured on the AMX
+// Xeon: 1.6 against 6.4 G instructions/s, 2026-12-02), so the two FMAs of a widened pair do its
+// work in half its time. odd(v) / even(v): the pairs' high / low halves as fp32 (exact).
+inline __m512 odd(__m512i v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xFFFF0000u)))); }
+inline __m512 even(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+
+// Denormal inputs read as zero (DAZ) and denormal results flushed to zero (FTZ) while alive: the
+// FMAs above then round as vdpbf16ps does.
+struct FlushDenormals {
+  unsigned was = _mm_getcsr();
+  FlushDenormals() { _mm_setcsr(was | 0x8040u); }  // FTZ (bit 15), DAZ (bit 6)
+  ~FlushDenormals() { _mm_setcsr(was); }
+  FlushDenormals(const FlushDenormals&) = delete;
+  FlushDenormals& operator=(const FlushDenormals&) = delete;
+};
+
 // Scores of R rows (query pairs qb, hd/2 per row) against key blocks [kb0, kb1) of Kp:
 // sc[r * sp + j] for j in [16 kb0, 16 kb1). Four key blocks at a time (4 R independent sums: the
 // dot products' latency hidden), then one at a time.
 template <int R>
-void scores(const uint16_t* Kp, const uint16_t* qb, int64_t hd, int64_t kb0, int64_t kb1, float* sc, int64_t sp) {
+void scores(const uint16_t* Kp, const float* qf, int64_t hd, int64_t kb0, int64_t kb1, float* sc, int64_t sp) {
   constexpr int kB = 4;
   const int64_t np = hd / 2;
-  const uint32_t* q32 = reinterpret_cast<const uint32_t*>(qb);
   int64_t kb = kb0;
   for (; kb + kB <= kb1; kb += kB) {
     const uint16_t* k0 = Kp + kb * np * 32;
@@ -148,14 +166,18 @@ void scores(const uint16_t* Kp, const uint16_t* qb, int64_t hd, int64_t kb0, int
 #pragma GCC unroll 16
       for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_setzero_ps();
     for (int64_t p = 0; p < np; ++p) {
-      __m512bh kz[kB];
+      __m512 k1[kB], k0v[kB];
 #pragma GCC unroll 16
-      for (int x = 0; x < kB; ++x) kz[x] = as_bh(_mm512_loadu_si512(k0 + (x * np + p) * 32));
+      for (int x = 0; x < kB; ++x) {
+        const __m512i kz = _mm512_loadu_si512(k0 + (x * np + p) * 32);
+        k1[x] = odd(kz);
+        k0v[x] = even(kz);
+      }
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
-        const __m512bh q = as_bh(_mm512_set1_epi32(int(q32[r * np + p])));
+        const __m512 q1 = _mm512_set1_ps(qf[r * hd + 2 * p + 1]), q0 = _mm512_set1_ps(qf[r * hd + 2 * p]);
 #pragma GCC unroll 16
-        for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_dpbf16_ps(acc[r][x], q, kz[x]);
+        for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_fmadd_ps(q0, k0v[x], _mm512_fmadd_ps(q1, k1[x], acc[r][x]));
       }
     }
 #pragma GCC unroll 16
@@ -169,21 +191,25 @@ void scores(const uint16_t* Kp, const uint16_t* qb, int64_t hd, int64_t kb0, int
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t p = 0; p < np; ++p) {
-      const __m512bh a = as_bh(_mm512_loadu_si512(k0 + p * 32));
+      const __m512i a = _mm512_loadu_si512(k0 + p * 32);
+      const __m512 a1 = odd(a), a0 = even(a);
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], as_bh(_mm512_set1_epi32(int(q32[r * np + p]))), a);
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(qf[r * hd + 2 * p]), a0,
+                                 _mm512_fmadd_ps(_mm512_set1_ps(qf[r * hd + 2 * p + 1]), a1, acc[r]));
+      }
     }
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) _mm512_storeu_ps(sc + r * sp + kb * 16, acc[r]);
   }
 }
 
-using ScoresFn = void (*)(const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, float*, int64_t);
-constexpr ScoresFn kScores[kScoreRows + 1] = {nullptr, scores<1>, scores<2>, scores<3>, scores<4>, scores<5>, scores<6>};
+using ScoresFn = void (*)(const uint16_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t);
+constexpr ScoresFn kScores[kScoreRows + 1] = {nullptr, scores<1>, scores<2>, scores<3>, scores<4>};
 
-// Softmax of sc[lo, hi) into bf16 probabilities pb[lo, hi); pb's entries of the pairs around the
-// range's ends that fall outside it are 0.
-void softmax_row(float* sc, uint16_t* pb, int64_t lo, int64_t hi) {
+// Softmax of sc[lo, hi) into probabilities rounded to bf16, stored widened: pf[lo, hi); pf's
+// entries of the pairs around the range's ends that fall outside it are 0.
+void softmax_row(float* sc, float* pf, int64_t lo, int64_t hi) {
   __m512 vmax = _mm512_set1_ps(-INFINITY);
   for (int64_t j = lo; j < hi; j += 16) {
     const __mmask16 m = tail_mask(std::min<int64_t>(16, hi - j));
@@ -200,10 +226,11 @@ void softmax_row(float* sc, uint16_t* pb, int64_t lo, int64_t hi) {
   const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
   for (int64_t j = lo; j < hi; j += 16) {
     const __mmask16 m = tail_mask(std::min<int64_t>(16, hi - j));
-    store_bf16(pb + j, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc + j), inv), m);
+    const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc + j), inv)));
+    _mm512_mask_storeu_ps(pf + j, m, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
   }
-  if (lo & 1) pb[lo - 1] = 0;
-  if (hi & 1) pb[hi] = 0;
+  if (lo & 1) pf[lo - 1] = 0;
+  if (hi & 1) pf[hi] = 0;
 }
 
 // Rows [0, R) += sum over key pairs [jp0, jp1) of pb's pairs (row r at pb + r * sp) times Vp's
@@ -212,7 +239,7 @@ void softmax_row(float* sc, uint16_t* pb, int64_t lo, int64_t hi) {
 // out[r], else they go back to acc. A sweep in key chunks calls it once per chunk: the same bits
 // as one call over all the pairs.
 template <int NDB, int R>
-void weigh_values(const uint16_t* Vp, const uint16_t* pb, int64_t sp, int64_t jp0, int64_t jp1, float* acc_rows,
+void weigh_values(const uint16_t* Vp, const float* pf, int64_t sp, int64_t jp0, int64_t jp1, float* acc_rows,
                   uint16_t* const* out, bool resume, bool finish) {
   __m512 acc[R][NDB];
 #pragma GCC unroll 16
@@ -220,18 +247,20 @@ void weigh_values(const uint16_t* Vp, const uint16_t* pb, int64_t sp, int64_t jp
 #pragma GCC unroll 16
     for (int d = 0; d < NDB; ++d)
       acc[r][d] = resume ? _mm512_loadu_ps(acc_rows + (r * NDB + d) * 16) : _mm512_setzero_ps();
-  const uint32_t* p32 = reinterpret_cast<const uint32_t*>(pb);
-  const int64_t sp2 = sp / 2;
   for (int64_t jp = jp0; jp < jp1; ++jp) {
     const uint16_t* vrow = Vp + jp * NDB * 32;
-    __m512bh pp[R];
+    __m512 p1[R], p0[R];
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) pp[r] = as_bh(_mm512_set1_epi32(int(p32[r * sp2 + jp])));
+    for (int r = 0; r < R; ++r) {
+      p1[r] = _mm512_set1_ps(pf[r * sp + 2 * jp + 1]);
+      p0[r] = _mm512_set1_ps(pf[r * sp + 2 * jp]);
+    }
 #pragma GCC unroll 16
     for (int d = 0; d < NDB; ++d) {
-      const __m512bh vz = as_bh(_mm512_loadu_si512(vrow + d * 32));
+      const __m512i vz = _mm512_loadu_si512(vrow + d * 32);
+      const __m512 v1 = odd(vz), v0 = even(vz);
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) acc[r][d] = _mm512_dpbf16_ps(acc[r][d], pp[r], vz);
+      for (int r = 0; r < R; ++r) acc[r][d] = _mm512_fmadd_ps(p0[r], v0, _mm512_fmadd_ps(p1[r], v1, acc[r][d]));
     }
   }
 #pragma GCC unroll 16
@@ -247,7 +276,7 @@ void weigh_values(const uint16_t* Vp, const uint16_t* pb, int64_t sp, int64_t jp
 
 // Rows [0, nr) of weigh_values, in passes of as many rows as 16 accumulators hold.
 template <int NDB>
-void weigh_rows(const uint16_t* Vp, const uint16_t* pb, int64_t sp, int64_t nr, int64_t jp0, int64_t jp1,
+void weigh_rows(const uint16_t* Vp, const float* pb, int64_t sp, int64_t nr, int64_t jp0, int64_t jp1,
                 float* acc_rows, uint16_t* const* out, bool resume, bool finish) {
   constexpr int kMax = NDB <= 4 ? 4 : NDB <= 8 ? 2 : 1;
   constexpr int64_t hd = NDB * 16;
@@ -262,7 +291,7 @@ void weigh_rows(const uint16_t* Vp, const uint16_t* pb, int64_t sp, int64_t nr, 
   }
 }
 
-using WeighFn = void (*)(const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, int64_t, float*,
+using WeighFn = void (*)(const uint16_t*, const float*, int64_t, int64_t, int64_t, int64_t, float*,
                          uint16_t* const*, bool, bool);
 
 WeighFn weigh_for(int64_t hd) {
@@ -293,6 +322,12 @@ inline void store_bf16_exact(uint16_t* p, __m512 x) {
 // 16 fp32 -> 16 bf16 bits at p (round to nearest even).
 inline void pack16(uint16_t* p, const float* x, float scale) {
   store_bf16(p, _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(scale)));
+}
+
+// 16 fp32 -> rounded as pack16, stored widened back to fp32 at p (exact).
+inline void round16(float* p, const float* x, float scale) {
+  const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(scale))));
+  _mm512_storeu_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
 }
 
 }  // namespace
@@ -414,10 +449,10 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
   base += align64(size_t(sp * hd * 2));
   auto* sc = reinterpret_cast<float*>(base);
   base += align64(rows_g * size_t(sp) * 4);
-  auto* pb = reinterpret_cast<uint16_t*>(base);
-  base += align64(rows_g * size_t(sp) * 2);
-  auto* qb = reinterpret_cast<uint16_t*>(base);
-  base += align64(rows_g * size_t(hd) * 2);
+  auto* pb = reinterpret_cast<float*>(base);
+  base += align64(rows_g * size_t(sp) * 4);
+  auto* qb = reinterpret_cast<float*>(base);
+  base += align64(rows_g * size_t(hd) * 4);
   auto* accb = reinterpret_cast<float*>(base);
   const WeighFn weigh = weigh_for(hd);
   // The 16-bit interleave of two 16-value halves: out[2i] = lo[i], out[2i + 1] = hi[i].
@@ -497,32 +532,36 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
       int64_t LU = a.S, HU = 0;
       for (int64_t i = 0; i < n; ++i) LU = std::min(LU, passes[i].lu), HU = std::max(HU, passes[i].hu);
       const int64_t c_first = LU / 32 * 32;
+      {
+      const FlushDenormals ftz;
       for (int64_t c0 = c_first; c0 < HU; c0 += chunk)
         for (int64_t i = 0; i < n; ++i) {
           const Pass& ps = passes[i];
           const int64_t b0 = std::max(ps.lu / 16, c0 / 16), b1 = std::min((ps.hu + 15) / 16, (c0 + chunk) / 16);
           if (b0 >= b1) continue;
-          const uint16_t* q = qb + i * kAttnPassRows * hd;
+          const float* q = qb + i * kAttnPassRows * hd;
           float* s = sc + i * kAttnPassRows * sp;
           for (int64_t r = 0; r < ps.nr; r += kScoreRows)
             kScores[std::min(kScoreRows, ps.nr - r)](Kp, q + r * hd, hd, b0, b1, s + r * sp, sp);
         }
+      }
       for (int64_t i = 0; i < n; ++i) {
         const Pass& ps = passes[i];
         const int64_t pl = ps.lu & ~int64_t{1}, ph = (ps.hu + 1) & ~int64_t{1};  // the pass's pairs
         for (int64_t r = 0; r < ps.nr; ++r) {
           float* s = sc + (i * kAttnPassRows + r) * sp;
-          uint16_t* p = pb + (i * kAttnPassRows + r) * sp;
+          float* p = pb + (i * kAttnPassRows + r) * sp;
           const int64_t lo = ps.lo[r], hi = ps.hi[r];
           softmax_row(s, p, lo, hi);
           for (int64_t j = pl; j < lo; ++j) p[j] = 0;
           for (int64_t j = hi; j < ph; ++j) p[j] = 0;
         }
       }
+      const FlushDenormals ftz;
       for (int64_t c0 = c_first; c0 < HU; c0 += chunk)
         for (int64_t i = 0; i < n; ++i) {
           Pass& ps = passes[i];
-          const uint16_t* p = pb + i * kAttnPassRows * sp;
+          const float* p = pb + i * kAttnPassRows * sp;
           float* acc = accb + i * kAttnPassRows * hd;
           const int64_t pl = ps.lu / 2;
           // Segment m, pairs [E[m - 1], E[m]): the rows from f[m] on; those before f[m + 1] end in it.
@@ -557,7 +596,7 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
         const int64_t ng = std::min(hpp, G - g0);
         ps.t = t, ps.nt = nt, ps.g0 = g0, ps.ng = ng, ps.nr = nt * ng, ps.lu = lo_of(t), ps.hu = hi_of(t + nt - 1);
         ps.ne = 0;
-        uint16_t* q = qb + n_in * kAttnPassRows * hd;
+        float* q = qb + n_in * kAttnPassRows * hd;
         for (int64_t i = 0; i < nt; ++i) {
           const int64_t l1 = lo_of(t + i), h1 = hi_of(t + i), e = (h1 + 1) / 2;
           if (ps.ne == 0 || e > ps.E[ps.ne - 1]) ps.f[ps.ne] = i * ng, ps.E[ps.ne++] = e;
@@ -567,7 +606,7 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
             ps.hi[r] = h1;
             ps.out[r] = a.out + ((b * a.T + t + i) * a.nh + h * G + g0 + g) * hd;
             const float* qr = a.q + b * a.q_sb + (t + i) * a.q_st + (h * G + g0 + g) * hd;
-            for (int64_t d = 0; d < hd; d += 16) pack16(q + r * hd + d, qr + d, a.scale);
+            for (int64_t d = 0; d < hd; d += 16) round16(q + r * hd + d, qr + d, a.scale);
           }
         }
         ps.f[ps.ne] = ps.nr;

@@ -114,7 +114,7 @@ constexpr int64_t kAttnPassRows = 12;
 /// and left L2 on every pass: the bf16 prefill of 8K-token pages ran at a third of the fp32
 /// path's speed, 2026-12-02, docs/benchmarks.md).
 inline int64_t attention_group_passes(int64_t S) {
-  const int64_t per_pass = kAttnPassRows * ((S + 31) / 32 * 32) * 6;  // fp32 scores, bf16 probabilities
+  const int64_t per_pass = kAttnPassRows * ((S + 31) / 32 * 32) * 8;  // fp32 scores and probabilities
   const int64_t p = (int64_t(4) << 20) / (per_pass > 0 ? per_pass : 1);
   return p < 1 ? 1 : p > 8 ? 8 : p;
 }
