@@ -6,6 +6,7 @@
 // The unit is compiled with -ffp-contract=off (pipelines/model/CMakeLists.txt): a product and a
 // sum stay two roundings, as in libtorch's element-wise ops, unless a kernel asks for an FMA.
 #include "cpu_bf16.h"
+#include "cpu_runtime.h"
 
 #include <immintrin.h>
 
@@ -33,6 +34,14 @@ Bf16Path kernel_path() {
 namespace {
 bool hw_path(Bf16Path p) { return (p == Bf16Path::kAuto ? kernel_path() : p) == Bf16Path::kHardware; }
 }  // namespace
+
+bool attention_uses_vdpbf16ps() {
+  const char* e = std::getenv("UCM_BF16_DOT");
+  if (e && std::strcmp(e, "dp") == 0) return true;
+  if (e && std::strcmp(e, "fma") == 0) return false;
+  static const bool amd = cpu_is_amd();
+  return amd;
+}
 
 void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
                    int64_t r0, int64_t r1, Bf16Path path) {
@@ -140,6 +149,15 @@ inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
 inline __m512 odd(__m512i v) { return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xFFFF0000u)))); }
 inline __m512 even(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
 
+// The bf16 pair of two widened bf16 values (two[0] the even element, two[1] the odd one), as
+// vdpbf16ps reads it: where it is the faster (AMD's Zen 4 and 5 issue it as often as an FMA).
+inline int pair_bits(const float* two) {
+  uint32_t e, o;
+  std::memcpy(&e, two, 4);
+  std::memcpy(&o, two + 1, 4);
+  return int((o & 0xFFFF0000u) | (e >> 16));
+}
+
 // Denormal inputs read as zero (DAZ) and denormal results flushed to zero (FTZ) while alive: the
 // FMAs above then round as vdpbf16ps does.
 struct FlushDenormals {
@@ -153,7 +171,7 @@ struct FlushDenormals {
 // Scores of R rows (query pairs qb, hd/2 per row) against key blocks [kb0, kb1) of Kp:
 // sc[r * sp + j] for j in [16 kb0, 16 kb1). Four key blocks at a time (4 R independent sums: the
 // dot products' latency hidden), then one at a time.
-template <int R>
+template <int R, bool kDp>
 void scores(const uint16_t* Kp, const float* qf, int64_t hd, int64_t kb0, int64_t kb1, float* sc, int64_t sp) {
   constexpr int kB = 4;
   const int64_t np = hd / 2;
@@ -165,7 +183,18 @@ void scores(const uint16_t* Kp, const float* qf, int64_t hd, int64_t kb0, int64_
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
       for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < np; ++p) {
+    for (int64_t p = 0; p < np && kDp; ++p) {
+      __m512bh kz[kB];
+#pragma GCC unroll 16
+      for (int x = 0; x < kB; ++x) kz[x] = as_bh(_mm512_loadu_si512(k0 + (x * np + p) * 32));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m512bh q = as_bh(_mm512_set1_epi32(pair_bits(qf + r * hd + 2 * p)));
+#pragma GCC unroll 16
+        for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_dpbf16_ps(acc[r][x], q, kz[x]);
+      }
+    }
+    for (int64_t p = 0; p < np && !kDp; ++p) {
       __m512 k1[kB], k0v[kB];
 #pragma GCC unroll 16
       for (int x = 0; x < kB; ++x) {
@@ -190,7 +219,12 @@ void scores(const uint16_t* Kp, const float* qf, int64_t hd, int64_t kb0, int64_
     __m512 acc[R];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < np; ++p) {
+    for (int64_t p = 0; p < np && kDp; ++p) {
+      const __m512bh a = as_bh(_mm512_loadu_si512(k0 + p * 32));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], as_bh(_mm512_set1_epi32(pair_bits(qf + r * hd + 2 * p))), a);
+    }
+    for (int64_t p = 0; p < np && !kDp; ++p) {
       const __m512i a = _mm512_loadu_si512(k0 + p * 32);
       const __m512 a1 = odd(a), a0 = even(a);
 #pragma GCC unroll 16
@@ -205,7 +239,9 @@ void scores(const uint16_t* Kp, const float* qf, int64_t hd, int64_t kb0, int64_
 }
 
 using ScoresFn = void (*)(const uint16_t*, const float*, int64_t, int64_t, int64_t, float*, int64_t);
-constexpr ScoresFn kScores[kScoreRows + 1] = {nullptr, scores<1>, scores<2>, scores<3>, scores<4>};
+constexpr ScoresFn kScores[2][kScoreRows + 1] = {
+    {nullptr, scores<1, false>, scores<2, false>, scores<3, false>, scores<4, false>},
+    {nullptr, scores<1, true>, scores<2, true>, scores<3, true>, scores<4, true>}};
 
 // Softmax of sc[lo, hi) into probabilities rounded to bf16, stored widened: pf[lo, hi); pf's
 // entries of the pairs around the range's ends that fall outside it are 0.
@@ -238,7 +274,7 @@ void softmax_row(float* sc, float* pf, int64_t lo, int64_t hi) {
 // (resume) from acc's fp32 rows (row r at acc + r * hd); finish rounds them once to bf16 into
 // out[r], else they go back to acc. A sweep in key chunks calls it once per chunk: the same bits
 // as one call over all the pairs.
-template <int NDB, int R>
+template <int NDB, int R, bool kDp>
 void weigh_values(const uint16_t* Vp, const float* pf, int64_t sp, int64_t jp0, int64_t jp1, float* acc_rows,
                   uint16_t* const* out, bool resume, bool finish) {
   __m512 acc[R][NDB];
@@ -247,7 +283,19 @@ void weigh_values(const uint16_t* Vp, const float* pf, int64_t sp, int64_t jp0, 
 #pragma GCC unroll 16
     for (int d = 0; d < NDB; ++d)
       acc[r][d] = resume ? _mm512_loadu_ps(acc_rows + (r * NDB + d) * 16) : _mm512_setzero_ps();
-  for (int64_t jp = jp0; jp < jp1; ++jp) {
+  for (int64_t jp = jp0; jp < jp1 && kDp; ++jp) {
+    const uint16_t* vrow = Vp + jp * NDB * 32;
+    __m512bh pp[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) pp[r] = as_bh(_mm512_set1_epi32(pair_bits(pf + r * sp + 2 * jp)));
+#pragma GCC unroll 16
+    for (int d = 0; d < NDB; ++d) {
+      const __m512bh vz = as_bh(_mm512_loadu_si512(vrow + d * 32));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r][d] = _mm512_dpbf16_ps(acc[r][d], pp[r], vz);
+    }
+  }
+  for (int64_t jp = jp0; jp < jp1 && !kDp; ++jp) {
     const uint16_t* vrow = Vp + jp * NDB * 32;
     __m512 p1[R], p0[R];
 #pragma GCC unroll 16
@@ -275,18 +323,18 @@ void weigh_values(const uint16_t* Vp, const float* pf, int64_t sp, int64_t jp0, 
 }
 
 // Rows [0, nr) of weigh_values, in passes of as many rows as 16 accumulators hold.
-template <int NDB>
+template <int NDB, bool kDp>
 void weigh_rows(const uint16_t* Vp, const float* pb, int64_t sp, int64_t nr, int64_t jp0, int64_t jp1,
                 float* acc_rows, uint16_t* const* out, bool resume, bool finish) {
   constexpr int kMax = NDB <= 4 ? 4 : NDB <= 8 ? 2 : 1;
   constexpr int64_t hd = NDB * 16;
   int64_t r = 0;
   for (; r + kMax <= nr; r += kMax)
-    weigh_values<NDB, kMax>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish);
+    weigh_values<NDB, kMax, kDp>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish);
   switch (nr - r) {  // fewer than kMax left
-    case 3: weigh_values<NDB, 3>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish); break;
-    case 2: weigh_values<NDB, 2>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish); break;
-    case 1: weigh_values<NDB, 1>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish); break;
+    case 3: weigh_values<NDB, 3, kDp>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish); break;
+    case 2: weigh_values<NDB, 2, kDp>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish); break;
+    case 1: weigh_values<NDB, 1, kDp>(Vp, pb + r * sp, sp, jp0, jp1, acc_rows + r * hd, out + r, resume, finish); break;
     default: break;
   }
 }
@@ -294,16 +342,17 @@ void weigh_rows(const uint16_t* Vp, const float* pb, int64_t sp, int64_t nr, int
 using WeighFn = void (*)(const uint16_t*, const float*, int64_t, int64_t, int64_t, int64_t, float*,
                          uint16_t* const*, bool, bool);
 
+template <bool kDp>
 WeighFn weigh_for(int64_t hd) {
   switch (hd / 16) {
-    case 2: return weigh_rows<2>;
-    case 4: return weigh_rows<4>;
-    case 6: return weigh_rows<6>;
-    case 8: return weigh_rows<8>;
-    case 10: return weigh_rows<10>;
-    case 12: return weigh_rows<12>;
-    case 14: return weigh_rows<14>;
-    default: return weigh_rows<16>;
+    case 2: return weigh_rows<2, kDp>;
+    case 4: return weigh_rows<4, kDp>;
+    case 6: return weigh_rows<6, kDp>;
+    case 8: return weigh_rows<8, kDp>;
+    case 10: return weigh_rows<10, kDp>;
+    case 12: return weigh_rows<12, kDp>;
+    case 14: return weigh_rows<14, kDp>;
+    default: return weigh_rows<16, kDp>;
   }
 }
 
@@ -454,7 +503,8 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
   auto* qb = reinterpret_cast<float*>(base);
   base += align64(rows_g * size_t(hd) * 4);
   auto* accb = reinterpret_cast<float*>(base);
-  const WeighFn weigh = weigh_for(hd);
+  const bool dp = attention_uses_vdpbf16ps();
+  const WeighFn weigh = dp ? weigh_for<true>(hd) : weigh_for<false>(hd);
   // The 16-bit interleave of two 16-value halves: out[2i] = lo[i], out[2i + 1] = hi[i].
   alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -542,7 +592,7 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
           const float* q = qb + i * kAttnPassRows * hd;
           float* s = sc + i * kAttnPassRows * sp;
           for (int64_t r = 0; r < ps.nr; r += kScoreRows)
-            kScores[std::min(kScoreRows, ps.nr - r)](Kp, q + r * hd, hd, b0, b1, s + r * sp, sp);
+            kScores[dp][std::min(kScoreRows, ps.nr - r)](Kp, q + r * hd, hd, b0, b1, s + r * sp, sp);
         }
       }
       for (int64_t i = 0; i < n; ++i) {

@@ -100,6 +100,12 @@ struct AttnArgs {
 /// multiple of nkv, every count positive).
 bool attention_supported(const AttnArgs& a);
 
+/// Whether the hardware attention's dot products run vdpbf16ps (on AMD, whose Zen 4 and 5 issue
+/// it as often as an FMA) or its arithmetic in two fp32 FMAs per pair with the MXCSR's FTZ and DAZ
+/// set (on Intel, whose AVX-512 cores issue it once in two cycles, an FMA twice a cycle): the same
+/// bits either way. UCM_BF16_DOT=dp or fma overrides it (read at each call: tests, before/after runs).
+bool attention_uses_vdpbf16ps();
+
 /// Query rows (tokens) of one attention unit.
 constexpr int64_t kAttnUnitRows = 64;
 

@@ -216,12 +216,20 @@ void attention_case(const AttnCase& c, Gen& g) {
   // The hardware path dealt round-robin in three shares, as three threads run it (a share's later
   // row blocks of a KV head pack only the keys after its earlier ones'), each share on scratch
   // that an earlier share left dirty; the portable one unit after unit.
-  a.out = out_hw.data();
-  for (int64_t i = 0; i < 3; ++i) cpu::attention_bf16(a, i, units, 3, scratch.get(), Bf16Path::kHardware);
   std::memset(scratch.get(), 0x5A, bytes);  // nothing left behind is read
   a.out = out_p.data();
   cpu::attention_bf16(a, 0, units, 1, scratch.get(), Bf16Path::kPortable);
-  EXPECT_TRUE(same_bits(out_hw, out_p)) << c.what;
+  // The hardware path's dot products both ways (cpu::attention_uses_vdpbf16ps): vdpbf16ps, and
+  // its arithmetic in two FMAs per pair under the MXCSR's FTZ and DAZ.
+  for (const char* dot : {"dp", "fma"}) {
+    setenv("UCM_BF16_DOT", dot, 1);
+    EXPECT_EQ(cpu::attention_uses_vdpbf16ps(), std::string(dot) == "dp");
+    std::fill(out_hw.begin(), out_hw.end(), uint16_t{0xABCD});
+    a.out = out_hw.data();
+    for (int64_t i = 0; i < 3; ++i) cpu::attention_bf16(a, i, units, 3, scratch.get(), Bf16Path::kHardware);
+    EXPECT_TRUE(same_bits(out_hw, out_p)) << c.what << " (" << dot << ")";
+  }
+  unsetenv("UCM_BF16_DOT");
 }
 
 TEST(Bf16KernelsHwVsPortable, AttentionBitForBit) {
@@ -285,14 +293,17 @@ TEST(Bf16KernelsPortable, VdpBf16PsTininessAfterRounding) {
   std::unique_ptr<void, decltype(&std::free)> scratch(std::aligned_alloc(64, bytes), &std::free);
   std::vector<Bf16Path> paths = {Bf16Path::kPortable};
   if (cpu::hardware_kernels()) paths.push_back(Bf16Path::kHardware);
-  for (const Bf16Path p : paths) {
-    std::vector<uint16_t> out(size_t(2 * hd), 0xFFFF);
-    a.out = out.data();
-    cpu::attention_bf16(a, 0, cpu::attention_units(a), 1, scratch.get(), p);
-    const char* what = p == Bf16Path::kHardware ? "hardware" : "portable";
-    EXPECT_EQ(out[0], 0x8080) << what << ": row 0 is v0";
-    for (int64_t d = 0; d < hd; ++d) EXPECT_EQ(out[size_t(hd + d)], 0x0080) << what << ", dim " << d;
-  }
+  for (const Bf16Path p : paths)
+    for (const char* dot : {"dp", "fma"}) {  // the hardware path's two ways (the portable one ignores it)
+      setenv("UCM_BF16_DOT", dot, 1);
+      std::vector<uint16_t> out(size_t(2 * hd), 0xFFFF);
+      a.out = out.data();
+      cpu::attention_bf16(a, 0, cpu::attention_units(a), 1, scratch.get(), p);
+      const std::string what = std::string(p == Bf16Path::kHardware ? "hardware" : "portable") + ", " + dot;
+      EXPECT_EQ(out[0], 0x8080) << what << ": row 0 is v0";
+      for (int64_t d = 0; d < hd; ++d) EXPECT_EQ(out[size_t(hd + d)], 0x0080) << what << ", dim " << d;
+    }
+  unsetenv("UCM_BF16_DOT");
 }
 
 }  // namespace
