@@ -128,7 +128,7 @@ CLI::App* setup_precompute(CLI::App& app) {
       "Where prefill runs: cpu (default), cuda or cuda:N (needs ucm built with a CUDA libtorch, e.g. "
       "PyTorch's; docs/precompute.md)");
   add("--compute-dtype", "compute-dtype", &a->compute_dtype,
-      "GEMM dtype of the prefill: fp32 (default), bf16 (fp32 accumulation; on a CPU with AMX-BF16 about 1.2-2x "
+      "GEMM dtype of the prefill: fp32 (default), bf16 (fp32 accumulation; on a CPU with AMX-BF16 about 1.4-2x "
       "fp32's speed, AVX512-BF16 on AMD 2.5x; refused on CPUs without bf16 units) or auto (bf16 where it beats "
       "fp32: AMX-BF16, or AVX512-BF16 on AMD). The stored K/V are in --dtype either way; the report says which ran "
       "(docs/model.md, \"Compute dtype\")")
