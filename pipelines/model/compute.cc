@@ -19,8 +19,7 @@ ComputeChoice choose_compute(const std::string& want, torch::Device dev) {
   const std::string cap = onednn_isa_cap();
   if (isa.empty())
     throw std::invalid_argument(
-        "compute dtype bf16: this CPU has neither AMX-BF16 nor AVX512-BF16 (no amx_bf16 or avx512_bf16 in "
-        "/proc/cpuinfo" +
+        "compute dtype bf16: this CPU has neither AMX-BF16 nor AVX512-BF16 (CPUID" +
         (cap.empty() ? std::string() : ", or oneDNN is capped below them: ONEDNN_MAX_CPU_ISA=" + cap) +
         "), so bf16 GEMMs would be emulated and slower than fp32; use --compute-dtype fp32 or auto");
   return {torch::kBFloat16, "bf16", isa};

@@ -100,6 +100,9 @@ size_t attention_scratch_bytes(const AttnArgs& a) {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
+// Everything compiled for AVX512-BF16 lives in cpu::hw, helpers included: the names
+// tests/isa/check_isa_confinement.sh allows those instructions in.
+namespace hw {
 namespace {
 
 inline __mmask16 tail_mask(int64_t n) { return __mmask16((1u << n) - 1u); }
@@ -380,8 +383,6 @@ inline void round16(float* p, const float* x, float scale) {
 }
 
 }  // namespace
-
-namespace hw {
 
 void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
                    int64_t r0, int64_t r1) {

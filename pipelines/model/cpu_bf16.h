@@ -24,7 +24,7 @@
 
 namespace ucm::model::cpu {
 
-/// True when this CPU has AVX-512F and AVX512-BF16 (/proc/cpuinfo flags avx512f, avx512_bf16).
+/// True when this CPU has AVX-512F and AVX512-BF16 (cpu_flags(): avx512f, avx512_bf16).
 bool have_avx512_bf16();
 
 /// Which implementation a kernel call runs; both give the same bits.

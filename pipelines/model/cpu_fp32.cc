@@ -1,13 +1,12 @@
 // pipelines/model/cpu_fp32.cc: see cpu_fp32.h. The run-time choice of the fp32 kernels' ISA, and
 // what every ISA shares (shapes, scratch sizes).
 #include "cpu_fp32.h"
+#include "cpu_runtime.h"
 
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 
 namespace ucm::model::cpu::f32 {
@@ -27,21 +26,6 @@ UCM_F32_DECLARE(avx2)
 UCM_F32_DECLARE(generic)
 #undef UCM_F32_DECLARE
 
-namespace {
-
-std::set<std::string> cpu_flags() {
-  std::ifstream in("/proc/cpuinfo");
-  std::set<std::string> out;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    for (std::string w; words >> w;) out.insert(w);
-    break;
-  }
-  return out;
-}
-
-}  // namespace
 
 const char* isa_name(Isa isa) {
   switch (isa) {

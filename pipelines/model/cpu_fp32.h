@@ -31,7 +31,7 @@ enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
 /// "generic" | "avx2" | "avx512".
 const char* isa_name(Isa isa);
 
-/// The best Isa this CPU runs (/proc/cpuinfo: avx512f, avx512dq, avx512bw, avx512vl for kAvx512;
+/// The best Isa this CPU runs (cpu_runtime.h's cpu_flags(): avx512f, avx512dq, avx512bw, avx512vl for kAvx512;
 /// avx2 and fma for kAvx2).
 Isa cpu_isa();
 

@@ -3,6 +3,7 @@
 
 #include "cpu_bf16.h"
 
+#include <cpuid.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sched.h>
@@ -14,40 +15,34 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 namespace ucm::model {
 
-namespace {
-
-// The words after the colon of /proc/cpuinfo's first line that starts with `key` (empty if
-// unreadable or absent).
-std::istringstream cpuinfo_words(const char* key) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(key, 0) == 0) return std::istringstream(line.substr(line.find(':') + 1));
-  return std::istringstream();
-}
-
-// The first "flags" line of /proc/cpuinfo, as a set of words.
 std::set<std::string> cpu_flags() {
-  auto words = cpuinfo_words("flags");
+  // __builtin_cpu_supports wants a string literal: one line per feature.
   std::set<std::string> out;
-  for (std::string w; words >> w;) out.insert(w);
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) out.insert("avx2");
+  if (__builtin_cpu_supports("fma")) out.insert("fma");
+  if (__builtin_cpu_supports("avx512f")) out.insert("avx512f");
+  if (__builtin_cpu_supports("avx512bw")) out.insert("avx512bw");
+  if (__builtin_cpu_supports("avx512vl")) out.insert("avx512vl");
+  if (__builtin_cpu_supports("avx512dq")) out.insert("avx512dq");
+  if (__builtin_cpu_supports("avx512bf16")) out.insert("avx512_bf16");
+  if (__builtin_cpu_supports("amx-bf16")) out.insert("amx_bf16");
   return out;
 }
 
-}  // namespace
-
 std::string cpu_vendor() {
-  auto words = cpuinfo_words("vendor_id");
-  std::string v;
-  words >> v;
-  return v;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return "";
+  char v[12];
+  std::memcpy(v, &b, 4);  // the vendor string is EBX, EDX, ECX
+  std::memcpy(v + 4, &d, 4);
+  std::memcpy(v + 8, &c, 4);
+  return std::string(v, sizeof v);
 }
 
 std::string onednn_isa_cap() {

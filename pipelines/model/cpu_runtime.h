@@ -1,4 +1,4 @@
-// pipelines/model/cpu_runtime.h: what the CPU offers (/proc/cpuinfo), the loaded OpenBLAS's core
+// pipelines/model/cpu_runtime.h: what the CPU offers (CPUID), the loaded OpenBLAS's core
 // and threads, and the start-up checks of a main() that links libtorch (OpenBLAS's kernels, the
 // C++ runtime). Needs no libtorch header: a main() or a test that calls only these compiles in
 // about a second, where <torch/torch.h> alone costs 14 s of CPU (compute.h includes this header).
@@ -9,15 +9,22 @@
 
 namespace ucm::model {
 
+/// The instruction-set features ucm's kernels and checks choose by, under Linux's /proc/cpuinfo
+/// names: any of "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16",
+/// "amx_bf16". Read from CPUID and the OS's enabled register state (XCR0) through GCC's
+/// __builtin_cpu_supports, as OpenBLAS and oneDNN read them: what this process may execute, also
+/// under an emulator or a hypervisor that masks CPUID bits (/proc/cpuinfo is the host kernel's
+/// view, which `qemu-x86_64 -cpu Haswell` does not change: scripts/check_cpu_kinds.sh).
+std::set<std::string> cpu_flags();
 
-/// The CPU's bf16 matrix instructions, from /proc/cpuinfo's flags: "amx_bf16" (AMX tiles,
+/// The CPU's bf16 matrix instructions, from cpu_flags(): "amx_bf16" (AMX tiles,
 /// Sapphire Rapids and later), "avx512_bf16" (Cooper Lake, Zen 4), or "" (none: bf16 GEMMs would
 /// be emulated, slower than fp32). Where oneDNN is capped below them (onednn_isa_cap()), the
 /// instructions its bf16 GEMMs will use: avx512_bf16 at AVX512_CORE_BF16 or AVX512_CORE_FP16
 /// (how an AMX machine stands in for one without), "" below those.
 std::string cpu_bf16_isa();
 
-/// /proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD"); "" when unreadable.
+/// CPUID's vendor string ("GenuineIntel", "AuthenticAMD"); "" when CPUID has no leaf 0.
 std::string cpu_vendor();
 
 /// cpu_vendor() is "AuthenticAMD".
@@ -52,13 +59,13 @@ int blas_threads();
 /// Zen: what OPENBLAS_CORETYPE=Haswell gives), the fp32 prefill would run 1.3-1.4x slower
 /// (measured 2026-11-27: 666-747 against 949-988 tokens/s).
 /// Returns the OPENBLAS_CORETYPE this process should have been started with when OPENBLAS_CORETYPE
-/// is not set: "SkylakeX" when /proc/cpuinfo has avx512f, avx512bw, avx512vl and avx512dq and the
+/// is not set: "SkylakeX" when cpu_flags() has avx512f, avx512bw, avx512vl and avx512dq and the
 /// loaded OpenBLAS chose a core without AVX-512 kernels (pre-AVX2, Haswell or Zen); "Haswell" with
 /// avx2 and fma when it chose a pre-AVX2 core; "" otherwise (nothing to mend).
 std::string blas_core_override();
 
 /// blas_core_override()'s rule on its inputs: `core` the loaded OpenBLAS's (blas_core_name()),
-/// `cpu_flags` /proc/cpuinfo's flags.
+/// `cpu_flags` as cpu_flags() gives them.
 std::string blas_core_for(const std::string& core, const std::set<std::string>& cpu_flags);
 
 /// When OPENBLAS_CORETYPE is set to a core whose kernels this CPU outgrows (blas_core_for() would
