@@ -186,30 +186,33 @@ void scores(const uint16_t* Kp, const float* qf, int64_t hd, int64_t kb0, int64_
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
       for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < np && kDp; ++p) {
-      __m512bh kz[kB];
+    if constexpr (kDp) {
+      for (int64_t p = 0; p < np; ++p) {
+        __m512bh kz[kB];
 #pragma GCC unroll 16
-      for (int x = 0; x < kB; ++x) kz[x] = as_bh(_mm512_loadu_si512(k0 + (x * np + p) * 32));
+        for (int x = 0; x < kB; ++x) kz[x] = as_bh(_mm512_loadu_si512(k0 + (x * np + p) * 32));
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        const __m512bh q = as_bh(_mm512_set1_epi32(pair_bits(qf + r * hd + 2 * p)));
+        for (int r = 0; r < R; ++r) {
+          const __m512bh q = as_bh(_mm512_set1_epi32(pair_bits(qf + r * hd + 2 * p)));
 #pragma GCC unroll 16
-        for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_dpbf16_ps(acc[r][x], q, kz[x]);
+          for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_dpbf16_ps(acc[r][x], q, kz[x]);
+        }
       }
-    }
-    for (int64_t p = 0; p < np && !kDp; ++p) {
-      __m512 k1[kB], k0v[kB];
+    } else {
+      for (int64_t p = 0; p < np; ++p) {
+        __m512 k1[kB], k0v[kB];
 #pragma GCC unroll 16
-      for (int x = 0; x < kB; ++x) {
-        const __m512i kz = _mm512_loadu_si512(k0 + (x * np + p) * 32);
-        k1[x] = odd(kz);
-        k0v[x] = even(kz);
-      }
+        for (int x = 0; x < kB; ++x) {
+          const __m512i kz = _mm512_loadu_si512(k0 + (x * np + p) * 32);
+          k1[x] = odd(kz);
+          k0v[x] = even(kz);
+        }
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        const __m512 q1 = _mm512_set1_ps(qf[r * hd + 2 * p + 1]), q0 = _mm512_set1_ps(qf[r * hd + 2 * p]);
+        for (int r = 0; r < R; ++r) {
+          const __m512 q1 = _mm512_set1_ps(qf[r * hd + 2 * p + 1]), q0 = _mm512_set1_ps(qf[r * hd + 2 * p]);
 #pragma GCC unroll 16
-        for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_fmadd_ps(q0, k0v[x], _mm512_fmadd_ps(q1, k1[x], acc[r][x]));
+          for (int x = 0; x < kB; ++x) acc[r][x] = _mm512_fmadd_ps(q0, k0v[x], _mm512_fmadd_ps(q1, k1[x], acc[r][x]));
+        }
       }
     }
 #pragma GCC unroll 16
@@ -222,18 +225,22 @@ void scores(const uint16_t* Kp, const float* qf, int64_t hd, int64_t kb0, int64_
     __m512 acc[R];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < np && kDp; ++p) {
-      const __m512bh a = as_bh(_mm512_loadu_si512(k0 + p * 32));
+    if constexpr (kDp) {
+      for (int64_t p = 0; p < np; ++p) {
+        const __m512bh a = as_bh(_mm512_loadu_si512(k0 + p * 32));
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbf16_ps(acc[r], as_bh(_mm512_set1_epi32(pair_bits(qf + r * hd + 2 * p))), a);
-    }
-    for (int64_t p = 0; p < np && !kDp; ++p) {
-      const __m512i a = _mm512_loadu_si512(k0 + p * 32);
-      const __m512 a1 = odd(a), a0 = even(a);
+        for (int r = 0; r < R; ++r)
+          acc[r] = _mm512_dpbf16_ps(acc[r], as_bh(_mm512_set1_epi32(pair_bits(qf + r * hd + 2 * p))), a);
+      }
+    } else {
+      for (int64_t p = 0; p < np; ++p) {
+        const __m512i a = _mm512_loadu_si512(k0 + p * 32);
+        const __m512 a1 = odd(a), a0 = even(a);
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(qf[r * hd + 2 * p]), a0,
-                                 _mm512_fmadd_ps(_mm512_set1_ps(qf[r * hd + 2 * p + 1]), a1, acc[r]));
+        for (int r = 0; r < R; ++r) {
+          acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(qf[r * hd + 2 * p]), a0,
+                                   _mm512_fmadd_ps(_mm512_set1_ps(qf[r * hd + 2 * p + 1]), a1, acc[r]));
+        }
       }
     }
 #pragma GCC unroll 16
@@ -286,32 +293,35 @@ void weigh_values(const uint16_t* Vp, const float* pf, int64_t sp, int64_t jp0, 
 #pragma GCC unroll 16
     for (int d = 0; d < NDB; ++d)
       acc[r][d] = resume ? _mm512_loadu_ps(acc_rows + (r * NDB + d) * 16) : _mm512_setzero_ps();
-  for (int64_t jp = jp0; jp < jp1 && kDp; ++jp) {
-    const uint16_t* vrow = Vp + jp * NDB * 32;
-    __m512bh pp[R];
+  if constexpr (kDp) {
+    for (int64_t jp = jp0; jp < jp1; ++jp) {
+      const uint16_t* vrow = Vp + jp * NDB * 32;
+      __m512bh pp[R];
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) pp[r] = as_bh(_mm512_set1_epi32(pair_bits(pf + r * sp + 2 * jp)));
+      for (int r = 0; r < R; ++r) pp[r] = as_bh(_mm512_set1_epi32(pair_bits(pf + r * sp + 2 * jp)));
 #pragma GCC unroll 16
-    for (int d = 0; d < NDB; ++d) {
-      const __m512bh vz = as_bh(_mm512_loadu_si512(vrow + d * 32));
+      for (int d = 0; d < NDB; ++d) {
+        const __m512bh vz = as_bh(_mm512_loadu_si512(vrow + d * 32));
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) acc[r][d] = _mm512_dpbf16_ps(acc[r][d], pp[r], vz);
+        for (int r = 0; r < R; ++r) acc[r][d] = _mm512_dpbf16_ps(acc[r][d], pp[r], vz);
+      }
     }
-  }
-  for (int64_t jp = jp0; jp < jp1 && !kDp; ++jp) {
-    const uint16_t* vrow = Vp + jp * NDB * 32;
-    __m512 p1[R], p0[R];
+  } else {
+    for (int64_t jp = jp0; jp < jp1; ++jp) {
+      const uint16_t* vrow = Vp + jp * NDB * 32;
+      __m512 p1[R], p0[R];
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      p1[r] = _mm512_set1_ps(pf[r * sp + 2 * jp + 1]);
-      p0[r] = _mm512_set1_ps(pf[r * sp + 2 * jp]);
-    }
+      for (int r = 0; r < R; ++r) {
+        p1[r] = _mm512_set1_ps(pf[r * sp + 2 * jp + 1]);
+        p0[r] = _mm512_set1_ps(pf[r * sp + 2 * jp]);
+      }
 #pragma GCC unroll 16
-    for (int d = 0; d < NDB; ++d) {
-      const __m512i vz = _mm512_loadu_si512(vrow + d * 32);
-      const __m512 v1 = odd(vz), v0 = even(vz);
+      for (int d = 0; d < NDB; ++d) {
+        const __m512i vz = _mm512_loadu_si512(vrow + d * 32);
+        const __m512 v1 = odd(vz), v0 = even(vz);
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) acc[r][d] = _mm512_fmadd_ps(p0[r], v0, _mm512_fmadd_ps(p1[r], v1, acc[r][d]));
+        for (int r = 0; r < R; ++r) acc[r][d] = _mm512_fmadd_ps(p0[r], v0, _mm512_fmadd_ps(p1[r], v1, acc[r][d]));
+      }
     }
   }
 #pragma GCC unroll 16
