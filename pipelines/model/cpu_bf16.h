@@ -19,6 +19,8 @@
 // ucm_model; both implementations are tested against libtorch, and against each other bit for bit,
 // in tests/model/test_compute_dtype.cc.
 #pragma once
+#include "attn_tiles.h"
+
 #include <cstddef>
 #include <cstdint>
 
@@ -113,23 +115,10 @@ constexpr int64_t kAttnUnitRows = 64;
 /// the hardware kernel: each K vector loaded feeds that many dot products.
 constexpr int64_t kAttnPassRows = 12;
 
-/// Passes of a unit whose scores are kept at once (a pass group): as many as a 4 MiB budget of
-/// scores and probabilities holds at S keys, 1 to 8. A group sweeps the unit's packed keys in
-/// chunks that stay in L2 (attention_chunk_keys()), each chunk serving every pass of the group,
-/// rather than every pass sweeping all keys (at 8K keys, K and V of a KV head are 2 MiB in bf16
-/// and left L2 on every pass: the bf16 prefill of 8K-token pages ran at a third of the fp32
-/// path's speed, 2026-12-02, docs/benchmarks.md).
-inline int64_t attention_group_passes(int64_t S) {
-  const int64_t per_pass = kAttnPassRows * ((S + 31) / 32 * 32) * 8;  // fp32 scores and probabilities
-  const int64_t p = (int64_t(4) << 20) / (per_pass > 0 ? per_pass : 1);
-  return p < 1 ? 1 : p > 8 ? 8 : p;
-}
-
-/// Keys per chunk of a pass group's sweep: 128 KiB of packed K (and as much V), whole blocks of 32.
-inline int64_t attention_chunk_keys(int64_t hd) {
-  const int64_t c = (int64_t(128) << 10) / (hd * 2) / 32 * 32;
-  return c < 32 ? 32 : c;
-}
+/// Passes of a pass group and keys per chunk of its sweep (attn_tiles.h): scores and
+/// probabilities in fp32 (8 bytes a column), keys in blocks of 32, K and V in bf16.
+inline int64_t attention_group_passes(int64_t S) { return group_passes(S, kAttnPassRows, 32, 8); }
+inline int64_t attention_chunk_keys(int64_t hd) { return chunk_keys(hd, 32, 2); }
 
 /// The attention units: B * nkv * ceil(T / kAttnUnitRows) (sequence b, KV head h, block tb of
 /// query rows: u = (b * nkv + h) * ceil(T / kAttnUnitRows) + tb).

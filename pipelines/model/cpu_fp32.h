@@ -19,6 +19,8 @@
 // Thread rules: every function is reentrant; callers split rows or attention units across
 // threads. Internal to ucm_model.
 #pragma once
+#include "attn_tiles.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -75,21 +77,10 @@ constexpr int64_t kUnitRows = 64;
 /// any ISA (UCM_F32_ROWS of the units: 12 on AVX-512, 6 on AVX2, 4 on the baseline).
 constexpr int64_t kMaxPassRows = 16;
 
-/// Passes of a unit whose scores are kept at once (a pass group): as many as a 4 MiB score
-/// budget holds at S keys, 1 to 8. A group sweeps the unit's packed keys in chunks that stay in
-/// L2 (attention_chunk_keys), each chunk serving every pass of the group, rather than every pass
-/// sweeping all keys (at 8K keys, K and V of a unit are 4 MiB and left L2 on every pass).
-inline int64_t attention_group_passes(int64_t S) {
-  const int64_t per_pass = kMaxPassRows * ((S + 15) / 16 * 16) * 4;
-  const int64_t p = (int64_t(4) << 20) / (per_pass > 0 ? per_pass : 1);
-  return p < 1 ? 1 : p > 8 ? 8 : p;
-}
-
-/// Keys per chunk of a pass group's sweep: 128 KiB of packed K (and as much V), whole blocks of 16.
-inline int64_t attention_chunk_keys(int64_t hd) {
-  const int64_t c = (int64_t(128) << 10) / (hd * 4) / 16 * 16;
-  return c < 16 ? 16 : c;
-}
+/// Passes of a pass group and keys per chunk of its sweep (attn_tiles.h): fp32 scores (4 bytes
+/// a column), keys in blocks of 16, K and V in fp32.
+inline int64_t attention_group_passes(int64_t S) { return group_passes(S, kMaxPassRows, 16, 4); }
+inline int64_t attention_chunk_keys(int64_t hd) { return chunk_keys(hd, 16, 4); }
 
 /// True when attention takes these shapes (hd a multiple of 16 and at most 256, nh a multiple of
 /// nkv, every count positive).
