@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --cpus) cpus="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "check_cpu_kinds.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
