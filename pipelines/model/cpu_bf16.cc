@@ -107,13 +107,14 @@ namespace {
 
 inline __mmask16 tail_mask(int64_t n) { return __mmask16((1u << n) - 1u); }
 
-inline __m512 widen16(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+// 16 bf16 bits -> fp32 (exact).
+inline __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+// x rounded to bf16 (nearest even, as vcvtneps2bf16), widened back to fp32.
+inline __m512 round_to_bf16(__m512 x) { return widen(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x))); }
+
+inline __m512 widen16(const uint16_t* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 inline __m512 widen16(const uint16_t* p, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return widen(_mm256_maskz_loadu_epi16(m, p));
 }
 inline void store_bf16(uint16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
@@ -272,8 +273,7 @@ void softmax_row(float* sc, float* pf, int64_t lo, int64_t hi) {
   const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
   for (int64_t j = lo; j < hi; j += 16) {
     const __mmask16 m = tail_mask(std::min<int64_t>(16, hi - j));
-    const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc + j), inv)));
-    _mm512_mask_storeu_ps(pf + j, m, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    _mm512_mask_storeu_ps(pf + j, m, round_to_bf16(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, sc + j), inv)));
   }
   if (lo & 1) pf[lo - 1] = 0;
   if (hi & 1) pf[hi] = 0;
@@ -388,8 +388,7 @@ inline void pack16(uint16_t* p, const float* x, float scale) {
 
 // 16 fp32 -> rounded as pack16, stored widened back to fp32 at p (exact).
 inline void round16(float* p, const float* x, float scale) {
-  const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(scale))));
-  _mm512_storeu_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  _mm512_storeu_ps(p, round_to_bf16(_mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(scale))));
 }
 
 }  // namespace

@@ -26,7 +26,6 @@ UCM_F32_DECLARE(avx2)
 UCM_F32_DECLARE(generic)
 #undef UCM_F32_DECLARE
 
-
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kAvx512: return "avx512";
