@@ -51,10 +51,40 @@ void deal_units(int64_t units, const F& run) {
   });
 }
 
-/// A GEMM's rows on the crew: at least this many rows a part (OpenBLAS's rate falls below that),
-/// starts on multiples of 16 (OpenBLAS's SkylakeX row tile; oneDNN's bf16 GEMMs give a row the
-/// same bits wherever it starts too: tested).
-constexpr int64_t kGemmPartRows = 64;
+/// A prefill GEMM's rows run as pieces fixed by its row count alone (never by the number of
+/// workers or by which of them are idle), so that its output, and the K/V a precompute stores, are
+/// the same bits whatever `--threads` and the scheduler did (docs/model.md, "One result whatever
+/// the workers"). A BLAS gives a row bits that depend on where the row falls in the call's own row
+/// tiling: OpenBLAS 0.3.21's Haswell/Zen sgemm kernels (what OPENBLAS_CORETYPE=Haswell runs) give
+/// the last 4 rows of a call of 16 rows other bits than the same rows inside a call of 128, so a
+/// split made by the workers present changed the stored K/V (issue 55). Pieces: the largest count
+/// in {48, 24, 12, 6, 4, 2} that leaves each piece at least kGemmPieceRows rows (divisible by 2,
+/// 3 and 4 workers from 12 pieces on), else 1 (the whole GEMM in one call); piece i is rows
+/// [split_at(R, i, P, 16), split_at(R, i + 1, P, 16)).
+constexpr int64_t kGemmPieceRows = 256;
+
+inline int gemm_pieces(int64_t R) {
+  for (int p : {48, 24, 12, 6, 4, 2})
+    if (R >= p * kGemmPieceRows) return p;
+  return 1;
+}
+
+/// fn(r0, r1) once for each of gemm_pieces(R) pieces of rows [0, R): dealt round-robin to the
+/// crew's idle helpers where the calling thread has a crew (Crew::share), else in order on the
+/// calling thread. The pieces, and so the bits, are the same either way.
+template <class F>
+void for_gemm_pieces(int64_t R, const F& fn) {
+  const int P = gemm_pieces(R);
+  auto piece = [&](int i) { fn(split_at(R, i, P, 16), split_at(R, i + 1, P, 16)); };
+  Crew* c = this_crew();
+  if (!c || P == 1) {
+    for (int i = 0; i < P; ++i) piece(i);
+    return;
+  }
+  c->share(P, [&](int p, int n) {
+    for (int i = p; i < P; i += n) piece(i);
+  });
+}
 
 /// The host tensors a filled Args points into (keep them alive for the call).
 struct AttnHold {

@@ -21,7 +21,7 @@ namespace {
 
 using detail::bits;
 using detail::for_rows;
-using detail::kGemmPartRows;
+using detail::for_gemm_pieces;
 using detail::need;
 
 }  // namespace
@@ -30,10 +30,10 @@ bool fast_bf16() { return cpu::hardware_kernels(); }
 
 torch::Tensor mm_bf16(const torch::Tensor& x, const torch::Tensor& w) {
   const bool split = x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kBFloat16 &&
-                     w.scalar_type() == torch::kBFloat16 && x.size(0) >= 2 * kGemmPartRows && this_crew();
+                     w.scalar_type() == torch::kBFloat16;
   if (!split) return torch::mm(x, w.t());
   auto y = torch::empty({x.size(0), w.size(0)}, x.options());
-  share_rows(x.size(0), kGemmPartRows, 16, [&](int64_t r0, int64_t r1) {
+  for_gemm_pieces(x.size(0), [&](int64_t r0, int64_t r1) {
     auto yr = y.narrow(0, r0, r1 - r0);
     at::mm_out(yr, x.narrow(0, r0, r1 - r0), w.t());
   });

@@ -22,23 +22,22 @@ namespace f32 = cpu::f32;
 
 using detail::bits;
 using detail::for_rows;
-using detail::kGemmPartRows;
+using detail::for_gemm_pieces;
 using detail::need;
 
 const f32::Kernels& kern() { return f32::kernels(f32::best_isa()); }
 
-// Whether a GEMM of R rows with W goes to the crew (linear_f32, add_linear_f32_).
-bool gemm_on_crew(int64_t R, const torch::Tensor& w) {
-  return R >= 2 * kGemmPartRows && w.scalar_type() == torch::kFloat && this_crew();
-}
+// Whether a GEMM with w runs as for_gemm_pieces' pieces (linear_f32, add_linear_f32_): fp32 weights
+// on the CPU (other GEMMs are libtorch's, whole).
+bool gemm_in_pieces(const torch::Tensor& w) { return w.scalar_type() == torch::kFloat && w.device().is_cpu(); }
 
 }  // namespace
 
 torch::Tensor linear_f32(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  if (x.dim() != 2 || !x.is_contiguous() || !gemm_on_crew(x.size(0), w)) return linear(x, w, b);
+  if (x.dim() != 2 || !x.is_contiguous() || !gemm_in_pieces(w)) return linear(x, w, b);
   const int64_t R = x.size(0);
   auto y = torch::empty({R, w.size(0)}, x.options());
-  share_rows(R, kGemmPartRows, 16, [&](int64_t r0, int64_t r1) {
+  for_gemm_pieces(R, [&](int64_t r0, int64_t r1) {
     auto yr = y.narrow(0, r0, r1 - r0);
     if (b.defined()) at::addmm_out(yr, b, x.narrow(0, r0, r1 - r0), w.t());
     else at::mm_out(yr, x.narrow(0, r0, r1 - r0), w.t());
@@ -47,8 +46,8 @@ torch::Tensor linear_f32(const torch::Tensor& x, const torch::Tensor& w, const t
 }
 
 void add_linear_f32_(torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& w) {
-  if (x.dim() != 2 || a.dim() != 2 || x.stride(1) != 1 || !gemm_on_crew(x.size(0), w)) return add_linear_(x, a, w);
-  share_rows(x.size(0), kGemmPartRows, 16, [&](int64_t r0, int64_t r1) {
+  if (x.dim() != 2 || a.dim() != 2 || x.stride(1) != 1 || !gemm_in_pieces(w)) return add_linear_(x, a, w);
+  for_gemm_pieces(x.size(0), [&](int64_t r0, int64_t r1) {
     x.narrow(0, r0, r1 - r0).addmm_(a.narrow(0, r0, r1 - r0), w.t());
   });
 }

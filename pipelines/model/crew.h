@@ -1,17 +1,19 @@
 // pipelines/model/crew.h: the prefill workers of one batched prefill (LlamaModel::forward_packed)
 // as a crew. Each worker runs its own sequences; a worker whose sequences are done, or one that was
-// dealt none, helps those still running: it takes parts of their GEMMs (row ranges), attention
+// dealt none, helps those still running: it takes parts of their GEMMs (row pieces), attention
 // (units) and row kernels (row ranges). Without it a batch's shorter half left a core idle while
 // the longest sequence finished (a batch of 1,616 and 1,168 tokens: a core idle for the last 448
 // tokens), and a batch of one sequence ran its GEMMs on OpenBLAS's threads, which spin between
 // GEMMs beside the attention threads, and its row kernels on one thread (docs/benchmarks.md,
 // "The prefill's crew": 1.05x on 2K-token pages, 1.13x on whole pages, 2 cores).
 // No libtorch: the ops that share (cpu_fp32_ops.cc, cpu_bf16_ops.cc) split their own work, row
-// ranges through share_rows(). Internal to ucm_model.
+// ranges through share_rows(), GEMMs through detail::for_gemm_pieces (attn_ops.h). Internal to
+// ucm_model.
 //
-// Bits: a part is a row range (rows do not interact in a GEMM or a row kernel; OpenBLAS sums each
-// output over K in the same blocks whatever the rows: tested) or a dealing of attention's units
-// (each unit computed alone: tested), so the results do not depend on how many helpers were idle.
+// Bits: a row kernel's part is a row range (ucm's row kernels compute each row alone), a GEMM's
+// parts are pieces fixed by its row count alone (a BLAS may give a row other bits in another call
+// shape: OpenBLAS's Haswell kernels do), attention's a dealing of units (each unit computed alone:
+// tested), so the results do not depend on how many workers there are or which were idle.
 #pragma once
 #include <atomic>
 #include <condition_variable>

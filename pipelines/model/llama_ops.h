@@ -64,9 +64,9 @@ inline torch::Tensor attn_matmul(const torch::Tensor& a, const torch::Tensor& b,
 // ModelError on a tensor it does not take. fast_bf16(): whether this CPU runs them (AVX512-BF16).
 bool fast_bf16();
 /// x W^T of the bf16 path's prefill: x bf16 [R, K], W bf16 [N, K] -> bf16 [R, N] (libtorch's mm,
-/// oneDNN); on a crew with helpers idle (crew.h, forward_packed) the rows of x are split between
-/// them, each range one GEMM on its own thread, with the bits of the whole GEMM; otherwise (no
-/// crew, fewer than 128 rows, x not contiguous) exactly torch::mm(x, W.t()).
+/// oneDNN), one GEMM per row piece of detail::for_gemm_pieces (attn_ops.h: pieces fixed by R, dealt
+/// to the crew's idle helpers where there is a crew), so the bits do not depend on the workers;
+/// x not contiguous: exactly torch::mm(x, W.t()).
 torch::Tensor mm_bf16(const torch::Tensor& x, const torch::Tensor& w);
 /// bf16(w * rms-normalised x): x fp32 [R, H] (rows contiguous), w fp32 [H] -> bf16 [R, H].
 torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, double eps);
@@ -118,10 +118,10 @@ torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, cons
                             const torch::Tensor& qpos, int64_t window, double scale,
                             const torch::Tensor& q_len = {}, const torch::Tensor& keep = {},
                             torch::Tensor* probs = nullptr);
-/// linear() and add_linear_() of the fp32 path's prefill: on a crew with helpers idle (crew.h,
-/// forward_packed) the rows of x (or a) are split between them, each range one OpenBLAS GEMM on
-/// its own thread, with the bits of the whole GEMM; otherwise (no crew, no idle helper, fewer than
-/// 128 rows, W not fp32) exactly linear() and add_linear_().
+/// linear() and add_linear_() of the fp32 path's prefill: one OpenBLAS GEMM per row piece of x (or
+/// a) of detail::for_gemm_pieces (attn_ops.h: pieces fixed by the row count, dealt to the crew's
+/// idle helpers where there is a crew), so the bits do not depend on the number of workers, whatever
+/// kernels OpenBLAS runs; W not fp32 or x not 2-D rows: exactly linear() and add_linear_().
 torch::Tensor linear_f32(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
 void add_linear_f32_(torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& w);
 

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "compute.h"
+#include "cpu_runtime.h"
 #include "cpu_fp32.h"
 #include "crew.h"
 #include "llama_model.h"
@@ -332,32 +334,103 @@ std::string model_dir() {
   return std::string(UCM_REPO_DIR) + "/models/SmolLM2-135M-Instruct";
 }
 
-// The premise of the crew's GEMM split (pipelines/model/crew.h): OpenBLAS gives each output row
-// the same bits whatever rows the GEMM was called with, for the model's shapes, with a bias
-// (addmm), without (mm) and added to the output (addmm_, beta 1).
-TEST(Fp32Kernels, GemmRowRangesGiveTheWholeGemmsBits) {
+// Runs fn() on the calling thread as the poster of a crew of `workers` (crew.h) whose other
+// workers wait as helpers, in the strict mode (they take the parts posted while they are idle).
+template <class F>
+void on_crew(int workers, const F& fn) {
+  using ucm::model::Crew;
+  Crew crew(workers);
+  std::vector<std::thread> helpers;
+  for (int i = 1; i < workers; ++i) helpers.emplace_back([&] {
+    c10::InferenceMode guard;
+    ucm::model::CrewMember member(&crew);
+    crew.help_until_done();
+  });
+  {
+    c10::InferenceMode guard;
+    ucm::model::CrewMember member(&crew);
+    crew.wait_for_idle(workers - 1);
+    ucm::model::crew_strict_for_tests(true);
+    fn();
+    ucm::model::crew_strict_for_tests(false);
+    crew.help_until_done();
+  }
+  for (auto& t : helpers) t.join();
+}
+
+// OpenBLAS's core type asked for in the environment (OPENBLAS_CORETYPE, as ctest's variants of
+// these tests set it: tests/model/CMakeLists.txt) is the one that runs, or the CPU cannot run it.
+TEST(Fp32Kernels, OpenBlasRunsTheCoreTheEnvironmentNames) {
+  const char* want = std::getenv("OPENBLAS_CORETYPE");
+  const std::string got = ucm::model::blas_core_name();
+  std::printf("[ blas ] OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s: OpenBLAS runs %s\n", want ? want : "(unset)",
+              std::getenv("OPENBLAS_L2_SIZE") ? std::getenv("OPENBLAS_L2_SIZE") : "(unset)", got.c_str());
+  ASSERT_FALSE(got.empty()) << "no OpenBLAS in this process: libtorch's BLAS is another one";
+  if (!want || !*want) return;
+  auto lower = [](std::string v) {
+    for (auto& ch : v) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    return v;
+  };
+  if (lower(got) == lower(want)) return;
+  const auto f = ucm::model::cpu_flags();
+  const std::string w = lower(want);
+  const bool cpu_lacks = (w == "cooperlake" && !f.count("avx512_bf16")) ||
+                         ((w == "skylakex" || w == "cooperlake") && !f.count("avx512f")) ||
+                         ((w == "haswell" || w == "zen") && !f.count("avx2"));
+  if (cpu_lacks) GTEST_SKIP() << "this CPU cannot run OpenBLAS's " << want << " kernels (it runs " << got << ")";
+  FAIL() << "OPENBLAS_CORETYPE=" << want << " but OpenBLAS runs " << got;
+}
+
+// The invariant of the prefill's GEMMs (attn_ops.h, for_gemm_pieces; docs/model.md, "One result
+// whatever the workers"): linear_f32 and add_linear_f32_ (with a bias, without, and added to the
+// output with beta 1) give the same bits with no crew and on crews of 2 and 3 workers whose helpers
+// take pieces, whatever kernels OpenBLAS runs (ctest runs this under each OPENBLAS_CORETYPE this
+// CPU can run). The control: where OpenBLAS's kernels give a row other bits in a call of other
+// rows (its Haswell and Zen cores: rows in a 4-row edge tile, measured), the split the workers
+// made before (the rows halved between two workers) must differ from the whole GEMM at least once,
+// or this test would prove nothing on that core.
+TEST(Fp32Kernels, GemmPiecesGiveTheSameBitsWhateverTheWorkers) {
+  namespace ops = ucm::model::ops;
   ucm::model::set_blas_threads(1);
+  c10::InferenceMode guard;
   torch::manual_seed(5);
-  const int64_t shapes[][2] = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
+  const std::string core = ucm::model::blas_core_name();
+  const bool row_sensitive = core == "Haswell" || core == "Zen";
+  const int64_t shapes[][2] = {{960, 576}, {3072, 576}, {576, 1536}};
+  int control_differs = 0, control_cases = 0;
   for (const auto& nk : shapes) {
     const int64_t N = nk[0], K = nk[1];
     auto w = torch::randn({N, K}), b = torch::randn({N});
-    for (int64_t M : {128, 333, 682}) {
+    for (int64_t M : {128, 333, 682, 1100, 2048}) {
       auto x = torch::randn({M, K}), acc = torch::randn({M, N});
-      auto whole = torch::mm(x, w.t()), whole_b = torch::addmm(b, x, w.t()), whole_acc = acc.clone().addmm_(x, w.t());
-      for (int64_t cut : {int64_t{16}, int64_t{64}, M / 2 / 16 * 16, M - 16}) {
-        auto y = torch::empty({M, N}), yb = torch::empty({M, N}), ya = acc.clone();
-        for (auto [r0, n] : {std::pair<int64_t, int64_t>{0, cut}, {cut, M - cut}}) {
-          auto yr = y.narrow(0, r0, n), ybr = yb.narrow(0, r0, n);
-          at::mm_out(yr, x.narrow(0, r0, n), w.t());
-          at::addmm_out(ybr, b, x.narrow(0, r0, n), w.t());
-          ya.narrow(0, r0, n).addmm_(x.narrow(0, r0, n), w.t());
-        }
-        EXPECT_TRUE(torch::equal(y, whole)) << M << " x " << N << " x " << K << " cut at " << cut;
-        EXPECT_TRUE(torch::equal(yb, whole_b)) << M << " x " << N << " x " << K << " cut at " << cut << " (bias)";
-        EXPECT_TRUE(torch::equal(ya, whole_acc)) << M << " x " << N << " x " << K << " cut at " << cut << " (beta 1)";
+      const auto alone = ops::linear_f32(x, w), alone_b = ops::linear_f32(x, w, b);
+      auto alone_acc = acc.clone();
+      ops::add_linear_f32_(alone_acc, x, w);
+      for (int workers : {2, 3}) {
+        torch::Tensor y, yb, ya = acc.clone();
+        on_crew(workers, [&] {
+          y = ops::linear_f32(x, w);
+          yb = ops::linear_f32(x, w, b);
+          ops::add_linear_f32_(ya, x, w);
+        });
+        const std::string at = std::to_string(M) + " x " + std::to_string(N) + " x " + std::to_string(K) + ", " +
+                               std::to_string(workers) + " workers, OpenBLAS " + core;
+        EXPECT_TRUE(torch::equal(y, alone)) << at;
+        EXPECT_TRUE(torch::equal(yb, alone_b)) << at << " (bias)";
+        EXPECT_TRUE(torch::equal(ya, alone_acc)) << at << " (beta 1)";
+      }
+      if (M >= 256) {  // the old split: rows halved (starts on multiples of 16), against one call
+        const int64_t cut = M / 2 / 16 * 16;
+        auto halves = torch::cat({torch::mm(x.narrow(0, 0, cut), w.t()), torch::mm(x.narrow(0, cut, M - cut), w.t())});
+        ++control_cases;
+        control_differs += !torch::equal(halves, torch::mm(x, w.t()));
       }
     }
+  }
+  std::printf("[ blas ] OpenBLAS %s: the rows halved differ from one call in %d of %d GEMMs\n", core.c_str(),
+              control_differs, control_cases);
+  if (row_sensitive) {
+    EXPECT_GT(control_differs, 0) << "OpenBLAS " << core << " gave the halves the whole GEMM's bits every time";
   }
 }
 
@@ -433,8 +506,10 @@ TEST(Fp32Kernels, PrefillWorkersGiveTheOneThreadResultBitForBit) {
   auto m = ucm::model::LlamaModel::load(model_dir(), torch::kCPU, torch::kFloat);
   ASSERT_FALSE(m->fused_fp32().empty()) << "the fp32 model runs libtorch's ops (UCM_FP32_KERNELS=0?)";
   torch::manual_seed(23);
-  auto tokens = torch::randint(0, 49152, {3, 320}, torch::kLong);
-  auto lengths = torch::tensor({320, 61, 17}, torch::kLong);
+  // 600 tokens: 2 GEMM pieces (for_gemm_pieces), which the idle worker takes while the other has
+  // its two short sequences.
+  auto tokens = torch::randint(0, 49152, {3, 600}, torch::kLong);
+  auto lengths = torch::tensor({600, 61, 17}, torch::kLong);
   ucm::model::set_blas_threads(1);
   at::set_num_threads(1);
   m->set_prefill_workers(1);
