@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
 #if UCM_CLI_HAVE_PRECOMPUTE
   // ucm-torch: OpenBLAS's fp32 GEMM kernels for this CPU (compute.h; a re-exec when it fell back
   // to SSE3 kernels).
-  ucm::model::restart_with_blas_core(argv);
+  ucm::model::restart_with_blas_core(argv, true);
   // Activations reuse freed pages (page faults were 3.5% of an fp32 prefill: cpu_runtime.h).
   // UCM_MALLOC_DEFAULTS=1 leaves glibc's defaults (before/after runs).
   if (const char* d = std::getenv("UCM_MALLOC_DEFAULTS"); !d || !*d || std::strcmp(d, "0") == 0)

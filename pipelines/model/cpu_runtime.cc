@@ -13,12 +13,19 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 
 namespace ucm::model {
+
+// What an AVX2 core's kernels cost on an AVX-512 CPU, measured (docs/benchmarks.md, "OpenBLAS's
+// core under the environment's OPENBLAS_CORETYPE").
+constexpr const char* kBlasCoreLoss =
+    "on AMD Zen 5 the fp32 prefill ran 989 tokens/s with Haswell's kernels against 1,596 with AVX-512 ones, 0.62x";
 
 std::set<std::string> cpu_flags() {
   // __builtin_cpu_supports wants a string literal: one line per feature.
@@ -119,29 +126,78 @@ std::string blas_core_override() {
   return blas_core_for(blas_core_name(), cpu_flags());
 }
 
+bool blas_version_at_least(const std::string& config, int major, int minor, int patch) {
+  int a = 0, b = 0, c = 0;
+  if (std::sscanf(config.c_str(), "OpenBLAS %d.%d.%d", &a, &b, &c) != 3) return false;
+  return std::tie(a, b, c) >= std::tie(major, minor, patch);
+}
+
+namespace {
+
+std::string blas_config() {
+  using ConfigFn = char* (*)();
+  auto fn = reinterpret_cast<ConfigFn>(::dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  const char* c = fn ? fn() : nullptr;
+  return c ? c : "";
+}
+
+bool keep_environment_core() {
+  const char* p = std::getenv("UCM_BLAS_CORE");
+  return p && std::strcmp(p, "keep") == 0;
+}
+
+}  // namespace
+
+std::string blas_core_replacing_environment() {
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  if (!set || !*set || keep_environment_core()) return "";
+  // 0.3.21 (Debian 12's) and later know AVX-512 on AMD Zen 4/5 and Intel; older builds are what
+  // such a variable is usually set for, so their choice is left alone.
+  if (!blas_version_at_least(blas_config(), 0, 3, 21)) return "";
+  return blas_core_for(set, cpu_flags());
+}
+
+std::string blas_core_replaced() {
+  const char* was = std::getenv("UCM_OPENBLAS_CORETYPE_WAS");
+  return was ? was : "";
+}
+
 std::string blas_core_warning() {
   const char* set = std::getenv("OPENBLAS_CORETYPE");
   if (!set || !*set) return "";
   const std::string better = blas_core_for(set, cpu_flags());
   if (better.empty()) return "";
-  return std::string("OPENBLAS_CORETYPE=") + set + " is set in the environment: OpenBLAS runs that core's kernels " +
-         "on this CPU, which has " + (better == "SkylakeX" ? "AVX-512" : "AVX2") +
-         ", and fp32 GEMMs run slower than with " + better +
-         "'s (AMD Zen 5, 2026-11-27: Haswell's 186-218 GFLOP/s against 290-410, the fp32 prefill 628 against 960-1000 "
-         "tokens/s). Unset it (OpenBLAS then picks its kernels itself) or set OPENBLAS_CORETYPE=" + better +
-         ", unless you need that core";
+  return std::string("OPENBLAS_CORETYPE=") + set + " is set in the environment and UCM_BLAS_CORE=keep keeps it: " +
+         "OpenBLAS runs that core's kernels on this CPU, which has " + (better == "SkylakeX" ? "AVX-512" : "AVX2") +
+         ", and the fp32 prefill runs slower than with " + better + "'s (" + kBlasCoreLoss + "). Unset UCM_BLAS_CORE " +
+         "(ucm then runs " + better + "'s kernels in its own process only) unless you need that core";
 }
 
-void restart_with_blas_core(char** argv) {
-  const std::string core = blas_core_override();
+std::string blas_core_replaced_note() {
+  const std::string was = blas_core_replaced();
+  if (was.empty()) return "";
+  const char* now = std::getenv("OPENBLAS_CORETYPE");
+  return "OPENBLAS_CORETYPE=" + was + " in the environment names kernels this CPU outgrows: ucm runs OpenBLAS's " +
+         (now ? now : "") + " kernels in its own process instead (" + kBlasCoreLoss +
+         "); UCM_BLAS_CORE=keep runs the environment's";
+}
+
+void restart_with_blas_core(char** argv, bool replace_environment) {
+  std::string core = blas_core_override();
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  const std::string was = set ? set : "";
+  if (core.empty() && replace_environment) core = blas_core_replacing_environment();
   if (core.empty()) return;
-  const std::string was = blas_core_name();
+  const std::string runs = blas_core_name();
+  if (!was.empty()) ::setenv("UCM_OPENBLAS_CORETYPE_WAS", was.c_str(), 1);
   ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
   ::execv("/proc/self/exe", argv);
   spdlog::warn("OpenBLAS runs its {} kernels on this CPU; restarting with OPENBLAS_CORETYPE={} failed ({}): "
                "fp32 GEMMs will be slow (set OPENBLAS_CORETYPE={} yourself)",
-               was, core, std::strerror(errno), core);
-  ::unsetenv("OPENBLAS_CORETYPE");
+               runs, core, std::strerror(errno), core);
+  if (was.empty()) ::unsetenv("OPENBLAS_CORETYPE");
+  else ::setenv("OPENBLAS_CORETYPE", was.c_str(), 1);
+  ::unsetenv("UCM_OPENBLAS_CORETYPE_WAS");
 }
 
 bool keep_freed_pages() {

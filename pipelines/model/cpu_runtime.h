@@ -68,17 +68,40 @@ std::string blas_core_override();
 /// `cpu_flags` as cpu_flags() gives them.
 std::string blas_core_for(const std::string& core, const std::set<std::string>& cpu_flags);
 
+/// The core ucm-torch runs instead of an OPENBLAS_CORETYPE set in the environment: blas_core_for()
+/// of that value (e.g. "SkylakeX" for Haswell or Zen on an AVX-512 CPU: some machines' environments
+/// set OPENBLAS_CORETYPE=Haswell on AMD Zen 4/5, for older OpenBLAS builds), when the loaded OpenBLAS
+/// is 0.3.21 or newer (older builds are what such a variable is set for: their choice is left
+/// alone); "" when the variable is unset, names nothing this CPU outgrows, or UCM_BLAS_CORE=keep.
+std::string blas_core_replacing_environment();
+
+/// Whether openblas_get_config()'s text ("OpenBLAS 0.3.21 DYNAMIC_ARCH ...") names a version at
+/// least major.minor.patch; false when it names none.
+bool blas_version_at_least(const std::string& config, int major, int minor, int patch);
+
+/// The environment's OPENBLAS_CORETYPE that restart_with_blas_core() replaced before this process
+/// started (UCM_OPENBLAS_CORETYPE_WAS, which it sets); "" when none was replaced.
+std::string blas_core_replaced();
+
+/// When blas_core_replaced() names a value: one line saying which core the environment named, which
+/// runs instead, what that is worth and how to keep the environment's; else "". The fp32 compute
+/// path logs it at info.
+std::string blas_core_replaced_note();
+
 /// When OPENBLAS_CORETYPE is set to a core whose kernels this CPU outgrows (blas_core_for() would
-/// replace it: e.g. Haswell on an AVX-512 CPU, as some machines' environments set it), a message
-/// saying so and what to do; "" otherwise. The fp32 compute path logs it at warn: the value is
-/// left alone, as any value set by hand.
+/// replace it) and runs (UCM_BLAS_CORE=keep, an OpenBLAS older than 0.3.21, or a process that does
+/// not replace it: the in-process tests), a message saying what the fp32 prefill loses (measured)
+/// and what to do; "" otherwise. The fp32 compute path logs it at warn.
 std::string blas_core_warning();
 
 /// For a main() that links libtorch, before anything else: when blas_core_override() names a
-/// core, sets OPENBLAS_CORETYPE to it and re-executes /proc/self/exe with the same argv (OpenBLAS
-/// reads the variable only when it loads). Returns when there is nothing to mend or the exec
-/// fails (the run then goes on with the kernels it has, logged at warn).
-void restart_with_blas_core(char** argv);
+/// core, or `replace_environment` and blas_core_replacing_environment() names one, sets
+/// OPENBLAS_CORETYPE to it (and UCM_OPENBLAS_CORETYPE_WAS to the environment's value, if any) and
+/// re-executes /proc/self/exe with the same argv (OpenBLAS reads the variable only when it loads).
+/// Returns when there is nothing to mend or the exec fails (the run then goes on with the kernels
+/// it has, logged at warn). ucm-torch and the benchmarks replace the environment's value; the
+/// in-process tests do not (they run what the environment, or ctest, names).
+void restart_with_blas_core(char** argv, bool replace_environment);
 
 /// For a main() that runs the model, before the first tensor: glibc malloc keeps the pages it is
 /// given back instead of returning them to the kernel (M_MMAP_THRESHOLD at its 32 MiB maximum,

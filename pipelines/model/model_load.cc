@@ -59,8 +59,10 @@ Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, Comput
   if (!blas_core.empty()) {
     const std::string warn = blas_core_warning();
     if (!warn.empty()) spdlog::warn("{}", warn);
+    const std::string note = blas_core_replaced_note();
+    if (!note.empty()) spdlog::info("{}", note);
   }
-  if (info) *info = {cc.name, cc.path, threads, kernels_of(**out), blas_core};
+  if (info) *info = {cc.name, cc.path, threads, kernels_of(**out), blas_core, blas_core.empty() ? "" : blas_core_replaced()};
   return Status::OK();
 }
 

@@ -32,6 +32,9 @@ struct ComputeInfo {
   int threads = 0;    ///< libtorch intra-op threads in effect (the fused bf16 path: prefill workers)
   std::string kernels = "libtorch";  ///< kernels_of(the model)
   std::string blas_core;  ///< fp32 on the CPU: the OpenBLAS core running the GEMMs (blas_core_name()); else ""
+  /// fp32 on the CPU: the environment's OPENBLAS_CORETYPE that blas_core replaced
+  /// (blas_core_replaced()); "" when none was.
+  std::string blas_core_replaced;
 };
 
 /// The kernels a model's CPU prefill runs besides its GEMMs: "avx512_bf16" (the fused bf16

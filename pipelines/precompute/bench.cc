@@ -67,6 +67,7 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
   out->threads = compute.threads;
   out->kernels = compute.kernels;
   out->blas_core = compute.blas_core;
+  out->blas_core_replaced = compute.blas_core_replaced;
   std::unique_ptr<tok::Tokenizer> tok_owned;
   const tok::Tokenizer* tk = nullptr;
   st = load_tokenizer(o, Resources{}, &tok_owned, &tk);

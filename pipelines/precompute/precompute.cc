@@ -28,7 +28,8 @@ Status load_model(const PrecomputeOptions& o, const Resources& res,
     const bool bf16 = res.model->compute_dtype() == torch::kBFloat16;
     *compute = {bf16 ? "bf16" : "fp32", bf16 ? "given" : "fp32", at::get_num_threads(),
                 model::kernels_of(*res.model),
-                model::blas_core_of(res.model->device(), res.model->compute_dtype())};
+                model::blas_core_of(res.model->device(), res.model->compute_dtype()), ""};
+    if (!compute->blas_core.empty()) compute->blas_core_replaced = model::blas_core_replaced();
     return Status::OK();
   }
   if (o.model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR (or `model:` in --config)");
@@ -87,6 +88,7 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
   sum->threads = compute.threads;
   sum->kernels = compute.kernels;
   sum->blas_core = compute.blas_core;
+  sum->blas_core_replaced = compute.blas_core_replaced;
   if (m->config().head_dim <= 0 || m->config().num_key_value_heads <= 0)
     return Status::InvalidArgument("model " + o.model_dir + " has no KV heads / head_dim");
   std::unique_ptr<tok::Tokenizer> tok_owned;

@@ -19,9 +19,12 @@ std::string fmt_fixed(double v, int digits) {
 // "1 libtorch thread, OpenBLAS Cooperlake GEMMs" | "2 prefill workers (fp32_avx512 kernels, one
 // libtorch thread each, OpenBLAS SkylakeX GEMMs in the worker's thread, idle workers helping)"
 // (the fused kernels' crew: pipelines/model/crew.h).
-std::string threads_text(int threads, const std::string& kernels, const std::string& blas_core) {
+std::string threads_text(int threads, const std::string& kernels, const std::string& blas_core,
+                         const std::string& replaced) {
   const char* s = threads == 1 ? "" : "s";
-  const std::string blas = blas_core.empty() ? std::string() : "OpenBLAS " + blas_core + " GEMMs";
+  const std::string blas = blas_core.empty() ? std::string()
+                           : "OpenBLAS " + blas_core + " GEMMs" +
+                                 (replaced.empty() ? "" : " (the environment's OPENBLAS_CORETYPE=" + replaced + " replaced)");
   if (kernels == "libtorch")
     return std::to_string(threads) + " libtorch thread" + s + (blas.empty() ? std::string() : ", " + blas);
   return std::to_string(threads) + " prefill worker" + s + " (" + kernels + " kernels, one libtorch thread each" +
@@ -63,6 +66,7 @@ std::string PrecomputeSummary::to_json() const {
   j["threads"] = threads;
   j["kernels"] = kernels;
   j["blas_core"] = blas_core;
+  j["blas_core_replaced"] = blas_core_replaced;
   j["interrupted"] = interrupted;
   j["signal"] = signal;
   j["namespace"] = namespace_name;
@@ -95,7 +99,7 @@ std::string PrecomputeSummary::to_text() const {
   char buf[256];
   std::snprintf(buf, sizeof buf, "tokens %llu in %.1f s (%.0f tokens/s; prefill %.1f s, %s compute on %s, %s)\n",
                 (unsigned long long)tokens, seconds, tokens_per_second, prefill_seconds, compute_dtype.c_str(),
-                compute_path.c_str(), threads_text(threads, kernels, blas_core).c_str());
+                compute_path.c_str(), threads_text(threads, kernels, blas_core, blas_core_replaced).c_str());
   s << buf;
   if (sglang_page_size)
     s << "SGLang page table for page size " << sglang_page_size << ": " << sglang_pages << " pages\n";
@@ -125,6 +129,7 @@ std::string BenchResult::to_json() const {
                       {"threads", threads},
                       {"kernels", kernels},
                       {"blas_core", blas_core},
+                      {"blas_core_replaced", blas_core_replaced},
                       {"gemm_tokens", gemm_tokens},
                       {"gemm_gflop", gemm_gflop},
                       {"gemm_gflops", gemm_gflops},
@@ -146,7 +151,7 @@ std::string BenchResult::to_text() const {
                 (unsigned long long)documents, (unsigned long long)tokens, (unsigned long long)batches, rounds,
                 prefill_tokens_per_second, rounds + 1, prefill_seconds_before, prefill_seconds_after,
                 precompute_tokens_per_second, precompute_seconds, precompute_prefill_seconds, ratio, per_round.c_str(),
-                compute_dtype.c_str(), compute_path.c_str(), threads_text(threads, kernels, blas_core).c_str(), device.c_str());
+                compute_dtype.c_str(), compute_path.c_str(), threads_text(threads, kernels, blas_core, blas_core_replaced).c_str(), device.c_str());
   std::string text = buf;
   if (matmul_limit_gflops > 0) {
     std::snprintf(buf, sizeof buf,

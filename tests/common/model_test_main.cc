@@ -9,7 +9,7 @@
 #include "cpu_runtime.h"
 
 int main(int argc, char** argv) {
-  ucm::model::restart_with_blas_core(argv);
+  ucm::model::restart_with_blas_core(argv, false);  // the environment's (or ctest's) OPENBLAS_CORETYPE runs
   if (const std::string conflict = ucm::model::cxx_runtime_conflict(); !conflict.empty()) {
     std::fprintf(stderr, "%s\n", conflict.c_str());
     return 1;

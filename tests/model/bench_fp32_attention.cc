@@ -21,7 +21,7 @@
 namespace f32 = ucm::model::cpu::f32;
 
 int main(int argc, char** argv) {
-  ucm::model::restart_with_blas_core(argv);
+  ucm::model::restart_with_blas_core(argv, true);
   at::set_num_threads(1);
   ucm::model::set_blas_threads(1);
   f32::Isa isa = f32::cpu_isa();

@@ -43,7 +43,7 @@ double best_seconds(F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ucm::model::restart_with_blas_core(argv);  // OpenBLAS's kernels for this CPU, as ucm-torch
+  ucm::model::restart_with_blas_core(argv, true);  // OpenBLAS's kernels for this CPU, as ucm-torch
   const std::string dir = argc > 1 && *argv[1] ? argv[1] : ucm::test::model_dir();
   const int threads = argc > 2 ? std::max(1, std::atoi(argv[2])) : 1;
   try {

@@ -14,7 +14,7 @@
 #include "real_data.h"  // model_dir(): $UCM_MODEL_DIR or the source tree's models/
 
 int main(int argc, char** argv) {
-  ucm::model::restart_with_blas_core(argv);  // OpenBLAS's kernels for this CPU, as ucm-torch
+  ucm::model::restart_with_blas_core(argv, true);  // OpenBLAS's kernels for this CPU, as ucm-torch
   const std::string dir = argc > 1 && *argv[1] ? argv[1] : ucm::test::model_dir();
   try {
     auto m = ucm::model::LlamaModel::load(dir);

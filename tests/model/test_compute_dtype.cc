@@ -507,6 +507,15 @@ TEST(ComputeDtype, OpenBlasCoreOverride) {
   EXPECT_EQ(blas_core_for("SkylakeX", avx512), "");
   EXPECT_EQ(blas_core_for("Cooperlake", avx512), "");
   EXPECT_EQ(blas_core_for("", avx512), "");
+  // The version gate of replacing the environment's value (0.3.21: Debian 12's).
+  using ucm::model::blas_version_at_least;
+  EXPECT_TRUE(blas_version_at_least("OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Cooperlake", 0, 3, 21));
+  EXPECT_TRUE(blas_version_at_least("OpenBLAS 0.3.30 DYNAMIC_ARCH", 0, 3, 21));
+  EXPECT_TRUE(blas_version_at_least("OpenBLAS 1.0.0", 0, 3, 21));
+  EXPECT_FALSE(blas_version_at_least("OpenBLAS 0.3.20 DYNAMIC_ARCH", 0, 3, 21));
+  EXPECT_FALSE(blas_version_at_least("OpenBLAS 0.2.99", 0, 3, 21));
+  EXPECT_FALSE(blas_version_at_least("", 0, 3, 21));
+  EXPECT_FALSE(blas_version_at_least("MKL 2024.0", 0, 3, 21));
   // This process was started as ucm-torch is (tests/common/model_test_main.cc): nothing left.
   EXPECT_EQ(ucm::model::blas_core_override(), "");
 }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -30,6 +31,7 @@
 #include "ucm/hash.h"
 #include "ucm/store.h"
 #include "ucm/tok/tokenizer.h"
+#include "cpu_runtime.h"
 #include "real_data.h"
 
 extern char** environ;
@@ -456,6 +458,48 @@ TEST_F(PrecomputeCliTest, ShippedConfigWithOverrides) {
             1);
   EXPECT_NE(err.find("block_sise"), std::string::npos) << err;
   EXPECT_FALSE(fs::exists(root_ / "cfg-bad"));
+}
+
+// An environment that names OpenBLAS's AVX2 kernels on an AVX-512 CPU (some machines set
+// OPENBLAS_CORETYPE=Haswell on AMD Zen 4/5): the fp32 precompute runs AVX-512 kernels in its own
+// process, says so at info and in the report (blas_core_replaced); UCM_BLAS_CORE=keep runs the
+// environment's, and the warning says what that costs and how to undo it (docs/model.md).
+TEST_F(PrecomputeCliTest, EnvironmentsAvx2BlasCoreIsReplacedUnlessKept) {
+  const auto f = ucm::model::cpu_flags();
+  if (!f.count("avx512f") || !f.count("avx512bw") || !f.count("avx512vl") || !f.count("avx512dq"))
+    GTEST_SKIP() << "this CPU has no AVX-512: Haswell's kernels are its best";
+  struct Env {  // sets a variable for the children, restores it after
+    std::string name, old;
+    bool had;
+    Env(const char* n, const char* v) : name(n), had(std::getenv(n) != nullptr) {
+      if (had) old = std::getenv(n);
+      ::setenv(n, v, 1);
+    }
+    ~Env() { had ? ::setenv(name.c_str(), old.c_str(), 1) : ::unsetenv(name.c_str()); }
+  };
+  Env core("OPENBLAS_CORETYPE", "Haswell");
+  auto run = [&](const std::string& tag, std::string* err) {
+    std::string out;
+    const int rc = run_ucm({"precompute", "--model", model_dir(), "--corpus", corpus_.string(), "--store",
+                            (root_ / tag).string(), "--limit", "1", "--max-doc-tokens", "48", "--compute-dtype",
+                            "fp32", "--json"},
+                           root_ / (tag + "-run"), &out, err);
+    EXPECT_EQ(rc, 0) << *err;
+    return parse_or_fail(out);
+  };
+  std::string err;
+  json j = run("blas-replaced", &err);
+  EXPECT_EQ(j.value("blas_core", std::string()), "SkylakeX") << j.dump();
+  EXPECT_EQ(j.value("blas_core_replaced", std::string()), "Haswell") << j.dump();
+  EXPECT_NE(err.find("OPENBLAS_CORETYPE=Haswell in the environment names kernels this CPU outgrows"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("UCM_BLAS_CORE=keep"), std::string::npos) << err;
+  Env keep("UCM_BLAS_CORE", "keep");
+  j = run("blas-kept", &err);
+  EXPECT_EQ(j.value("blas_core", std::string()), "Haswell") << j.dump();
+  EXPECT_EQ(j.value("blas_core_replaced", std::string("?")), "") << j.dump();
+  EXPECT_NE(err.find("UCM_BLAS_CORE=keep keeps it"), std::string::npos) << err;
+  EXPECT_NE(err.find("0.62x"), std::string::npos) << "the warning names what is lost: " << err;
 }
 
 // --device cuda where libtorch has no CUDA (Debian's) or there is no GPU: refused before any work,

@@ -124,6 +124,10 @@ struct PrecomputeSummary {
   /// fp32 on the CPU: the OpenBLAS core whose kernels ran the GEMMs ("Cooperlake", "SkylakeX",
   /// "Haswell", ...; OPENBLAS_CORETYPE or OpenBLAS's own choice); "" otherwise.
   std::string blas_core;
+  /// fp32 on the CPU: the environment's OPENBLAS_CORETYPE that ucm replaced with blas_core
+  /// (a core this CPU outgrows, e.g. "Haswell" on AVX-512: docs/model.md, "OpenBLAS kernels");
+  /// "" when none was replaced.
+  std::string blas_core_replaced;
   bool interrupted = false;      ///< stopped by SIGINT/SIGTERM
   int signal = 0;                ///< the signal that stopped the run (2 SIGINT, 15 SIGTERM), 0 = none
   std::string namespace_name, namespace_id;
@@ -168,6 +172,7 @@ struct BenchResult {
   int threads = 0;
   std::string kernels = "libtorch";  ///< as in PrecomputeSummary
   std::string blas_core;              ///< as in PrecomputeSummary
+  std::string blas_core_replaced;     ///< as in PrecomputeSummary
   /// Rows the bare prefill's GEMMs ran: the tokens where the CPU's fused kernels run each sequence
   /// at its own length (kernels not "libtorch"), else every batch's sequences times its padded length.
   uint64_t gemm_tokens = 0;
