@@ -93,8 +93,12 @@ for ct in bf16 fp32; do  # compute dtype (--compute-dtype); the store holds bf16
     --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype "$ct" --rounds "$ROUNDS" --json
 done
 # ucm's fp32 GEMMs are OpenBLAS's: where the environment sets OPENBLAS_CORETYPE (some machines set
-# Haswell on AVX-512 CPUs; ucm warns), fp32 once more with OpenBLAS's own choice of kernels.
+# Haswell on AVX-512 CPUs), ucm-torch replaces a core the CPU outgrows in its own process (the row
+# above; its report says so in blas_core_replaced), so fp32 runs once more with the environment's
+# core kept (UCM_BLAS_CORE=keep) and once with OpenBLAS's own choice: what the replacement is worth.
 if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+  UCM_BLAS_CORE=keep run "ucm-fp32-environment-core-kept" "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" \
+    --template "" --docs "$DOCS" --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype fp32 --rounds "$ROUNDS" --json
   run "ucm-fp32-openblas-own-core" env -u OPENBLAS_CORETYPE "$UCM" bench precompute --model "$MODEL" --corpus "$IDS" \
     --template "" --docs "$DOCS" --max-doc-tokens "$CUT" --dtype bf16 --compute-dtype fp32 --rounds "$ROUNDS" --json
 fi
@@ -133,6 +137,7 @@ for r in rows:
         print(f"| {r['name']} | | | {r['error'][:120]} |")
     elif r["name"].startswith("ucm"):
         blas = f", OpenBLAS {r['blas_core']}" if r.get("blas_core") else ""
+        if r.get("blas_core_replaced"): blas += f" (environment's {r['blas_core_replaced']} replaced)"
         lim = (f"; GEMMs {r['gemm_gflops']:.0f} GFLOP/s, {r['limit_ratio']:.2f} of the {r['matmul_limit_gflops']:.0f} GFLOP/s limit"
                if r.get("matmul_limit_gflops") else "")
         print(f"| ucm bench precompute, bare prefill | compute {r.get('compute_dtype', '?')} ({r.get('compute_path', '?')}, {r.get('kernels', '?')} kernels, {r.get('threads', '?')} threads{blas}), store bf16 | {r['prefill_tokens_per_second']:.1f} | {r['tokens']} tokens, {r['batches']} batches{lim} |")
