@@ -111,8 +111,9 @@ bool wants_json(int argc, char** argv) {
 
 int main(int argc, char** argv) {
 #if UCM_CLI_HAVE_PRECOMPUTE
-  // ucm-torch: OpenBLAS's fp32 GEMM kernels for this CPU (compute.h; a re-exec when it fell back
-  // to SSE3 kernels).
+  // ucm-torch: OpenBLAS's fp32 GEMM kernels for this CPU (cpu_runtime.h; a re-exec when it fell
+  // back to SSE3 kernels, or when the environment's OPENBLAS_CORETYPE names AVX2 kernels on an
+  // AVX-512 CPU, unless UCM_BLAS_CORE=keep).
   ucm::model::restart_with_blas_core(argv, true);
   // Activations reuse freed pages (page faults were 3.5% of an fp32 prefill: cpu_runtime.h).
   // UCM_MALLOC_DEFAULTS=1 leaves glibc's defaults (before/after runs).
