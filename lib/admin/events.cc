@@ -72,7 +72,10 @@ class Publisher {
       const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
       std::string payload = encode_kv_event_batch(ts, events, begin, end, medium_);
       const int64_t seq = static_cast<int64_t>(seq_++);
-      std::array<zmq::const_buffer, 3> frames = {zmq::buffer(o_.topic), zmq::buffer(be64(seq)), zmq::buffer(payload)};
+      // zmq::buffer keeps a pointer: the sequence frame's bytes must outlive the send (a temporary
+      // be64() here dangled, and at -O3 the replay frames came out wrong).
+      const std::string seq_bytes = be64(seq);
+      std::array<zmq::const_buffer, 3> frames = {zmq::buffer(o_.topic), zmq::buffer(seq_bytes), zmq::buffer(payload)};
       (void)zmq::send_multipart(pub_, frames);
       buffer_.emplace_back(seq, std::move(payload));
       while (buffer_.size() > o_.buffer_batches) buffer_.pop_front();
@@ -110,12 +113,14 @@ class Publisher {
       ++rep->replay_requests;
       for (const auto& [seq, payload] : buffer_) {
         if (static_cast<uint64_t>(seq) < start) continue;
+        const std::string seq_bytes = be64(seq);  // outlives the send (zmq::buffer keeps a pointer)
         std::array<zmq::const_buffer, 5> f = {zmq::buffer(req[0].data(), req[0].size()), zmq::const_buffer(),
-                                              zmq::buffer(o_.topic), zmq::buffer(be64(seq)), zmq::buffer(payload)};
+                                              zmq::buffer(o_.topic), zmq::buffer(seq_bytes), zmq::buffer(payload)};
         (void)zmq::send_multipart(replay_, f);
       }
+      const std::string end_seq = be64(-1);
       std::array<zmq::const_buffer, 5> end = {zmq::buffer(req[0].data(), req[0].size()), zmq::const_buffer(),
-                                              zmq::const_buffer(), zmq::buffer(be64(-1)), zmq::const_buffer()};
+                                              zmq::const_buffer(), zmq::buffer(end_seq), zmq::const_buffer()};
       (void)zmq::send_multipart(replay_, end);
     } while (Clock::now() < until);
   }

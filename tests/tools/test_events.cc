@@ -347,7 +347,8 @@ TEST(Events, PublishesVllmFramesAndAnswersReplay) {
   replay.connect(eps.second);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the subscription reaches the PUB
 
-  std::array<zmq::const_buffer, 2> req = {zmq::const_buffer(), zmq::buffer(std::string(8, '\0'))};  // from seq 0
+  const std::string from_seq(8, '\0');  // from seq 0 (outlives the send: zmq::buffer keeps a pointer)
+  std::array<zmq::const_buffer, 2> req = {zmq::const_buffer(), zmq::buffer(from_seq)};
   ASSERT_TRUE(zmq::send_multipart(replay, req));
   std::vector<std::vector<zmq::message_t>> got;
   for (;;) {
