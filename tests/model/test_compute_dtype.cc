@@ -185,19 +185,20 @@ TEST(ComputeDtype, PrefillWorkersGiveTheOneThreadResultBitForBit) {
   auto alone = m->forward(tokens.narrow(0, 3, 1).narrow(1, 0, 17), lengths.narrow(0, 3, 1).clone().fill_(17), true,
                           torch::kBFloat16);
   EXPECT_TRUE(torch::equal(alone.k[5][0], one.k[5][3].narrow(0, 0, 17)));
-  // The crew (crew.h): one sequence of 320 tokens on two workers, the second dealt none, so that
-  // it takes row ranges of the GEMMs (>= 128 rows) and row kernels and a share of the attention
-  // units; in the strict mode for tests it is idle when the first posts, so it must help.
+  // The crew (crew.h): one sequence of 600 tokens on two workers, the second dealt none, so that
+  // it takes GEMM pieces (2 of 300 rows: for_gemm_pieces, attn_ops.h) and row ranges of the row
+  // kernels and a share of the attention units; in the strict mode for tests it is idle when the
+  // first posts, so it must help.
   {
     const int threads = at::get_num_threads();
     at::set_num_threads(1);
-    auto t320 = (torch::arange(320, torch::kLong) * 104729 % m->config().vocab_size).view({1, 320});
-    auto l320 = torch::tensor({320}, torch::kLong);
-    auto solo = m->forward(t320, l320, true, torch::kBFloat16);
+    auto t600 = (torch::arange(600, torch::kLong) * 104729 % m->config().vocab_size).view({1, 600});
+    auto l600 = torch::tensor({600}, torch::kLong);
+    auto solo = m->forward(t600, l600, true, torch::kBFloat16);
     m->set_prefill_workers(2);
     ucm::model::crew_strict_for_tests(true);
     const int64_t helped0 = ucm::model::crew_helped_parts_total();
-    auto shared = m->forward(t320, l320, true, torch::kBFloat16);
+    auto shared = m->forward(t600, l600, true, torch::kBFloat16);
     const int64_t helped = ucm::model::crew_helped_parts_total() - helped0;
     ucm::model::crew_strict_for_tests(false);
     m->set_prefill_workers(1);
