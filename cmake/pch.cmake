@@ -15,7 +15,10 @@ endif()
 # other libtorch libraries, which have the same flags and definitions and link ucm_model (so it is
 # built first).
 if(UCM_HAVE_TORCH AND TARGET ucm_model)
-  target_precompile_headers(ucm_model PRIVATE <torch/torch.h>)
+  # <ATen/core/ivalue.h> first: Clang 14 in C++20 instantiates std::vector<c10::IValue>'s
+  # constexpr destructor where ATen/core/List.h declares one before IValue is complete, and fails
+  # (GCC does not); with IValue defined first, <torch/torch.h> compiles under both.
+  target_precompile_headers(ucm_model PRIVATE <ATen/core/ivalue.h> <torch/torch.h>)
   foreach(t ucm_precompute ucm_generate)
     if(TARGET ${t})
       target_precompile_headers(${t} REUSE_FROM ucm_model)
@@ -39,7 +42,7 @@ if(UCM_HAVE_TORCH AND TARGET ucm_model AND TARGET test_blend)
   set_target_properties(ucm_test_torch_pch PROPERTIES POSITION_INDEPENDENT_CODE OFF)
   target_compile_options(ucm_test_torch_pch PRIVATE -fPIE)
   target_link_libraries(ucm_test_torch_pch PRIVATE ucm_model GTest::gtest ucm_warnings)
-  target_precompile_headers(ucm_test_torch_pch PRIVATE <torch/torch.h> <gtest/gtest.h>)
+  target_precompile_headers(ucm_test_torch_pch PRIVATE <ATen/core/ivalue.h> <torch/torch.h> <gtest/gtest.h>)
   foreach(t ${_ucm_torch_test_targets})
     if(TARGET ${t})
       target_precompile_headers(${t} REUSE_FROM ucm_test_torch_pch)

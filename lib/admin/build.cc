@@ -316,7 +316,9 @@ void index_namespaces(Scan* scan, const std::map<NamespaceId, NamespaceDesc>& de
 
 Status index_documents(const Scan& scan, const std::map<NamespaceId, NamespaceDesc>& descs, BatchWriter* w,
                        Totals* tot, BuildReport* rep) {
-  for (auto& [key, d] : scan.docs) {
+  for (auto& doc : scan.docs) {
+    const auto& key = doc.first;  // not a structured binding: Clang before 16 cannot capture one
+    const auto& d = doc.second;
     if (!descs.count(key.first)) {
       ++rep->unknown_namespace_records;
       continue;

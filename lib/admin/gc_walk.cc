@@ -72,7 +72,8 @@ Status GcRun::mark_referenced() {
   uint64_t marked = 0;
   std::unordered_set<uint64_t> recent;
   const size_t recent_max = std::max<size_t>(1 << 16, opts.memory_budget / 64);
-  for (auto& [id, n] : ns_by_id) {
+  for (auto& entry : ns_by_id) {
+    const auto& id = entry.first;  // not a structured binding: Clang before 16 cannot capture one
     if (!in_filter(id)) continue;
     Status inner;
     Status st = idx.for_each_doc(id, [&](const std::string&, const std::string& js) {

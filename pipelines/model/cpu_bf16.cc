@@ -94,6 +94,9 @@ size_t attention_scratch_bytes(const AttnArgs& a) {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
+#if defined(__clang__)  // Clang ignores GCC's target pragma: the same ISA on every function below
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma"))), apply_to = function)
+#endif
 // GCC 12 warns inside avx512fintrin.h about the _mm512_undefined_* operands it passes itself
 // (GCC bug 105593).
 #pragma GCC diagnostic push
@@ -684,6 +687,9 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
 }  // namespace hw
 
 #pragma GCC diagnostic pop
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options
 
 }  // namespace ucm::model::cpu

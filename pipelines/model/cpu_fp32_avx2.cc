@@ -10,6 +10,9 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#if defined(__clang__)  // Clang ignores GCC's target pragma: the same ISA on every function below
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#endif
 // GCC 12 warns inside its intrinsics headers about the undefined operands it passes itself (bug 105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -34,4 +37,7 @@ namespace ucm::model::cpu::f32::avx2 {
 }  // namespace ucm::model::cpu::f32::avx2
 
 #pragma GCC diagnostic pop
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #pragma GCC pop_options

@@ -39,7 +39,19 @@ std::set<std::string> cpu_flags() {
   if (__builtin_cpu_supports("avx512vl")) out.insert("avx512vl");
   if (__builtin_cpu_supports("avx512dq")) out.insert("avx512dq");
   if (__builtin_cpu_supports("avx512bf16")) out.insert("avx512_bf16");
+#if defined(__clang__)
+  // Clang (14) has no "amx-bf16" for __builtin_cpu_supports: CPUID leaf 7 EDX bit 22, and the
+  // OS's XCR0 with the tile state (bits 17 and 18), as GCC's builtin checks.
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool osxsave = __get_cpuid(1, &a, &b, &c, &d) && (c >> 27 & 1);  // xgetbv is allowed
+  if (osxsave && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1)) {
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0x60000u) == 0x60000u) out.insert("amx_bf16");
+  }
+#else
   if (__builtin_cpu_supports("amx-bf16")) out.insert("amx_bf16");
+#endif
   return out;
 }
 

@@ -23,6 +23,9 @@
 // grows as T, not T^2. Logits (if requested) add B * T * vocab floats.
 #pragma once
 
+// IValue complete before <torch/torch.h>: Clang 14 in C++20 fails on ATen/core/List.h's
+// std::vector<c10::IValue> otherwise (cmake/pch.cmake says why); GCC needs no order.
+#include <ATen/core/ivalue.h>
 #include <torch/torch.h>
 
 #include <algorithm>
