@@ -95,12 +95,20 @@ bool cpu::have_avx512_bf16() {  // declared in cpu_bf16.h, whose unit reads no f
   return have;
 }
 
-std::string blas_core_name() {
-  using CoreNameFn = char* (*)();
-  auto fn = reinterpret_cast<CoreNameFn>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  const char* name = fn ? fn() : nullptr;
-  return name ? name : "";
+namespace {
+
+// The text an OpenBLAS function `char* fn(void)` returns (openblas_get_corename,
+// openblas_get_config); "" when the process has no OpenBLAS.
+std::string blas_text(const char* symbol) {
+  using TextFn = char* (*)();
+  auto fn = reinterpret_cast<TextFn>(::dlsym(RTLD_DEFAULT, symbol));
+  const char* text = fn ? fn() : nullptr;
+  return text ? text : "";
 }
+
+}  // namespace
+
+std::string blas_core_name() { return blas_text("openblas_get_corename"); }
 
 int blas_threads() {
   using GetFn = int (*)();
@@ -147,13 +155,6 @@ bool blas_version_at_least(const std::string& config, int major, int minor, int 
 
 namespace {
 
-std::string blas_config() {
-  using ConfigFn = char* (*)();
-  auto fn = reinterpret_cast<ConfigFn>(::dlsym(RTLD_DEFAULT, "openblas_get_config"));
-  const char* c = fn ? fn() : nullptr;
-  return c ? c : "";
-}
-
 bool keep_environment_core() {
   const char* p = std::getenv("UCM_BLAS_CORE");
   return p && std::strcmp(p, "keep") == 0;
@@ -166,7 +167,7 @@ std::string blas_core_replacing_environment() {
   if (!set || !*set || keep_environment_core()) return "";
   // 0.3.21 (Debian 12's) and later know AVX-512 on AMD Zen 4/5 and Intel; older builds are what
   // such a variable is usually set for, so their choice is left alone.
-  if (!blas_version_at_least(blas_config(), 0, 3, 21)) return "";
+  if (!blas_version_at_least(blas_text("openblas_get_config"), 0, 3, 21)) return "";
   return blas_core_for(set, cpu_flags());
 }
 
