@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ucm.vllm import events
-from ucm.vllm.planner import Planner, head_range
+from ucm.vllm.planner import LoadSpec, Planner, bypass_reason, head_range
 from ucm.vllm.save_queue import SaveQueue
 
 EB, T = 32, 16          # engine block, ucm block
@@ -59,6 +59,11 @@ def out(new=(), cached=(), sched=None, finished=()):
               finished_req_ids=set(finished))
 
 
+def plan(p, o):
+    """A step's loads and saves (the StepReq list is tested in test_vllm_validity.py)."""
+    return p.plan(o)[:2]
+
+
 def planner(store, save=True):
     return Planner(EB, T, fake_hash, store.lookup, save=save)
 
@@ -73,7 +78,7 @@ def test_new_request_hit_load_then_save_of_the_rest():
     n = p.matched("a", PROMPT, 0)
     assert n == 128                                      # whole engine blocks, < len(prompt)
     p.allocated("a", n)
-    loads, saves = p.plan(out(new=[new_req("a", PROMPT, range(10, 17), 128)], sched={"a": 72}))
+    loads, saves = plan(p, out(new=[new_req("a", PROMPT, range(10, 17), 128)], sched={"a": 72}))
     (ld,) = loads
     assert (ld.first_token, ld.n_tokens, ld.block_ids) == (0, 128, list(range(10, 17)))
     assert len(ld.hashes) == 8 and (ld.hashes == fake_hash(PROMPT)[:8]).all()
@@ -81,9 +86,9 @@ def test_new_request_hit_load_then_save_of_the_rest():
     assert sv.first == 8 and len(sv.hashes) == 12 and sv.block_ids == list(range(10, 17))
     # The saved blocks' token ids go with them (store_v1.md §3.2): blocks 8..11, 16 tokens each.
     assert sv.tokens.dtype == np.uint32 and sv.tokens.tolist() == PROMPT[8 * T: 12 * T]
-    loads, saves = p.plan(out(cached=[("a", None, 200, False)], sched={"a": 1}))   # decode
+    loads, saves = plan(p, out(cached=[("a", None, 200, False)], sched={"a": 1}))   # decode
     assert loads == [] and saves == []
-    p.plan(out(finished=["a"]))
+    plan(p, out(finished=["a"]))
     assert p.live_requests() == 0
 
 
@@ -91,9 +96,9 @@ def test_chunked_prefill_saves_once_after_the_last_chunk():
     p = planner(FakeStore())
     assert p.matched("a", PROMPT, 0) == 0
     p.allocated("a", 0)
-    assert p.plan(out(new=[new_req("a", PROMPT, [1, 2, 3], 0)], sched={"a": 96})) == ([], [])
-    assert p.plan(out(cached=[("a", [4, 5], 96, False)], sched={"a": 64})) == ([], [])
-    loads, saves = p.plan(out(cached=[("a", [6, 7], 160, False)], sched={"a": 40}))
+    assert plan(p, out(new=[new_req("a", PROMPT, [1, 2, 3], 0)], sched={"a": 96})) == ([], [])
+    assert plan(p, out(cached=[("a", [4, 5], 96, False)], sched={"a": 64})) == ([], [])
+    loads, saves = plan(p, out(cached=[("a", [6, 7], 160, False)], sched={"a": 40}))
     (sv,) = saves
     assert sv.first == 0 and sv.block_ids == [1, 2, 3, 4, 5, 6, 7]
 
@@ -105,17 +110,17 @@ def test_preempted_mid_prefill_v1_runner_reloads_and_saves_only_after_recompute(
     st.add(fake_hash(PROMPT)[:8])
     p = planner(st)
     p.allocated("a", p.matched("a", PROMPT, 0))
-    loads, saves = p.plan(out(new=[new_req("a", PROMPT, [1, 2, 3, 4], 128)], sched={"a": 8}))
+    loads, saves = plan(p, out(new=[new_req("a", PROMPT, [1, 2, 3, 4], 128)], sched={"a": 8}))
     assert len(loads) == 1 and saves == []
     # Preempted (vLLM frees its blocks, num_computed_tokens = 0); asked again when it resumes.
     n = p.matched("a", PROMPT, 0)
     assert n == 128
     p.allocated("a", n)
-    loads, saves = p.plan(out(cached=[("a", [20, 21, 22, 23], 128, True)], sched={"a": 40}))
+    loads, saves = plan(p, out(cached=[("a", [20, 21, 22, 23], 128, True)], sched={"a": 40}))
     (ld,) = loads                                       # loaded again, into the new blocks
     assert ld.block_ids == [20, 21, 22, 23] and (ld.first_token, ld.n_tokens) == (0, 128)
     assert saves == []                                  # 128 + 40 = 168 < 200: not complete
-    loads, saves = p.plan(out(cached=[("a", [24, 25, 26], 168, False)], sched={"a": 32}))
+    loads, saves = plan(p, out(cached=[("a", [24, 25, 26], 168, False)], sched={"a": 32}))
     (sv,) = saves
     assert sv.block_ids == [20, 21, 22, 23, 24, 25, 26]  # the blocks it holds now
     assert p.counters["resumed_loads"] == 1
@@ -125,17 +130,17 @@ def test_preempted_after_its_save_rearms_and_resume_among_new_requests_v2_runner
     st = FakeStore()
     p = planner(st)
     p.allocated("a", p.matched("a", PROMPT, 0))
-    (sv,) = p.plan(out(new=[new_req("a", PROMPT, range(7), 0)], sched={"a": 200}))[1]
+    (sv,) = plan(p, out(new=[new_req("a", PROMPT, range(7), 0)], sched={"a": 200}))[1]
     st.add(sv.hashes[:5])                               # only part of the save landed
-    p.plan(out(cached=[("a", [8], 200, False)], sched={"a": 1}))
+    plan(p, out(cached=[("a", [8], 200, False)], sched={"a": 1}))
     # V2 runner: the resumed request comes back among the new ones, nothing computed (no hit yet
     # for the blocks of the second half; the first 64 tokens are a hit).
     p.allocated("a", p.matched("a", PROMPT, 0))
-    loads, saves = p.plan(out(new=[new_req("a", PROMPT, range(30, 37), 64)], sched={"a": 100}))
+    loads, saves = plan(p, out(new=[new_req("a", PROMPT, range(30, 37), 64)], sched={"a": 100}))
     (ld,) = loads
     assert (ld.first_token, ld.n_tokens, ld.block_ids) == (0, 64, list(range(30, 37)))
     assert saves == []                                   # 164 < 200
-    (sv,) = p.plan(out(cached=[("a", None, 164, False)], sched={"a": 36}))[1]
+    (sv,) = plan(p, out(cached=[("a", None, 164, False)], sched={"a": 36}))[1]
     assert sv.first == 5 and sv.block_ids == list(range(30, 37))
 
 
@@ -147,13 +152,13 @@ def test_load_failure_rollback_rearms_the_save():
     st.add(fake_hash(PROMPT)[:12])
     p = planner(st)
     p.allocated("a", p.matched("a", PROMPT, 0))       # 192 tokens
-    loads, saves = p.plan(out(new=[new_req("a", PROMPT, range(7), 192)], sched={"a": 8}))
+    loads, saves = plan(p, out(new=[new_req("a", PROMPT, range(7), 192)], sched={"a": 8}))
     assert len(loads) == 1 and saves == []              # nothing missing: every block is stored
     st.blocks.clear()                                    # gc removed them all since the lookup
     st.add(fake_hash(PROMPT)[:4])
     # Rolled back to engine block 2 (64 tokens): recomputing, then complete again.
-    assert p.plan(out(cached=[("a", None, 64, False)], sched={"a": 100})) == ([], [])
-    (sv,) = p.plan(out(cached=[("a", None, 164, False)], sched={"a": 36}))[1]
+    assert plan(p, out(cached=[("a", None, 64, False)], sched={"a": 100})) == ([], [])
+    (sv,) = plan(p, out(cached=[("a", None, 164, False)], sched={"a": 36}))[1]
     assert sv.first == 4
     assert p.counters["saves_rearmed"] == 1
 
@@ -162,10 +167,13 @@ def test_lora_requests_bypass_the_store():
     st = FakeStore()
     st.add(fake_hash(PROMPT))
     p = planner(st)
-    assert p.matched("a", PROMPT, 0, lora=True) == 0
+    lora = NS(lora_name="a", lora_int_id=1, lora_path="/x")
+    assert p.matched("a", PROMPT, 0, bypass=bypass_reason(NS(lora_request=lora, prompt_token_ids=PROMPT))) == 0
     p.allocated("a", 0)
-    assert p.plan(out(new=[new_req("a", PROMPT, range(7), 0, lora=NS(lora_int_id=1))], sched={"a": 200})) == ([], [])
-    assert p.live_requests() == 0 and p.counters["lora_bypassed"] == 1
+    assert plan(p, out(new=[new_req("a", PROMPT, range(7), 0, lora=lora)], sched={"a": 200})) == ([], [])
+    assert p.counters["bypassed_lora"] == 1
+    plan(p, out(finished=["a"]))
+    assert p.live_requests() == 0
 
 
 def test_accepted_load_not_scheduled_is_dropped_and_finished_requests_leave_no_state():
@@ -173,16 +181,16 @@ def test_accepted_load_not_scheduled_is_dropped_and_finished_requests_leave_no_s
     st.add(fake_hash(PROMPT))
     p = planner(st)
     p.allocated("a", p.matched("a", PROMPT, 0))
-    assert p.plan(out()) == ([], [])
+    assert plan(p, out()) == ([], [])
     assert p.counters["stale_loads_dropped"] == 1
     for i in range(50):
         rid = f"r{i}"
         p.allocated(rid, p.matched(rid, PROMPT, 0))
-        p.plan(out(new=[new_req(rid, PROMPT, range(7), 192)], sched={rid: 8}))
+        plan(p, out(new=[new_req(rid, PROMPT, range(7), 192)], sched={rid: 8}))
         if i % 2:
             p.finished(rid)                              # request_finished
         else:
-            p.plan(out(finished=[rid]))                  # finished_req_ids
+            plan(p, out(finished=[rid]))                  # finished_req_ids
     assert p.live_requests() == 0
 
 
@@ -228,7 +236,7 @@ def test_loads_carry_their_token_ids_only_for_kv_events():
     for with_tokens in (False, True):
         p = Planner(EB, T, fake_hash, st.lookup, load_tokens=with_tokens)
         p.allocated("a", p.matched("a", PROMPT, 32))
-        (ld,), _ = p.plan(out(new=[new_req("a", PROMPT, range(10, 17), 128)], sched={"a": 72}))
+        (ld,), _ = plan(p, out(new=[new_req("a", PROMPT, range(10, 17), 128)], sched={"a": 72}))
         assert (ld.first_token, ld.n_tokens) == (32, 128)
         if with_tokens:  # tokens [32, 128): ucm blocks 2..7
             assert ld.tokens.dtype == np.uint32 and ld.tokens.tolist() == PROMPT[32:128]
@@ -300,3 +308,80 @@ def test_event_buffer_is_thread_safe_and_bounded():
     assert sorted(got) == sorted((k, i) for k in range(4) for i in range(100)) and buf.drain() == []
     buf.add(list(range(1500)))                             # no consumer: bounded, the rest counted
     assert len(buf.drain()) == 1000 and buf.dropped == 500
+
+
+def test_salted_embedded_and_multimodal_requests_bypass_loads_and_saves():
+    """vLLM's block hash covers a cache salt, prompt embeddings and multimodal items; a ucm block
+    hash covers token ids only: such requests must neither hit nor leave blocks (tenant isolation)."""
+    st = FakeStore()
+    st.add(fake_hash(PROMPT)[:8])
+    p = planner(st)
+    reqs = {"salt": NS(cache_salt="tenant-1", prompt_token_ids=PROMPT),
+            "emb": NS(prompt_token_ids=None, prompt_embeds=object()),
+            "mm": NS(prompt_token_ids=PROMPT, mm_features=[object()])}
+    for rid, r in reqs.items():
+        assert p.matched(rid, PROMPT, 0, bypass=bypass_reason(r)) == 0
+        p.allocated(rid, 0)
+    assert bypass_reason(NS(prompt_token_ids=PROMPT, cache_salt=None, mm_features=[])) is None
+    loads, saves, steps = p.plan(out(new=[new_req(rid, PROMPT, range(7 * i, 7 * i + 7), 0) for i, rid in
+                                          enumerate(reqs)], sched={rid: 200 for rid in reqs}))
+    assert loads == [] and saves == []
+    assert [s.req_id for s in steps] == list(reqs)         # the worker still replays their compute
+    assert {k: v for k, v in p.counters.items() if k.startswith("bypassed")} == \
+        {"bypassed_cache_salt": 1, "bypassed_prompt_embeds": 1, "bypassed_multimodal": 1}
+    # The salted request, seen again (resumed V2-style among the new ones): still bypassed.
+    assert plan(p, out(new=[new_req("salt", PROMPT, range(7), 0)], sched={"salt": 200})) == ([], [])
+
+
+def test_an_error_planning_one_save_keeps_the_other_requests_load():
+    st = FakeStore()
+    st.add(fake_hash(PROMPT)[:8])
+    calls = {"n": 0}
+
+    def lookup(hashes):
+        calls["n"] += 1
+        if calls["n"] == 3:                                # the save lookup of request "b"
+            raise OSError("store index gone")
+        return st.lookup(hashes)
+
+    p = Planner(EB, T, fake_hash, lookup, save=True)
+    p.allocated("a", p.matched("a", PROMPT, 0))
+    p.allocated("b", p.matched("b", PROMPT[:150], 0))
+    loads, saves, _ = p.plan(out(new=[new_req("a", PROMPT, range(7), 128), new_req("b", PROMPT[:150], range(10, 15), 128)],
+                                 sched={"a": 8, "b": 22}))
+    assert [ld.req_id for ld in loads] == ["a", "b"] and all(ld.hashes is not None for ld in loads)
+    assert saves == [] and p.counters["save_plan_errors"] == 1
+
+
+def test_a_load_that_cannot_be_planned_is_sent_without_hashes():
+    """vLLM counts accepted external tokens as computed: the load must reach the worker, which
+    reports it failed, rather than vanish."""
+    st = FakeStore()
+    st.add(fake_hash(PROMPT)[:8])
+    state = {"fail": False}
+
+    def hashes(ids):
+        if state["fail"]:
+            raise ValueError("hash seed unreadable")
+        return fake_hash(ids)
+
+    p = Planner(EB, T, hashes, st.lookup, save=True)
+    p.allocated("a", p.matched("a", PROMPT, 0))
+    state["fail"] = True
+    loads, saves, steps = p.plan(out(new=[new_req("a", PROMPT, range(7), 128)], sched={"a": 72}))
+    (ld,) = loads
+    assert ld.hashes is None and (ld.first_token, ld.n_tokens, ld.block_ids) == (0, 128, list(range(7)))
+    assert saves == [] and p.counters["load_plan_errors"] == 1 and p.counters["save_plan_errors"] == 1
+
+
+def test_steps_describe_every_scheduled_request_as_vllm_sent_it():
+    p = planner(FakeStore())
+    p.allocated("a", p.matched("a", PROMPT, 0))
+    _, _, steps = p.plan(out(new=[new_req("a", PROMPT, [1, 2, 3], 0)], sched={"a": 96}))
+    assert [(s.req_id, s.blocks, s.replace, s.before, s.after) for s in steps] == [("a", [1, 2, 3], True, 0, 96)]
+    _, _, steps = p.plan(out(cached=[("a", [4, 5], 96, False)], sched={"a": 64}))
+    assert [(s.blocks, s.replace, s.before, s.after) for s in steps] == [([4, 5], False, 96, 160)]
+    _, _, steps = p.plan(out(cached=[("a", [9, 8, 7], 0, True)], sched={"a": 64}))   # resumed, V1 runner
+    assert [(s.blocks, s.replace, s.before, s.after) for s in steps] == [([9, 8, 7], True, 0, 64)]
+    _, _, steps = p.plan(out(cached=[("a", None, 64, False)], sched={"a": 1}))
+    assert [(s.blocks, s.replace) for s in steps] == [(None, False)]

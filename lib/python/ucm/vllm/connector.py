@@ -55,7 +55,8 @@ import ucm
 from ucm.model import fingerprint
 
 from . import events
-from .planner import LoadSpec, Planner, SaveSpec, head_range
+from .planner import LoadSpec, Planner, SaveSpec, bypass_reason, head_range
+from .validity import BlockValidity, StepReq
 from .save_queue import SaveQueue
 
 log = logging.getLogger("ucm.vllm")
@@ -74,10 +75,13 @@ _TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 class UcmMetadata(KVConnectorMetadata):
     loads: List[LoadSpec] = field(default_factory=list)
     saves: List[SaveSpec] = field(default_factory=list)
+    steps: List[StepReq] = field(default_factory=list)   # every scheduled request (validity.py)
+    finished: List[str] = field(default_factory=list)
+    planned: bool = True      # False: planning the step failed; the worker trusts no block
 
 
 _COUNTERS = ("loaded_blocks", "loaded_bytes", "load_seconds", "load_errors", "saved_blocks", "saved_bytes",
-             "saves_dropped", "saves_skipped_after_load_error", "store_errors")
+             "saves_dropped", "saves_cut_at_bad_kv", "bad_reads_reported", "store_errors")
 
 
 class UcmConnectorStats(KVConnectorStats):
@@ -145,6 +149,7 @@ class UcmConnector(KVConnectorBase_V1):
         self._events_on = events.enabled(vllm_config)
         self.event_medium = ucm.event_medium(self.store_path) if self._events_on else None
         if role == KVConnectorRole.SCHEDULER:
+            self._recompute_on_failure(cfg)
             self.planner = Planner(self.engine_block, self.T, self._hashes, self._lookup, load=self.do_load,
                                    save=self.do_save, log=lambda m: log.warning("UcmConnector: %s", m),
                                    load_tokens=self._events_on)
@@ -155,7 +160,7 @@ class UcmConnector(KVConnectorBase_V1):
             self._isa: Dict[int, str] = {}
             self._gpu: Optional[Dict[int, Any]] = None  # layer -> gpu_layout.GpuLayout (CUDA caches)
             self._errors: set = set()
-            self._failed_reqs: set = set()           # requests with a load error in this step
+            self._validity = BlockValidity(self.engine_block)
             q_bytes = int(get("save_queue_bytes", 512 << 20))
             self._saves = SaveQueue(self._dump, q_bytes, on_error=self._dump_failed) if self.do_save else None
             self._proj: Optional[np.ndarray] = None
@@ -172,6 +177,18 @@ class UcmConnector(KVConnectorBase_V1):
         log.info("UcmConnector (%s): store %s, namespace %s, ucm block %d, engine block %d, save %s%s, load %s",
                  role.name, self.store_path, self.ns.name, self.T, self.engine_block, self.do_save,
                  f" (shard {self.shard})" if self.shard else "", self.do_load)
+
+    def _recompute_on_failure(self, cfg) -> None:
+        """A block that cannot be loaded (corrupt, removed by gc, unreadable) must cost a recompute,
+        never a failed request: vLLM's default kv_load_failure_policy "fail" would fail every
+        request sharing it. The scheduler reads the policy right after creating this connector
+        (vLLM 0.32 Scheduler.__init__), so setting it here takes effect."""
+        policy = getattr(cfg, "kv_load_failure_policy", "recompute")
+        if policy != "recompute":
+            cfg.kv_load_failure_policy = "recompute"
+            log.info("UcmConnector: kv_load_failure_policy %r set to 'recompute': a store block that cannot be "
+                     "loaded is recomputed by vLLM, and a request that read KV that is not good is rolled back "
+                     "and recomputed, instead of failing (docs/vllm.md)", policy)
 
     def _refuse_unsupported(self, vllm_config, kv_cache_config) -> None:
         """Engines whose KV the connector would get wrong are refused at startup, with the reason."""
@@ -324,7 +341,7 @@ class UcmConnector(KVConnectorBase_V1):
         miss (logged), never an exception into vLLM's scheduler."""
         try:
             n = self.planner.matched(request.request_id, request.prompt_token_ids, num_computed_tokens,
-                                     lora=getattr(request, "lora_request", None) is not None)
+                                     bypass=bypass_reason(request))
         except Exception as e:
             self.sched_stats["store_errors"] += 1
             log.warning("UcmConnector: request %s: lookup failed (%s: %s); served as a miss", request.request_id,
@@ -338,13 +355,14 @@ class UcmConnector(KVConnectorBase_V1):
     def build_connector_meta(self, scheduler_output) -> KVConnectorMetadata:
         """This step's loads (new and resumed requests) and saves (prompts complete after it)."""
         try:
-            loads, saves = self.planner.plan(scheduler_output)
-        except Exception as e:  # a store error while planning saves: this step saves nothing
+            loads, saves, steps = self.planner.plan(scheduler_output)
+        except Exception as e:  # per-request errors are handled inside; this is a defect
             self.sched_stats["store_errors"] += 1
-            log.warning("UcmConnector: planning the step failed (%s: %s); no loads or saves this step",
-                        type(e).__name__, e)
-            loads, saves = [], []
-        return UcmMetadata(loads=loads, saves=saves)
+            log.error("UcmConnector: planning the step failed (%s: %s); the workers distrust every cached block "
+                      "(each request reading one is recomputed) and nothing is loaded or saved this step",
+                      type(e).__name__, e)
+            return UcmMetadata(planned=False, finished=list(getattr(scheduler_output, "finished_req_ids", ())))
+        return UcmMetadata(loads=loads, saves=saves, steps=steps, finished=list(scheduler_output.finished_req_ids))
 
     def request_finished(self, request, block_ids):
         self.planner.finished(request.request_id)
@@ -411,23 +429,50 @@ class UcmConnector(KVConnectorBase_V1):
         return (b[:, None] * eb + torch.arange(eb)[None]).flatten()[:n_tokens]
 
     def start_load_kv(self, forward_context, **kwargs):
-        """Loads this step's hits before the forward. Nothing raises into vLLM: a block that cannot
-        be loaded (missing, removed by gc since the lookup, corrupt, the store failing) is reported
-        as a load error, and vLLM recomputes from it."""
-        self._failed_reqs = set()
+        """Loads this step's hits, then replays the step in the block validity tracker
+        (validity.py). Nothing raises into vLLM: a block that cannot be loaded (missing, removed
+        by gc since the lookup, corrupt, the store failing) is left holding no good KV, and every
+        request that reads KV that is not good (the loader itself, a request sharing its blocks
+        through vLLM's prefix cache) is reported with get_block_ids_with_load_errors: vLLM
+        truncates it at that block, discards the step's output for it and recomputes."""
         meta = self._get_connector_metadata()
         if meta.loads and self._pause_file:
             self._pause_before_load()
-        kept = []
+        good = []
         for ld in meta.loads:
             try:
-                kept.append(self._load(ld))
+                good.append(self._load(ld))
             except Exception as e:
                 self.stats["store_errors"] += 1
-                self._fail_load(ld, ld.first_token // self.T, f"{type(e).__name__}: {e}")
-                kept.append(0)
+                self._log_failed_load(ld, ld.first_token // self.T, f"{type(e).__name__}: {e}")
+                good.append(0)
+        if self.tp_size > 1 and meta.loads:   # every rank keeps what every rank loaded (same state)
+            good = self._tp_min(good)
+        self._replay(meta, good)
         if self._event_buf is not None and meta.loads:
-            self._report_loads(meta.loads, kept)
+            self._report_loads(meta.loads, good)
+
+    def _replay(self, meta: UcmMetadata, good: List[int]) -> None:
+        v = self._validity
+        if v is None:
+            return
+        if not meta.planned:
+            log.error("UcmConnector: the scheduler could not describe a step; this worker no longer saves (it "
+                      "cannot tell which blocks hold good KV)")
+            self._validity = None
+            return
+        v.begin_step(meta.steps)
+        for ld, g in zip(meta.loads, good):
+            v.loaded(ld.block_ids, ld.first_token, ld.n_tokens, g * self.T)
+        for rid, block in v.compute(meta.steps).items():
+            self.stats["bad_reads_reported"] += 1
+            if block >= 0:
+                self._errors.add(block)
+            log.warning("UcmConnector: request %s read engine block %s, which holds no good KV (a failed load); "
+                        "reported to vLLM, which recomputes the request from that block", rid,
+                        block if block >= 0 else "(unknown)")
+        for rid in meta.finished:
+            v.forget(rid)
 
     def _pause_before_load(self) -> None:
         path, self._pause_file = self._pause_file, None
@@ -437,24 +482,19 @@ class UcmConnector(KVConnectorBase_V1):
         while not os.path.exists(path) and time.time() < deadline:
             time.sleep(0.05)
 
-    def _fail_load(self, ld: LoadSpec, ucm_index: int, why: str) -> None:
-        """Reports the engine block holding ucm block ucm_index (and the rest of the load) as load
-        errors; vLLM truncates the request's computed tokens at the first of them and recomputes."""
-        eb_first = (ucm_index * self.T) // self.engine_block
-        eb_end = (ld.n_tokens + self.engine_block - 1) // self.engine_block
-        self._errors.update(int(b) for b in ld.block_ids[eb_first:eb_end])
-        self._failed_reqs.add(ld.req_id)
+    def _log_failed_load(self, ld: LoadSpec, ucm_index: int, why: str) -> None:
         self.stats["load_errors"] += 1
-        log.warning("UcmConnector: request %s: ucm block %d (hash %s) of its prompt failed to load (%s); engine "
-                    "blocks %s reported as load errors, vLLM recomputes from there", ld.req_id, ucm_index,
-                    ld.hashes[ucm_index].tobytes().hex() if ucm_index < len(ld.hashes) else "-", why,
-                    ld.block_ids[eb_first:eb_end])
+        h = ld.hashes[ucm_index].tobytes().hex() if ld.hashes is not None and ucm_index < len(ld.hashes) else "-"
+        log.warning("UcmConnector: request %s: ucm block %d (hash %s) of its prompt failed to load (%s); its engine "
+                    "blocks from %d hold no good KV", ld.req_id, ucm_index, h, why, ucm_index * self.T // self.engine_block)
 
     def _load(self, ld: LoadSpec) -> int:
-        """Loads ld; returns the ucm blocks (from ld.first_token) vLLM keeps: all of them, or after a
-        failure those before the engine block that holds the failed one."""
+        """Loads ld; returns the ucm blocks (from ld.first_token) loaded before the first failure."""
         t0 = time.perf_counter()
         first = ld.first_token // self.T                          # ucm blocks vLLM already holds
+        if ld.hashes is None:                                     # accepted, but not loadable
+            self._log_failed_load(ld, first, "the scheduler could not plan it")
+            return 0
         n = len(ld.hashes) - first
         h0, h1 = self.heads
         shape = (n,) + self.ns.payload_shape((h0, h1))          # [n][L][2][T][Hs][D]
@@ -483,17 +523,15 @@ class UcmConnector(KVConnectorBase_V1):
                 k = staging[:good, l, 0].reshape(n_tok, hs, d)
                 v = staging[:good, l, 1].reshape(n_tok, hs, d)
                 write(self._kv[l], k, v, slots, self._isa[l])
-        kept = n
         if len(bad):
-            self._fail_load(ld, first + good, ucm.code_name(int(status[good])))
-            kept = max(0, ((first + good) * self.T // self.engine_block * self.engine_block - ld.first_token) // self.T)
+            self._log_failed_load(ld, first + good, ucm.code_name(int(status[good])))
         dt = time.perf_counter() - t0
         self.stats["loaded_blocks"] += good
         self.stats["loaded_bytes"] += good * self.ns.block_bytes((h0, h1))
         self.stats["load_seconds"] += dt
         self._record({"event": "load", "req": ld.req_id, "blocks": good, "failed": int(n - good),
                       "bytes": good * self.ns.block_bytes((h0, h1)), "seconds": dt})
-        return kept
+        return good
 
     # ------------------------------------------------------------------ KV events (events.py)
     def _report(self, req_id: str, what: str, make_runs) -> None:
@@ -507,17 +545,15 @@ class UcmConnector(KVConnectorBase_V1):
             log.warning("UcmConnector: request %s: the KV events of its %s were not reported (%s: %s)", req_id, what,
                         type(e).__name__, e)
 
-    def _report_loads(self, loads: List[LoadSpec], kept: List[int]) -> None:
-        """Reuse reports of the blocks vLLM keeps from this step's loads: with TP, those every rank
-        loaded (the minimum over ranks, as vLLM recomputes from any rank's first failure), reported
-        by rank 0."""
-        if self.tp_size > 1:
-            kept = self._tp_min(kept)
+    def _report_loads(self, loads: List[LoadSpec], good: List[int]) -> None:
+        """Reuse reports of the blocks vLLM keeps from this step's loads (good: ucm blocks loaded
+        from first_token, the minimum over TP ranks; vLLM keeps whole engine blocks), by rank 0."""
         if self._tp_rank != 0:
             return
-        for ld, k in zip(loads, kept):
+        for ld, g in zip(loads, good):
             first = ld.first_token // self.T
-            if k <= 0:
+            k = ((first + g) * self.T // self.engine_block * self.engine_block - ld.first_token) // self.T
+            if k <= 0 or ld.hashes is None:
                 continue
             parent = ld.hashes[first - 1].tobytes() if first > 0 else None
             toks = ld.tokens[:k * self.T] if ld.tokens is not None else None
@@ -551,21 +587,18 @@ class UcmConnector(KVConnectorBase_V1):
         return  # saved in wait_for_save, once every layer of the step is written
 
     def wait_for_save(self):
-        """Copies out the blocks of prompts complete after this step and queues their dumps. A
-        request that had a load error in this step saves nothing: its suffix was computed over
-        blocks that were not loaded (vLLM recomputes it, and the planner saves it again then)."""
+        """Copies out the blocks of prompts complete after this step and queues their dumps, each
+        cut at the first token that does not hold good KV (validity.py: a request that read KV
+        that was not good has been reported, and its rollback re-arms its save). Every TP rank
+        cuts the same saves (same validity state), so all take part in the same gathers."""
         if not self.has_connector_metadata() or not self._save_cfg:
             return
         meta = self._get_connector_metadata()
         if not meta.saves:
             return
-        failed = self._failed_reqs
-        if self.tp_size > 1:  # every rank skips the same saves (each gathers with the others)
-            failed = self._tp_union([sv.req_id for sv in meta.saves], failed)
         for sv in meta.saves:
-            if sv.req_id in failed:
-                self.stats["saves_skipped_after_load_error"] += 1
-                log.warning("UcmConnector: request %s: not saved in the step of its load error", sv.req_id)
+            sv = self._cut_at_bad_kv(sv)
+            if sv is None:
                 continue
             try:
                 self._copy_out(sv)
@@ -574,12 +607,22 @@ class UcmConnector(KVConnectorBase_V1):
                 log.warning("UcmConnector: request %s: copying its blocks out failed (%s: %s); not saved", sv.req_id,
                             type(e).__name__, e)
 
-    def _tp_union(self, req_ids: List[str], failed: set) -> set:
-        """The requests among req_ids with a load error on any TP rank of this step."""
-        from vllm.distributed.parallel_state import get_tp_group
-        flags = torch.tensor([[1.0 if r in failed else 0.0 for r in req_ids]], dtype=torch.float32)  # (CPU shm all_gather: no ints)
-        got = get_tp_group().all_gather(flags.to(self._kv[0].device), dim=0)  # [tp][n] (NCCL: on the GPU)
-        return {r for r, f in zip(req_ids, got.amax(dim=0).tolist()) if f}
+    def _cut_at_bad_kv(self, sv: SaveSpec) -> Optional[SaveSpec]:
+        """sv without the blocks from the first token that does not hold good KV (None: nothing left)."""
+        n_full = len(sv.hashes)
+        if self._validity is None:
+            return None
+        ok = self._validity.good_prefix(sv.block_ids, n_full * self.T) // self.T
+        if ok >= n_full:
+            return sv
+        self.stats["saves_cut_at_bad_kv"] += 1
+        log.warning("UcmConnector: request %s: its blocks from ucm block %d do not hold good KV (a failed load "
+                    "upstream); %s", sv.req_id, ok, "not saved" if ok <= sv.first else f"saved up to block {ok}")
+        if ok <= sv.first:
+            return None
+        keep = (ok - sv.first) * self.T
+        return SaveSpec(sv.req_id, sv.hashes[:ok], sv.first, sv.block_ids,
+                        sv.tokens[:keep] if sv.tokens is not None else None)
 
     def _copy_out(self, sv: SaveSpec):
         """Copies the blocks out of the cache (the only part a step waits for) and queues the dump.

@@ -20,10 +20,14 @@ What vLLM does, read in vLLM 0.32.0, and what the planner does about it:
   step, never accumulated here, so a preemption (counter back to 0) or a load-failure rollback
   (vLLM truncates num_computed_tokens at the first failed block) re-arms the save, which then
   fires only once the KV is recomputed.
-* A load that fails in the step that also completes the prompt: the worker drops that step's
-  saves of the request (connector.py); the rollback above re-arms it.
-* LoRA requests bypass the store (neither load nor save): a ucm namespace holds the base model's
-  KV, and a block hash does not include the adapter.
+* Whether what a save copies out is good KV is not decided here: the worker replays every step
+  (the StepReq list of each step: who computes which tokens of which blocks) with the outcome of
+  its loads in validity.BlockValidity, cuts saves at the first block that does not hold good KV,
+  and reports requests that read such a block to vLLM, whose rollback re-arms their saves.
+* A load vLLM accepted is always sent to the worker, even when it cannot be planned (its LoadSpec
+  then has no hashes and the worker reports it failed): vLLM counts those tokens as computed.
+* Requests whose KV vLLM keys by more than token ids (LoRA, cache salt, prompt embeddings,
+  multimodal inputs: bypass_reason) bypass the store, neither load nor save, and are counted.
 """
 from __future__ import annotations
 
@@ -32,13 +36,16 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .validity import StepReq
+
 
 @dataclass
 class LoadSpec:
     """Load tokens [first_token, n_tokens) of a prompt (whole engine blocks) into its engine blocks;
     the tokens before first_token are vLLM's own prefix-cache hit (shared blocks: never written)."""
     req_id: str
-    hashes: np.ndarray          # uint8 [n_tokens / T][16], the prompt's ucm blocks up to n_tokens
+    hashes: Optional[np.ndarray]  # uint8 [n_tokens / T][16], the prompt's ucm blocks up to n_tokens;
+                                  # None: a load vLLM accepted that cannot be carried out (report it)
     block_ids: List[int]        # engine blocks of the request, in order
     first_token: int
     n_tokens: int
@@ -84,17 +91,22 @@ class Planner:
         self._reqs: Dict[str, _Req] = {}
         self._pending: Dict[str, int] = {}       # req id -> external tokens accepted this step
         self.counters = {"lookups": 0, "hit_tokens": 0, "loads_planned": 0, "resumed_loads": 0,
-                         "saves_planned": 0, "saves_rearmed": 0, "lora_bypassed": 0, "stale_loads_dropped": 0}
+                         "saves_planned": 0, "saves_rearmed": 0, "stale_loads_dropped": 0, "save_plan_errors": 0,
+                         "load_plan_errors": 0, "loads_unplannable": 0}
+        self._bypassed: Dict[str, str] = {}      # req id -> why it bypasses the store (bypass_reason)
 
     # -- get_num_new_matched_tokens / update_state_after_alloc
-    def matched(self, req_id: str, prompt_ids: Sequence[int], num_computed_tokens: int,
-                lora: bool = False) -> int:
+    def matched(self, req_id: str, prompt_ids: Optional[Sequence[int]], num_computed_tokens: int,
+                bypass: Optional[str] = None) -> int:
         """Tokens beyond num_computed_tokens that the store holds, in whole engine blocks, leaving at
-        least one prompt token to compute (vLLM needs one to sample from)."""
-        if not self.do_load:
+        least one prompt token to compute (vLLM needs one to sample from). bypass: the reason this
+        request neither loads nor saves (bypass_reason), counted once per request."""
+        if bypass is not None:
+            if req_id not in self._bypassed:
+                self._bypassed[req_id] = bypass
+                self.counters["bypassed_" + bypass] = self.counters.get("bypassed_" + bypass, 0) + 1
             return 0
-        if lora:
-            self.counters["lora_bypassed"] += 1
+        if not self.do_load:
             return 0
         self.counters["lookups"] += 1
         hashes = self.hash_blocks(prompt_ids)
@@ -112,66 +124,109 @@ class Planner:
             self._pending.pop(req_id, None)
 
     # -- build_connector_meta
-    def plan(self, out) -> Tuple[List[LoadSpec], List[SaveSpec]]:
-        """Loads and saves of one step. out: a vLLM SchedulerOutput (or the same fields)."""
+    def plan(self, out) -> Tuple[List[LoadSpec], List[SaveSpec], List[StepReq]]:
+        """Loads, saves and the scheduled requests (StepReq: what the step computes, for the
+        worker's BlockValidity) of one step. out: a vLLM SchedulerOutput (or the same fields).
+        An error planning one request's load or save touches no other request: a load that
+        cannot be planned is sent as a LoadSpec without hashes (the worker reports it failed),
+        a save that cannot be planned is skipped."""
         loads: List[LoadSpec] = []
         saves: List[SaveSpec] = []
+        steps: List[StepReq] = []
         scheduled: List[Tuple[str, _Req, int]] = []       # (id, state, computed before the step)
         for new in out.scheduled_new_reqs:
-            if getattr(new, "lora_request", None) is not None:
-                self._reqs.pop(new.req_id, None)
-                self._pending.pop(new.req_id, None)
+            rid, before = new.req_id, new.num_computed_tokens
+            blocks = list(new.block_ids[0])
+            steps.append(StepReq(rid, blocks, True, before, before + out.num_scheduled_tokens.get(rid, 0)))
+            why = self._bypassed.get(rid) or bypass_reason(new)
+            if why is not None:
+                self._reqs.pop(rid, None)
+                self._promised_not_loadable(rid, blocks, before, loads, why)
                 continue
-            st = _Req(ids=new.prompt_token_ids, blocks=list(new.block_ids[0]))
-            self._reqs[new.req_id] = st                   # new, or resumed (V2 runner): state restarts
-            self._plan_load(new.req_id, st, new.num_computed_tokens, loads)
-            scheduled.append((new.req_id, st, new.num_computed_tokens))
-        cached = out.scheduled_cached_reqs
-        for i, rid in enumerate(cached.req_ids):
-            st = self._reqs.get(rid)
-            if st is None:
-                continue
-            nb = cached.new_block_ids[i]
-            resumed = rid in cached.resumed_req_ids
-            if resumed:                                   # V1 runner: all of the request's blocks
-                st.blocks = list(nb[0]) if nb is not None else []
-            elif nb is not None:
-                st.blocks.extend(nb[0])
-            before = cached.num_computed_tokens[i]
-            if rid in self._pending:
-                if not resumed:
-                    self.log(f"request {rid}: a load was accepted for a request that is neither new nor resumed; "
-                             "not loaded")
-                    self._pending.pop(rid)
-                else:
-                    self.counters["resumed_loads"] += 1
-                    self._plan_load(rid, st, before, loads)
+            st = _Req(ids=new.prompt_token_ids, blocks=blocks)
+            self._reqs[rid] = st                          # new, or resumed (V2 runner): state restarts
+            self._plan_load(rid, st, before, loads)
             scheduled.append((rid, st, before))
+        self._plan_cached(out, loads, steps, scheduled)
         for rid in list(self._pending):                   # accepted but not scheduled: never valid later
             self._pending.pop(rid)
             self.counters["stale_loads_dropped"] += 1
             self.log(f"request {rid}: an accepted load was not scheduled in the step; dropped")
         if self.do_save:
             for rid, st, before in scheduled:
-                n = len(st.ids)
-                if before < n and st.saved:               # preempted or rolled back since its save
-                    st.saved = False
-                    self.counters["saves_rearmed"] += 1
-                after = before + out.num_scheduled_tokens.get(rid, 0)
-                if st.saved or after < n:
-                    continue
-                st.saved = True
-                sv = self._plan_save(rid, st)
-                if sv is not None:
-                    saves.append(sv)
+                self._maybe_save(rid, st, before, out.num_scheduled_tokens.get(rid, 0), saves)
         for rid in out.finished_req_ids:
             self.finished(rid)
-        return loads, saves
+        return loads, saves, steps
 
-    def _plan_load(self, rid: str, st: _Req, before: int, loads: List[LoadSpec]) -> None:
+    def _plan_cached(self, out, loads: List[LoadSpec], steps: List[StepReq], scheduled: list) -> None:
+        cached = out.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            nb = cached.new_block_ids[i]
+            resumed = rid in cached.resumed_req_ids
+            before = cached.num_computed_tokens[i]
+            new_blocks = list(nb[0]) if nb is not None else None
+            steps.append(StepReq(rid, new_blocks if new_blocks is not None or not resumed else [], resumed, before,
+                                 before + out.num_scheduled_tokens.get(rid, 0)))
+            st = self._reqs.get(rid)
+            if st is None:                                # bypassed
+                self._promised_not_loadable(rid, new_blocks or [], before, loads, "not tracked")
+                continue
+            if resumed:                                   # V1 runner: all of the request's blocks
+                st.blocks = new_blocks or []
+            elif new_blocks:
+                st.blocks.extend(new_blocks)
+            if rid in self._pending:
+                if not resumed:
+                    self.log(f"request {rid}: a load was accepted for a request that is neither new nor resumed; "
+                             "reported as failed")
+                    self._promised_not_loadable(rid, st.blocks, before, loads, "neither new nor resumed")
+                else:
+                    self.counters["resumed_loads"] += 1
+                    self._plan_load(rid, st, before, loads)
+            scheduled.append((rid, st, before))
+
+    def _maybe_save(self, rid: str, st: _Req, before: int, n_sched: int, saves: List[SaveSpec]) -> None:
+        n = len(st.ids)
+        if before < n and st.saved:                       # preempted or rolled back since its save
+            st.saved = False
+            self.counters["saves_rearmed"] += 1
+        if st.saved or before + n_sched < n:
+            return
+        st.saved = True
+        try:
+            sv = self._plan_save(rid, st)
+        except Exception as e:                            # this request's save only
+            self.counters["save_plan_errors"] += 1
+            self.log(f"request {rid}: planning its save failed ({type(e).__name__}: {e}); not saved")
+            return
+        if sv is not None:
+            saves.append(sv)
+
+    def _promised_not_loadable(self, rid: str, blocks: List[int], before: int, loads: List[LoadSpec],
+                               why: str) -> None:
+        """vLLM counts the accepted tokens as computed: the worker must report them failed."""
         n_ext = self._pending.pop(rid, 0)
         if n_ext <= 0:
             return
+        self.counters["loads_unplannable"] += 1
+        loads.append(LoadSpec(rid, None, list(blocks), before - n_ext, before))
+        self.log(f"request {rid}: an accepted load of {n_ext} tokens cannot be carried out ({why}); the worker "
+                 "reports it as a load error")
+
+    def _plan_load(self, rid: str, st: _Req, before: int, loads: List[LoadSpec]) -> None:
+        n_ext = self._pending.get(rid, 0)
+        if n_ext <= 0:
+            self._pending.pop(rid, None)
+            return
+        try:
+            self._plan_load_of(rid, st, before, n_ext, loads)
+            self._pending.pop(rid, None)
+        except Exception as e:                            # this request's load only: reported failed
+            self.counters["load_plan_errors"] += 1
+            self._promised_not_loadable(rid, st.blocks, before, loads, f"{type(e).__name__}: {e}")
+
+    def _plan_load_of(self, rid: str, st: _Req, before: int, n_ext: int, loads: List[LoadSpec]) -> None:
         # before = vLLM's local prefix hit + the external hit, in whole engine blocks
         hashes = self.hash_blocks(st.ids[:before])
         toks = np.asarray(st.ids[before - n_ext: before], dtype=np.uint32) if self.load_tokens else None
@@ -196,9 +251,27 @@ class Planner:
     def finished(self, req_id: str) -> None:
         self._reqs.pop(req_id, None)
         self._pending.pop(req_id, None)
+        self._bypassed.pop(req_id, None)
 
     def live_requests(self) -> int:
-        return len(self._reqs) + len(self._pending)
+        return len(self._reqs) + len(self._pending) + len(self._bypassed)
+
+
+def bypass_reason(req) -> Optional[str]:
+    """Why a request (vLLM's Request or NewRequestData) neither loads from nor saves to the store,
+    or None. vLLM's own block hash covers more than token ids (v1/core/kv_cache_utils.py
+    generate_block_hash_extra_keys): the LoRA adapter (every block), multimodal items, a cache
+    salt (first block), prompt embeddings. A ucm block hash covers the token ids only, so such a
+    request would share blocks it must not share: it is bypassed, and counted."""
+    if getattr(req, "lora_request", None) is not None:
+        return "lora"
+    if getattr(req, "cache_salt", None):
+        return "cache_salt"
+    if getattr(req, "prompt_token_ids", ()) is None or getattr(req, "prompt_embeds", None) is not None:
+        return "prompt_embeds"
+    if getattr(req, "mm_features", None):
+        return "multimodal"
+    return None
 
 
 def head_range(total_kv_heads: int, tp_size: int, tp_rank: int, local_heads: int) -> Tuple[int, int]:
