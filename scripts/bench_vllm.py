@@ -67,7 +67,7 @@ def main():
     run = lambda name, extra, ps: _run(a.model, work, name, extra, ps, env)
     # Baselines: each prompt twice in one process (recompute, then the in-memory hit).
     twice = [p for p in prompts for _ in range(2)]
-    base = run("baseline", ["--prefix-caching"], twice)
+    base = run("baseline", ["--prefix-caching", "on"], twice)
     served = run("ucm", ["--store", str(store)], prompts)
     stats = [json.loads(l) for l in open(work / "stats.jsonl")] if (work / "stats.jsonl").exists() else []
     loads = [s for s in stats if s["event"] == "load"]

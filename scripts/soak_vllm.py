@@ -3,8 +3,9 @@
 
     .venv-vllm/bin/python scripts/soak_vllm.py --out out/soak [--requests 1000 --docs 100]
 
-One server (vLLM's CPU build, fp32, SmolLM2-135M-Instruct, prefix caching off) with the
-UcmConnector saving and loading, fed python3.11-doc pages as server token ids: a shared system
+One server (vLLM's CPU build, fp32, SmolLM2-135M-Instruct, vLLM's own defaults: prefix caching
+on, kv_load_failure_policy unset; --settings legacy: issue 37's prefix caching off and policy
+"recompute") with the UcmConnector saving and loading, fed python3.11-doc pages as server token ids: a shared system
 prompt (configs/template_chat.txt), a document cut at a random length (prompts of about 0.3-1.5K
 tokens), one of ten questions, 32-64 generated tokens (ignore_eos), requests arriving in bursts
 of 1-32. Its KV cache is small (--blocks, default 24 blocks of 128 tokens), so vLLM preempts.
@@ -28,9 +29,9 @@ Beside it:
     surviving store; then `ucm gc --verify` removes the corrupt blocks and `ucm inspect --verify`
     must be clean.
 
-Pass: every output of the soak server and of the fresh server equals the reference (a separate
-vLLM without the connector, roomy cache, vLLM's own prefix caching on to save time), and the
-store verifies. The report (stdout and OUT/report.json): requests/s, store hit rate (prompt tokens
+Pass: no request fails, every output of the soak server and of the fresh server equals the reference (a separate
+vLLM without the connector, roomy cache, vLLM's own prefix caching on to save time), `ucm inspect
+--audit --all` finds 0 poisoned blocks in the surviving store, and the store verifies. The report (stdout and OUT/report.json): requests/s, store hit rate (prompt tokens
 served by the connector), vLLM's preemptions, gc runs and what they did, load errors recovered,
 saves dropped, mismatches.
 
@@ -103,14 +104,16 @@ def serve(a):
     if a.store:
         kw["kv_transfer_config"] = KVTransferConfig(
             kv_connector="UcmConnector", kv_connector_module_path="ucm.vllm.connector", kv_role="kv_both",
-            kv_connector_extra_config={"store": a.store, "save": a.save}, kv_load_failure_policy="recompute")
+            kv_connector_extra_config={"store": a.store, "save": a.save},
+            **({} if a.failure_policy == "default" else {"kv_load_failure_policy": a.failure_policy}))
     if a.blocks:
         kw["num_gpu_blocks_override"] = a.blocks
     if a.over_admit:
         kw["scheduler_reserve_full_isl"] = False  # admit on the first chunk's blocks: thrashing
+    if a.prefix_caching != "default":
+        kw["enable_prefix_caching"] = a.prefix_caching == "on"
     llm = LLM(model=a.model, dtype=a.dtype, max_model_len=a.max_model_len, enforce_eager=True, seed=0,
-              enable_prefix_caching=a.prefix_caching, max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=32,
-              disable_log_stats=False, **kw)
+              max_num_batched_tokens=a.max_num_batched_tokens, max_num_seqs=32, disable_log_stats=False, **kw)
     rng = random.Random(a.seed + len(done))
     pos = 0
     with open(a.results, "a") as f:
@@ -124,6 +127,7 @@ def serve(a):
             dt = time.time() - t0
             for r, o in zip(burst, outs):
                 f.write(json.dumps({"i": r["i"], "tokens": list(o.outputs[0].token_ids),
+                                    "finish_reason": o.outputs[0].finish_reason,
                                     "cached": o.num_cached_tokens or 0, "prompt_len": len(r["ids"]),
                                     "burst_seconds": dt}) + "\n")
             f.flush()
@@ -140,8 +144,9 @@ def serve(a):
 
 
 # ----------------------------------------------------------------------------- driver
-def child(a, results, store=None, save=False, blocks=None, prefix_caching=False, bursts=True, log=None,
+def child(a, results, store=None, save=False, blocks=None, prefix_caching=None, bursts=True, log=None,
           requests_file=None):
+    """One server process; prefix_caching None: the soak's --settings (defaults: vLLM's own)."""
     cmd = [sys.executable, __file__, "--serve", "--requests-file", str(requests_file or a.out / "requests.json"), "--results",
            str(results), "--model", a.model, "--dtype", a.dtype, "--seed", str(a.seed),
            "--max-model-len", str(a.max_model_len), "--max-num-batched-tokens", str(a.max_num_batched_tokens)]
@@ -149,8 +154,9 @@ def child(a, results, store=None, save=False, blocks=None, prefix_caching=False,
         cmd += ["--store", str(store)] + (["--save"] if save else [])
     if blocks:
         cmd += ["--blocks", str(blocks)] + (["--over-admit"] if a.over_admit else [])
-    if prefix_caching:
-        cmd.append("--prefix-caching")
+    legacy = a.settings == "legacy"
+    cmd += ["--prefix-caching", prefix_caching or ("off" if legacy else "default"),
+            "--failure-policy", "recompute" if legacy else "default"]
     if bursts:
         cmd.append("--bursts")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib/python"), "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -267,13 +273,20 @@ def main():
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--ucm", default=os.environ.get("UCM_BIN", str(ROOT / "build/bin/ucm")))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--settings", choices=["defaults", "legacy"], default="defaults",
+                    help="the servers' engine settings: vLLM's own defaults (prefix caching on, "
+                         "kv_load_failure_policy unset), or those of issue 37's soak (prefix caching off, "
+                         "policy recompute)")
+    ap.add_argument("--report", type=Path, help="also write the report (JSON) here, e.g. into docs/results/")
     # child mode
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--requests-file", help=argparse.SUPPRESS)
     ap.add_argument("--results", help=argparse.SUPPRESS)
     ap.add_argument("--store", help=argparse.SUPPRESS)
     ap.add_argument("--save", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--prefix-caching", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--prefix-caching", choices=["default", "on", "off"], default="default", help=argparse.SUPPRESS)
+    ap.add_argument("--failure-policy", choices=["default", "recompute", "fail"], default="default",
+                    help=argparse.SUPPRESS)
     ap.add_argument("--bursts", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.serve:
@@ -297,7 +310,7 @@ def main():
     ref_file = a.out / "reference.jsonl"
     if len(lines(ref_file)) < n:
         t0 = time.time()
-        p = child(a, ref_file, prefix_caching=True, bursts=False, log=log)
+        p = child(a, ref_file, prefix_caching="on", bursts=False, log=log)
         assert p.wait() == 0, f"reference server failed: {log}"
         print(f"soak: reference in {time.time() - t0:.0f} s", file=sys.stderr)
     ref = lines(ref_file)
@@ -387,6 +400,14 @@ def main():
     assert p.wait() == 0, f"fresh server failed: {log}"
     fresh = lines(fresh_file)
 
+    t0 = time.time()
+    aud = subprocess.run([a.ucm, "inspect", str(store), "--audit", "--all", "--model", a.model, "--json"],
+                         capture_output=True, text=True)
+    try:
+        audit = json.loads(aud.stdout)
+    except ValueError:
+        audit = {"rc": aud.returncode, "stderr": aud.stderr[-500:]}
+    audit_seconds = time.time() - t0
     gcv = subprocess.run([a.ucm, "gc", str(store), "--verify", "--json"], capture_output=True, text=True)
     insp = subprocess.run([a.ucm, "inspect", str(store), "--verify", "--json"], capture_output=True, text=True)
 
@@ -405,13 +426,25 @@ def main():
         "corrupted_blocks": len([c for c in corrupted if c["block"]]),
         "load_errors_recovered": sum(1 for e in events if e.get("event") == "load" and e.get("failed")),
         "saves_dropped": logtext.count("dropped, the save queue is full"),
+        "settings": a.settings, "blocks": a.blocks, "max_num_batched_tokens": a.max_num_batched_tokens,
+        "failed_requests_soak": [i for i in range(n) if soak[i].get("finish_reason") == "error"],
+        "failed_requests_fresh": [i for i in fresh if fresh[i].get("finish_reason") == "error"],
+        "fresh_replayed": len(fresh),
+        "audit_blocks": audit.get("audited"), "audit_poisoned": audit.get("poisoned_total"),
+        "audit_seconds": round(audit_seconds, 1),
+        "bad_reads_reported": logtext.count("reported to vLLM, which recomputes"),
+        "saves_cut_at_bad_kv": logtext.count("do not hold good KV"),
         "mismatches_soak": mism_soak, "mismatches_fresh": mism_fresh,
         "final_gc_verify_rc": gcv.returncode, "inspect_verify_rc": insp.returncode,
         "gc_reports": gc_runs[-3:],
     }
     json.dump(report, open(a.out / "report.json", "w"), indent=1)
+    if a.report:
+        a.report.parent.mkdir(parents=True, exist_ok=True)
+        json.dump(report, open(a.report, "w"), indent=1)
     print(json.dumps({k: v for k, v in report.items() if k != "gc_reports"}, indent=1))
-    ok = not mism_soak and not mism_fresh and insp.returncode == 0
+    ok = (not mism_soak and not mism_fresh and insp.returncode == 0 and not report["failed_requests_soak"]
+          and not report["failed_requests_fresh"] and audit.get("poisoned_total") == 0)
     print("soak: PASS" if ok else "soak: FAIL", file=sys.stderr)
     return 0 if ok else 1
 

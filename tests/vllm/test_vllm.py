@@ -29,6 +29,11 @@ UCM_BIN = os.environ.get("UCM_BIN", str(ROOT / "build" / "bin" / "ucm"))
 DOCS_DIR = Path("/usr/share/doc/python3.11/html/_sources")
 TEMPLATE = ROOT / "configs" / "template_chat.txt"
 EB = 128  # vLLM's CPU block size (default)
+# The engine settings every run uses: vLLM's own defaults (prefix caching on, kv_load_failure_policy
+# unset), or, with UCM_VLLM_SETTINGS=legacy, the settings the tests used before issue 56 (prefix
+# caching off, policy "recompute"). scripts/test_vllm.sh runs the load/save tests both ways.
+SETTINGS = {"defaults": [], "legacy": ["--prefix-caching", "off", "--failure-policy", "recompute"]}
+SETTING = os.environ.get("UCM_VLLM_SETTINGS", "defaults")
 DOCS = ["library/sched.rst.txt", "library/pickletools.rst.txt", "library/bisect.rst.txt", "library/keyword.rst.txt"]
 QUESTIONS = ["\nQuestion: what is this module for?\nAnswer:", "\nQuestion: name one function it provides.\nAnswer:"]
 
@@ -39,7 +44,7 @@ def vllm(tmp, name, prompts, store=None, save=False, load=True, dtype="bfloat16"
     pfile, out = tmp / f"{name}.prompts.json", tmp / f"{name}.out.json"
     pfile.write_text(json.dumps(prompts))
     cmd = [sys.executable, str(ROOT / "tests/vllm/vllm_run.py"), "--model", str(MODEL), "--prompts", str(pfile),
-           "--out", str(out), "--dtype", dtype, "--max-tokens", str(max_tokens), *extra]
+           "--out", str(out), "--dtype", dtype, "--max-tokens", str(max_tokens), *SETTINGS[SETTING], *extra]
     if store:
         cmd += ["--store", str(store)] + (["--save"] if save else []) + ([] if load else ["--no-load"])
     if score:

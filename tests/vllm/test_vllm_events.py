@@ -137,10 +137,11 @@ def runner(argv):
     from vllm import LLM, SamplingParams
     from vllm.config import KVEventsConfig, KVTransferConfig
     t0 = time.time()
-    llm = LLM(model=str(MODEL), dtype="float32", max_model_len=2048, enforce_eager=True, enable_prefix_caching=True,
+    # vLLM's defaults: prefix caching on, kv_load_failure_policy unset (the connector sets "recompute")
+    llm = LLM(model=str(MODEL), dtype="float32", max_model_len=2048, enforce_eager=True,
               seed=0, kv_transfer_config=KVTransferConfig(
                   kv_connector="UcmConnector", kv_connector_module_path="ucm.vllm.connector", kv_role="kv_both",
-                  kv_connector_extra_config={"store": a.store, "save": a.save}, kv_load_failure_policy="recompute"),
+                  kv_connector_extra_config={"store": a.store, "save": a.save}),
               kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="zmq", endpoint=a.endpoint,
                                               topic=TOPIC))
     startup = time.time() - t0

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One vLLM process for tests/vllm/test_vllm.py and scripts/bench_vllm.py (run in .venv-vllm).
 
-  --prompts FILE   JSON list of {"prompt": text} or {"ids": [...]} (and "cont": [...] for --score)
+  --prompts FILE   JSON list of {"prompt": text} or {"ids": [...]} (and "cont": [...] for --score),
+                   each with an optional "cache_salt"
   --store S        serve through ucm.vllm.connector.UcmConnector on store S (absent: no connector)
   --save / --no-load  the connector's save / load settings
   --dtype          bfloat16 (default) or float32
@@ -12,6 +13,8 @@
   --num-gpu-blocks N, --max-num-batched-tokens N, --max-num-seqs N
                    vLLM's KV cache size (blocks) and batch limits: a small cache forces preemption,
                    a small token budget chunked prefill
+  --prefix-caching {default,on,off}, --failure-policy {default,recompute,fail}
+                   vLLM's defaults unless given (prefix caching on, kv_load_failure_policy unset)
   --extra JSON     more kv_connector_extra_config keys
   --out FILE       JSON: per prompt {"tokens", "num_cached_tokens", "prompt_len", "seconds",
                    "cont_logprobs"}; "startup_seconds"; "preemptions" (vLLM's own counter,
@@ -39,11 +42,17 @@ def main():
     ap.add_argument("--score", action="store_true")
     ap.add_argument("--topk", type=int, default=100)
     ap.add_argument("--max-tokens", type=int, default=16)
-    ap.add_argument("--prefix-caching", action="store_true")
+    ap.add_argument("--prefix-caching", choices=["default", "on", "off"], default="default",
+                    help="vLLM's enable_prefix_caching: its own default (on), or forced")
+    ap.add_argument("--failure-policy", choices=["default", "recompute", "fail"], default="default",
+                    help="kv_load_failure_policy: vLLM's own default (unset: \"fail\"), or set")
     ap.add_argument("--one-by-one", action="store_true", help="one generate() call per prompt (TTFT)")
     ap.add_argument("--num-gpu-blocks", type=int)
     ap.add_argument("--max-num-batched-tokens", type=int)
     ap.add_argument("--max-num-seqs", type=int)
+    ap.add_argument("--over-admit", action="store_true",
+                    help="scheduler_reserve_full_isl=False: admit a request on its first chunk's blocks, so "
+                         "that requests outgrow a small cache part-way through their prefill and vLLM preempts")
     ap.add_argument("--extra", default="{}")
     ap.add_argument("--max-model-len", type=int, default=8192)
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
@@ -60,7 +69,12 @@ def main():
         extra.update(json.loads(a.extra))
         kw["kv_transfer_config"] = KVTransferConfig(
             kv_connector="UcmConnector", kv_connector_module_path="ucm.vllm.connector", kv_role="kv_both",
-            kv_connector_extra_config=extra, kv_load_failure_policy="recompute")
+            kv_connector_extra_config=extra,
+            **({} if a.failure_policy == "default" else {"kv_load_failure_policy": a.failure_policy}))
+    if a.over_admit:
+        kw["scheduler_reserve_full_isl"] = False
+    if a.prefix_caching != "default":
+        kw["enable_prefix_caching"] = a.prefix_caching == "on"
     t0 = time.time()
     if a.score:
         kw["max_logprobs"] = a.topk
@@ -68,17 +82,18 @@ def main():
         if getattr(a, k):
             kw[k + ("_override" if k == "num_gpu_blocks" else "")] = getattr(a, k)
     llm = LLM(model=a.model, dtype=a.dtype, max_model_len=a.max_model_len, enforce_eager=True,
-              enable_prefix_caching=a.prefix_caching, seed=0, disable_log_stats=False,
+              seed=0, disable_log_stats=False,
               tensor_parallel_size=a.tp, **kw)
     startup = time.time() - t0
     items = json.load(open(a.prompts))
     prompts = []
     for it in items:
+        salt = {"cache_salt": it["cache_salt"]} if it.get("cache_salt") else {}
         if "ids" in it:
             ids = list(it["ids"]) + (list(it.get("cont", [])) if a.score else [])
-            prompts.append(TokensPrompt(prompt_token_ids=ids))
+            prompts.append(TokensPrompt(prompt_token_ids=ids, **salt))
         else:
-            prompts.append(it["prompt"])
+            prompts.append({"prompt": it["prompt"], **salt} if salt else it["prompt"])
     if a.score:
         # The top-K next-token log-probabilities at every prompt position (prompt_logprob_token_ids
         # would give full rows but needs vLLM's V2 model runner, absent on CPU). Reading from the
@@ -97,6 +112,7 @@ def main():
         dt = time.time() - t1
         for o in outs:
             r = {"tokens": list(o.outputs[0].token_ids), "num_cached_tokens": o.num_cached_tokens or 0,
+                 "finish_reason": o.outputs[0].finish_reason,
                  "prompt_len": len(o.prompt_token_ids), "seconds": dt}
             if a.score:  # row j: the top-K ids that could be cont[j], and their log-probabilities
                 it = items[len(res)]

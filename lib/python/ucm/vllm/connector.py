@@ -171,9 +171,12 @@ class UcmConnector(KVConnectorBase_V1):
             self._root = ucm.hash_root(self.ns.hash_seed) if self._events_on else None
             self.stats = {k: 0 for k in _COUNTERS}
             self.stats["load_seconds"] = 0.0
-            # Fault injection for tests/vllm: before the first step with a load, write FILE.waiting
-            # and wait (at most 300 s) until FILE exists, so a test can act between lookup and load.
+            # Fault injection for tests/vllm: before the first step with a load (with
+            # test_pause_on "resumed": a load of a request resuming after a preemption), write
+            # FILE.waiting and wait (at most 300 s) until FILE exists, so a test can act between
+            # lookup and load.
             self._pause_file = get("test_pause_before_load", None)
+            self._pause_on = get("test_pause_on", "any")
         log.info("UcmConnector (%s): store %s, namespace %s, ucm block %d, engine block %d, save %s%s, load %s",
                  role.name, self.store_path, self.ns.name, self.T, self.engine_block, self.do_save,
                  f" (shard {self.shard})" if self.shard else "", self.do_load)
@@ -436,7 +439,7 @@ class UcmConnector(KVConnectorBase_V1):
         through vLLM's prefix cache) is reported with get_block_ids_with_load_errors: vLLM
         truncates it at that block, discards the step's output for it and recomputes."""
         meta = self._get_connector_metadata()
-        if meta.loads and self._pause_file:
+        if meta.loads and self._pause_file and (self._pause_on != "resumed" or any(ld.resumed for ld in meta.loads)):
             self._pause_before_load()
         good = []
         for ld in meta.loads:
@@ -448,7 +451,12 @@ class UcmConnector(KVConnectorBase_V1):
                 good.append(0)
         if self.tp_size > 1 and meta.loads:   # every rank keeps what every rank loaded (same state)
             good = self._tp_min(good)
-        self._replay(meta, good)
+        try:
+            self._replay(meta, good)
+        except Exception as e:  # a defect: same inputs on every rank, so every rank stops saving alike
+            log.error("UcmConnector: tracking block validity failed (%s: %s); this worker no longer saves",
+                      type(e).__name__, e)
+            self._validity = None
         if self._event_buf is not None and meta.loads:
             self._report_loads(meta.loads, good)
 
@@ -630,35 +638,56 @@ class UcmConnector(KVConnectorBase_V1):
         store block holds every KV head) and writes; the other ranks only take part."""
         n_full, first = len(sv.hashes), sv.first
         n = n_full - first
-        L, H, D, T, eb = self.num_layers, self.total_kv_heads, self.head_dim, self.T, self.engine_block
         nbytes = n * self.ns.block_bytes()
         writer = self.do_save and self.shard is not None
         if self.tp_size == 1 and (not writer or not self._saves.has_room(nbytes)):  # (TP ranks all take part)
             if writer:
                 self._drop(sv, n)
             return
-        h0, h1 = self.heads
-        tok0, tok1 = first * T, n_full * T
-        e0, e1 = tok0 // eb, (tok1 + eb - 1) // eb
-        blocks = torch.tensor(sv.block_ids[e0:e1], dtype=torch.int64)
-        local = torch.empty((n, L, 2, T, h1 - h0, D), dtype=_TORCH[self.ns.dtype])
-        off = tok0 - e0 * eb
-        if self._gpu is not None:  # gathered through the K/V views on the device, one copy per layer
-            from . import gpu_layout
-            gpu_layout.read([self._kv[l] for l in range(L)], [self._gpu[l] for l in range(L)], sv.block_ids, tok0,
-                            tok1, eb, T, local)
-        else:
-            from .cpu_cache import read_blocks
-            for l in range(L):
-                k, v = read_blocks(self._kv[l], blocks, self._isa[l])          # [nb, eb, Hs, D]
-                local[:, l, 0] = k.reshape(-1, h1 - h0, D)[off: off + tok1 - tok0].reshape(n, T, h1 - h0, D)
-                local[:, l, 1] = v.reshape(-1, h1 - h0, D)[off: off + tok1 - tok0].reshape(n, T, h1 - h0, D)
+        local = self._read_local(sv)
+        if self.tp_size > 1:  # every rank calls the same collectives, whatever failed where
+            ok = self._tp_min([0 if local is None else 1])[0]
+            if not ok:
+                log.warning("UcmConnector: request %s: a TP rank could not copy its heads out; not saved", sv.req_id)
+                return
+        elif local is None:
+            return
         payload = local if self.tp_size == 1 else self._gather_heads(local)
         if payload is None or not writer:
             return
         parents = ucm.parents_of(self.ns.hash_seed, sv.hashes)[first:]
         if not self._saves.offer((sv.req_id, sv.hashes[first:], parents, payload, sv.tokens), nbytes):
             self._drop(sv, n)
+
+    def _read_local(self, sv: SaveSpec) -> Optional[torch.Tensor]:
+        """This rank's heads of ucm blocks [first, n_full) of sv, [n][L][2][T][Hs][D]; None (logged,
+        counted) when the copy fails."""
+        n_full, first = len(sv.hashes), sv.first
+        n = n_full - first
+        L, D, T, eb = self.num_layers, self.head_dim, self.T, self.engine_block
+        h0, h1 = self.heads
+        tok0, tok1 = first * T, n_full * T
+        e0, e1 = tok0 // eb, (tok1 + eb - 1) // eb
+        try:
+            blocks = torch.tensor(sv.block_ids[e0:e1], dtype=torch.int64)
+            local = torch.empty((n, L, 2, T, h1 - h0, D), dtype=_TORCH[self.ns.dtype])
+            off = tok0 - e0 * eb
+            if self._gpu is not None:  # gathered through the K/V views on the device, one copy per layer
+                from . import gpu_layout
+                gpu_layout.read([self._kv[l] for l in range(L)], [self._gpu[l] for l in range(L)], sv.block_ids,
+                                tok0, tok1, eb, T, local)
+            else:
+                from .cpu_cache import read_blocks
+                for l in range(L):
+                    k, v = read_blocks(self._kv[l], blocks, self._isa[l])          # [nb, eb, Hs, D]
+                    local[:, l, 0] = k.reshape(-1, h1 - h0, D)[off: off + tok1 - tok0].reshape(n, T, h1 - h0, D)
+                    local[:, l, 1] = v.reshape(-1, h1 - h0, D)[off: off + tok1 - tok0].reshape(n, T, h1 - h0, D)
+            return local
+        except Exception as e:
+            self.stats["store_errors"] += 1
+            log.warning("UcmConnector: request %s: copying its blocks out failed (%s: %s); not saved", sv.req_id,
+                        type(e).__name__, e)
+            return None
 
     def _gather_heads(self, local: torch.Tensor) -> Optional[torch.Tensor]:
         """All ranks' head slices [n][L][2][T][Hs][D] -> TP rank 0 gets [n][L][2][T][H][D] (a head

@@ -50,6 +50,7 @@ class LoadSpec:
     first_token: int
     n_tokens: int
     tokens: Optional[np.ndarray] = None  # uint32 [n_tokens - first_token]: the loaded ids (KV events only)
+    resumed: bool = False       # the request resumes after a preemption (tests' fault injection)
 
 
 @dataclass
@@ -114,11 +115,14 @@ class Planner:
         matched = min(hit * self.T, len(prompt_ids) - 1) // self.eb * self.eb
         if matched <= num_computed_tokens:
             return 0
-        self.counters["hit_tokens"] += matched - num_computed_tokens
         return matched - num_computed_tokens
 
     def allocated(self, req_id: str, num_external_tokens: int) -> None:
+        """vLLM accepted num_external_tokens of the hit (0: none) and scheduled the request. The
+        scheduler asks for a waiting request's hit at every attempt to schedule it, so hits are
+        counted here (hit_tokens), not per lookup."""
         if num_external_tokens > 0:
+            self.counters["hit_tokens"] += num_external_tokens
             self._pending[req_id] = num_external_tokens
         else:
             self._pending.pop(req_id, None)
@@ -184,6 +188,8 @@ class Planner:
                 else:
                     self.counters["resumed_loads"] += 1
                     self._plan_load(rid, st, before, loads)
+                    if loads and loads[-1].req_id == rid:
+                        loads[-1].resumed = True
             scheduled.append((rid, st, before))
 
     def _maybe_save(self, rid: str, st: _Req, before: int, n_sched: int, saves: List[SaveSpec]) -> None:
