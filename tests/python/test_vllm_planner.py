@@ -22,11 +22,12 @@ from ucm.vllm.save_queue import SaveQueue
 EB, T = 32, 16          # engine block, ucm block
 
 
-def fake_hash(ids):
-    """Chained-looking block ids: block i's 'hash' encodes (i, its tokens' sum so far)."""
+def fake_hash(ids, ns_key=None):
+    """Chained-looking block ids: block i's 'hash' encodes (i, its tokens' sum so far); another
+    namespace (an adapter's ns_key) seeds the chain differently."""
     n = len(ids) // T
     out = np.zeros((n, 16), np.uint8)
-    acc = 0
+    acc = 0 if ns_key is None else sum(map(ord, str(ns_key))) + 7
     for i in range(n):
         acc = (acc * 31 + sum(ids[i * T:(i + 1) * T]) + 1) % (1 << 60)
         out[i, :8] = np.frombuffer(np.uint64(acc).tobytes(), np.uint8)
@@ -40,7 +41,7 @@ class FakeStore:
     def add(self, hashes):
         self.blocks.update(h.tobytes() for h in hashes)
 
-    def lookup(self, hashes):
+    def lookup(self, hashes, ns_key=None):
         present = np.array([h.tobytes() in self.blocks for h in hashes], bool)
         prefix = int(np.argmin(present)) if not present.all() else len(present)
         return prefix, present
@@ -163,17 +164,27 @@ def test_load_failure_rollback_rearms_the_save():
     assert p.counters["saves_rearmed"] == 1
 
 
-def test_lora_requests_bypass_the_store():
+def test_lora_requests_load_and_save_in_their_adapters_namespace():
+    """A LoRA request's chain is hashed and looked up with its adapter's key: the base model's
+    blocks never hit for it, and its saves carry the key (the worker writes the adapter namespace)."""
     st = FakeStore()
-    st.add(fake_hash(PROMPT))
+    st.add(fake_hash(PROMPT))                            # the base model's blocks: all of the prompt
     p = planner(st)
     lora = NS(lora_name="a", lora_int_id=1, lora_path="/x")
-    assert p.matched("a", PROMPT, 0, bypass=bypass_reason(NS(lora_request=lora, prompt_token_ids=PROMPT))) == 0
+    key = ("a", "/x")
+    assert bypass_reason(NS(lora_request=lora, prompt_token_ids=PROMPT)) is None
+    assert p.matched("a", PROMPT, 0, ns_key=key) == 0   # no hit on the base model's blocks
     p.allocated("a", 0)
-    assert plan(p, out(new=[new_req("a", PROMPT, range(7), 0, lora=lora)], sched={"a": 200})) == ([], [])
-    assert p.counters["bypassed_lora"] == 1
-    plan(p, out(finished=["a"]))
-    assert p.live_requests() == 0
+    loads, saves = plan(p, out(new=[new_req("a", PROMPT, range(7), 0, lora=lora)], sched={"a": 200}))
+    (sv,) = saves
+    assert loads == [] and sv.ns_key == key and sv.first == 0
+    assert (sv.hashes == fake_hash(PROMPT, key)).all() and not (sv.hashes == fake_hash(PROMPT)).all()
+    st.add(sv.hashes[:8])                                # the adapter's blocks, as the worker saved them
+    assert p.matched("b", PROMPT, 0, ns_key=key) == 128
+    p.allocated("b", 128)
+    loads, _ = plan(p, out(new=[new_req("b", PROMPT, range(10, 17), 128, lora=lora)], sched={"b": 72}))
+    (ld,) = loads
+    assert ld.ns_key == key and (ld.hashes == fake_hash(PROMPT, key)[:8]).all()
 
 
 def test_accepted_load_not_scheduled_is_dropped_and_finished_requests_leave_no_state():
@@ -338,7 +349,7 @@ def test_an_error_planning_one_save_keeps_the_other_requests_load():
     st.add(fake_hash(PROMPT)[:8])
     calls = {"n": 0}
 
-    def lookup(hashes):
+    def lookup(hashes, ns_key=None):
         calls["n"] += 1
         if calls["n"] == 3:                                # the save lookup of request "b"
             raise OSError("store index gone")
@@ -360,7 +371,7 @@ def test_a_load_that_cannot_be_planned_is_sent_without_hashes():
     st.add(fake_hash(PROMPT)[:8])
     state = {"fail": False}
 
-    def hashes(ids):
+    def hashes(ids, ns_key=None):
         if state["fail"]:
             raise ValueError("hash seed unreadable")
         return fake_hash(ids)

@@ -13,16 +13,22 @@ import subprocess
 import pytest
 
 from test_vllm import MODEL, UCM_BIN
-from test_vllm_load import (DOCS, FULL, PROMPTS, copy_store, corrupt, finish, precomputed, reference, run, start,
+from test_vllm_load import (PROMPTS, copy_store, corrupt, finish, precomputed, reference, run, start,
                             tmp, tokens, verify, wait_for)
 
 __all__ = ["precomputed", "reference", "tmp"]  # module fixtures shared with test_vllm_load.py
+# With prefix caching on, the two prompts of a document share its blocks, and a 32-block cache no
+# longer preempts (measured: 0, and 0 at 20 blocks with admission on the first chunk once the
+# connector serves the documents). Long answers do: two requests of 10-block documents decoding
+# 600 tokens each need 32 blocks of a 20-block cache.
+PREEMPT = ["--num-gpu-blocks", "20", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16",
+           "--max-model-len", "2048"]
 
 
-def audit(store):
+def audit(store, namespace=None):
     """`ucm inspect --audit --all`: every block recomputed from its token ids and compared."""
-    p = subprocess.run([UCM_BIN, "inspect", str(store), "--audit", "--all", "--model", str(MODEL), "--json"],
-                       capture_output=True, text=True)
+    p = subprocess.run([UCM_BIN, "inspect", str(store), "--audit", "--all", "--model", str(MODEL), "--json"]
+                       + (["--namespace", namespace] if namespace else []), capture_output=True, text=True)
     assert p.returncode in (0, 3), p.stderr[-3000:]
     rep = json.loads(p.stdout)
     print(f"audit {store.name}: {rep['audited']} blocks, {rep['poisoned_total']} poisoned")
@@ -80,25 +86,33 @@ def test_damaged_shared_blocks_load_and_save_then_a_fresh_server(tmp, reference,
     assert sum(r["num_cached_tokens"] for r in fresh) > 0
 
 
-def test_damaged_block_between_a_preemption_and_the_resume(tmp, reference, precomputed):
-    """A 32-block cache preempts; the worker pauses before the first load of a resuming request,
-    the test damages 24 blocks, the server goes on (loading and saving)."""
+def test_damaged_block_between_a_preemption_and_the_resume(tmp, precomputed):
+    """Three documents, 600 greedy tokens: two requests (16 blocks each at the end) outgrow a
+    20-block cache while decoding and vLLM preempts one; the other's new blocks evict some of the
+    preempted request's freed blocks, so when it resumes the connector loads them again. The worker
+    pauses before the first load of a resuming request, the test damages the middle block of that
+    load, and the server goes on (saving)."""
+    prompts, long = PROMPTS[0:6:2], ["--max-tokens", "600"]
+    ref, _, _ = run(tmp, "resume-ref", prompts=prompts, args=long)
     store = copy_store(precomputed, tmp / "dflt-resume-store")
     pause = tmp / "dflt-resume.go"
     proc, out = start(tmp, "dflt-resume", store, {"test_pause_before_load": str(pause), "test_pause_on": "resumed"},
-                      args=FULL, save=True)
+                      args=PREEMPT + long, save=True, prompts=prompts)
     wait_for(str(pause) + ".waiting", proc, timeout=900)
-    damage(store)
+    pending = [ld for ld in json.loads((tmp / "dflt-resume.go.waiting").read_text()) if ld["resumed"]]
+    victim = pending[0]["hashes"][len(pending[0]["hashes"]) // 2]
+    corrupt(store, victim)
     pause.write_text("go")
     res, err = finish(proc, out, "dflt-resume", tmp)
     meta = json.loads(out.read_text())
-    print(f"resume: {meta['preemptions']} preemptions")
+    print(f"resume: {meta['preemptions']} preemptions; damaged block {victim} of request {pending[0]['req']}")
     assert meta["preemptions"] and meta["preemptions"] > 0
+    assert "UCM_E_CORRUPTION" in err and "reported to vLLM" in err, err[-3000:]
     no_errors(res)
-    assert tokens(res) == reference
+    assert tokens(res) == tokens(ref)
     assert audit(store)["poisoned_total"] == 0
-    fresh, _, _ = run(tmp, "dflt-resume-fresh", store=store)
-    assert tokens(fresh) == reference
+    fresh, _, _ = run(tmp, "dflt-resume-fresh", store=store, prompts=prompts, args=long)
+    assert tokens(fresh) == tokens(ref)
 
 
 def test_a_salted_and_an_unsalted_request_never_share_blocks(tmp, reference):
@@ -116,3 +130,53 @@ def test_a_salted_and_an_unsalted_request_never_share_blocks(tmp, reference):
     assert res2[2]["num_cached_tokens"] > 0
     assert tokens(res2) == [reference[0]] * 3 and tokens(res) == [reference[0]] * 2
     assert audit(store)["poisoned_total"] == 0
+
+
+def make_adapter(path, rank=8, seed=0):
+    """A tiny random LoRA adapter for SmolLM2 (peft's file layout: adapter_config.json and
+    adapter_model.safetensors with base_model.model.<module>.lora_A / lora_B weights) on q, k and
+    v of every layer: it changes the KV, and the answers."""
+    import torch
+    from safetensors.torch import save_file
+    cfg = json.loads((MODEL / "config.json").read_text())
+    hid, heads, kv, layers = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], \
+        cfg["num_hidden_layers"]
+    hd = hid // heads
+    g = torch.Generator().manual_seed(seed)
+    w = {}
+    for i in range(layers):
+        for m, out in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+            pre = f"base_model.model.model.layers.{i}.self_attn.{m}"
+            w[pre + ".lora_A.weight"] = torch.randn(rank, hid, generator=g) * 0.05
+            w[pre + ".lora_B.weight"] = torch.randn(out, rank, generator=g) * 0.05
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(w, str(path / "adapter_model.safetensors"))
+    (path / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.0,
+        "bias": "none", "fan_in_fan_out": False, "target_modules": ["q_proj", "k_proj", "v_proj"],
+        "base_model_name_or_path": str(MODEL)}))
+    return path
+
+
+def test_a_lora_request_and_a_base_request_with_the_same_prompt(tmp):
+    """A LoRA request saves into its adapter's namespace and hits it later; the base request with
+    the same prompt never hits the adapter's blocks, nor the adapter request the base model's."""
+    import ucm
+    adapter = make_adapter(tmp / "adapter")
+    p = PROMPTS[0]["prompt"]
+    items = [{"prompt": p, "lora": True}, {"prompt": p}]
+    lo = ["--lora", str(adapter)]
+    ref, _, _ = run(tmp, "lora-ref", prompts=items, one_by_one=True, args=lo)
+    assert tokens(ref)[0] != tokens(ref)[1], "the adapter does not change the answer"
+    store = tmp / "lora-store"
+    res, err, _ = run(tmp, "lora-save", store=store, save=True, prompts=items, one_by_one=True, args=lo)
+    assert [r["num_cached_tokens"] for r in res] == [0, 0]
+    assert tokens(res) == tokens(ref)
+    with ucm.Store(str(store)) as s:
+        nss = {d["name"]: d for d in s.namespaces()}
+    assert len(nss) == 2 and sum(1 for d in nss.values() if "lora" in d.get("extra", {})) == 1, nss
+    base = next(n for n, d in nss.items() if "lora" not in d.get("extra", {}))
+    fresh, _, _ = run(tmp, "lora-fresh", store=store, prompts=items[::-1], one_by_one=True, args=lo)
+    assert all(r["num_cached_tokens"] > 0 for r in fresh)
+    assert tokens(fresh) == tokens(ref)[::-1]
+    assert audit(store, base)["poisoned_total"] == 0        # no adapter KV in the base namespace

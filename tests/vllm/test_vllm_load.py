@@ -124,12 +124,17 @@ def test_a_preempting_server_saving_into_an_empty_store_writes_only_computed_kv(
 
 
 def corrupt(store, hash_hex):
-    rec = json.loads(subprocess.run([UCM_BIN, "inspect", str(store), "--block", hash_hex, "--json"],
-                                    capture_output=True, text=True, check=True).stdout)["block"]["kv"]
-    data = Path(store) / "data" / f"{rec['file']:08d}.ucmd"
-    b = bytearray(data.read_bytes())
-    b[rec["offset"] + rec["length"] // 2] ^= 0xFF
-    data.write_bytes(bytes(b))
+    """Flips one payload byte of block hash_hex, every copy of it (a block saved by a server lives
+    in its writer shard, store_v1.md §11: inspect names the shard)."""
+    found = json.loads(subprocess.run([UCM_BIN, "inspect", str(store), "--block", hash_hex, "--json"],
+                                      capture_output=True, text=True, check=True).stdout)["block"]
+    for blk in (found if isinstance(found, list) else [found]):
+        rec = blk["kv"]
+        root = Path(store) / "shards" / blk["shard"] if "shard" in blk else Path(store)
+        data = root / "data" / f"{rec['file']:08d}.ucmd"
+        b = bytearray(data.read_bytes())
+        b[rec["offset"] + rec["length"] // 2] ^= 0xFF
+        data.write_bytes(bytes(b))
 
 
 # Two prompts whose question is long enough that full blocks past the stored document are missing

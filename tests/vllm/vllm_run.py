@@ -2,7 +2,7 @@
 """One vLLM process for tests/vllm/test_vllm.py and scripts/bench_vllm.py (run in .venv-vllm).
 
   --prompts FILE   JSON list of {"prompt": text} or {"ids": [...]} (and "cont": [...] for --score),
-                   each with an optional "cache_salt"
+                   each with an optional "cache_salt", and "lora": true to use --lora
   --store S        serve through ucm.vllm.connector.UcmConnector on store S (absent: no connector)
   --save / --no-load  the connector's save / load settings
   --dtype          bfloat16 (default) or float32
@@ -53,6 +53,7 @@ def main():
     ap.add_argument("--over-admit", action="store_true",
                     help="scheduler_reserve_full_isl=False: admit a request on its first chunk's blocks, so "
                          "that requests outgrow a small cache part-way through their prefill and vLLM preempts")
+    ap.add_argument("--lora", help="a LoRA adapter directory: prompts with \"lora\": true use it")
     ap.add_argument("--extra", default="{}")
     ap.add_argument("--max-model-len", type=int, default=8192)
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
@@ -71,6 +72,11 @@ def main():
             kv_connector="UcmConnector", kv_connector_module_path="ucm.vllm.connector", kv_role="kv_both",
             kv_connector_extra_config=extra,
             **({} if a.failure_policy == "default" else {"kv_load_failure_policy": a.failure_policy}))
+    lora_req = None
+    if a.lora:
+        from vllm.lora.request import LoRARequest
+        kw.update(enable_lora=True, max_lora_rank=8, max_loras=1)
+        lora_req = LoRARequest("test-adapter", 1, a.lora)
     if a.over_admit:
         kw["scheduler_reserve_full_isl"] = False
     if a.prefix_caching != "default":
@@ -108,7 +114,9 @@ def main():
     batches = [[i] for i in range(len(prompts))] if a.one_by_one else [list(range(len(prompts)))]
     for batch in batches:
         t1 = time.time()
-        outs = llm.generate([prompts[i] for i in batch], [sp[i] for i in batch] if a.score else sp, use_tqdm=False)
+        lora = [lora_req if items[i].get("lora") else None for i in batch] if a.lora else None
+        outs = llm.generate([prompts[i] for i in batch], [sp[i] for i in batch] if a.score else sp, use_tqdm=False,
+                            lora_request=lora)
         dt = time.time() - t1
         for o in outs:
             r = {"tokens": list(o.outputs[0].token_ids), "num_cached_tokens": o.num_cached_tokens or 0,

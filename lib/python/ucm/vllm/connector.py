@@ -56,6 +56,7 @@ from ucm.model import fingerprint
 
 from . import events
 from .planner import LoadSpec, Planner, SaveSpec, bypass_reason, head_range
+from .lora import adapter_desc, adapter_digest, adapter_of, is_adapter_namespace
 from .validity import BlockValidity, StepReq
 from .save_queue import SaveQueue
 
@@ -145,6 +146,7 @@ class UcmConnector(KVConnectorBase_V1):
         self.store = self._open_store(role, int(get("io_threads", 8)), get("shard", None))
         self.ns = self._resolve_namespace(get("namespace", None), get("ucm_bin", None))
         self.T = self.ns.block_size
+        self._adapters: Dict[tuple, dict] = {}        # (lora_name, lora_path) -> desc, id (lora.py)
         # KV events: only when vLLM publishes them (else nothing is collected)
         self._events_on = events.enabled(vllm_config)
         self.event_medium = ucm.event_medium(self.store_path) if self._events_on else None
@@ -163,8 +165,7 @@ class UcmConnector(KVConnectorBase_V1):
             self._validity = BlockValidity(self.engine_block)
             q_bytes = int(get("save_queue_bytes", 512 << 20))
             self._saves = SaveQueue(self._dump, q_bytes, on_error=self._dump_failed) if self.do_save else None
-            self._proj: Optional[np.ndarray] = None
-            self._info = None
+            self._reprs_of: Dict[bytes, Any] = {}     # namespace id -> (repr info, projection) or None
             self._closed = False
             self._tp_rank = 0
             self._event_buf = events.EventBuffer() if self._events_on else None
@@ -286,7 +287,7 @@ class UcmConnector(KVConnectorBase_V1):
         for attempt in range(waits):
             listed = self.store.namespaces()
             for d in listed:
-                if not self._mismatch(d, eng):
+                if not is_adapter_namespace(d) and not self._mismatch(d, eng):
                     return self.store.namespace(d["id"])
             if attempt == 0 and self.shard is not None:
                 return self._create_namespace(ucm_bin, eng)
@@ -332,19 +333,51 @@ class UcmConnector(KVConnectorBase_V1):
         return self.store.namespace(name)
 
     # ------------------------------------------------------------------ scheduler side
-    def _hashes(self, token_ids) -> np.ndarray:
-        return ucm.hash_blocks(self.ns.hash_seed, token_ids, self.T)
+    def _adapter(self, key: tuple) -> dict:
+        """The adapter namespace of (lora_name, lora_path): its descriptor and id (= its hash seed)."""
+        a = self._adapters.get(key)
+        if a is None:
+            desc = adapter_desc(self.ns.desc, key[0], adapter_digest(key[1]))
+            a = self._adapters[key] = {"desc": desc, "id": ucm.namespace_id(desc)}
+        return a
 
-    def _lookup(self, hashes):
-        r = self.store.lookup(self.ns, hashes)
+    def _seed(self, key: Optional[tuple]) -> bytes:
+        return self.ns.hash_seed if key is None else self._adapter(key)["id"]
+
+    def _hashes(self, token_ids, key: Optional[tuple] = None) -> np.ndarray:
+        return ucm.hash_blocks(self._seed(key), token_ids, self.T)
+
+    def _lookup(self, hashes, key: Optional[tuple] = None):
+        ns = self.ns if key is None else self._adapter(key)["id"]
+        try:
+            r = self.store.lookup(ns, hashes)
+        except ucm.NotFound:           # an adapter whose namespace no server has written yet
+            return 0, np.zeros(len(hashes), dtype=bool)
         return r.prefix_blocks, r.present
+
+    def _ns(self, key: Optional[tuple], create: bool = False) -> "ucm.Namespace":
+        """The namespace of a load or save: the base one, or an adapter's (created by a writer)."""
+        if key is None:
+            return self.ns
+        a = self._adapter(key)
+        ns = a.get("ns")
+        if ns is None:
+            try:
+                ns = self.store.namespace(a["id"])
+            except ucm.NotFound:
+                if not create:
+                    raise
+                ns = self.store.register_namespace(a["desc"])
+                log.info("UcmConnector: namespace %s registered for LoRA adapter %s (%s)", ns.name, key[0], key[1])
+            a["ns"] = ns
+        return ns
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         """Called for a new request and again for one resuming after preemption. A store error is a
         miss (logged), never an exception into vLLM's scheduler."""
         try:
             n = self.planner.matched(request.request_id, request.prompt_token_ids, num_computed_tokens,
-                                     bypass=bypass_reason(request))
+                                     bypass=bypass_reason(request), ns_key=adapter_of(request))
         except Exception as e:
             self.sched_stats["store_errors"] += 1
             log.warning("UcmConnector: request %s: lookup failed (%s: %s); served as a miss", request.request_id,
@@ -440,7 +473,7 @@ class UcmConnector(KVConnectorBase_V1):
         truncates it at that block, discards the step's output for it and recomputes."""
         meta = self._get_connector_metadata()
         if meta.loads and self._pause_file and (self._pause_on != "resumed" or any(ld.resumed for ld in meta.loads)):
-            self._pause_before_load()
+            self._pause_before_load(meta.loads)
         good = []
         for ld in meta.loads:
             try:
@@ -482,10 +515,15 @@ class UcmConnector(KVConnectorBase_V1):
         for rid in meta.finished:
             v.forget(rid)
 
-    def _pause_before_load(self) -> None:
+    def _pause_before_load(self, loads: List[LoadSpec]) -> None:
+        """Tests only: FILE.waiting gets, per load of this step, the request, whether it resumes and
+        the hashes (32 hex) of the blocks it loads; then waits (at most 300 s) for FILE."""
         path, self._pause_file = self._pause_file, None
+        import json
         with open(path + ".waiting", "w") as f:
-            f.write(str(os.getpid()))
+            json.dump([{"req": ld.req_id, "resumed": ld.resumed,
+                        "hashes": [h.tobytes().hex() for h in ld.hashes[ld.first_token // self.T:]]}
+                       for ld in loads if ld.hashes is not None], f)
         deadline = time.time() + 300
         while not os.path.exists(path) and time.time() < deadline:
             time.sleep(0.05)
@@ -505,11 +543,12 @@ class UcmConnector(KVConnectorBase_V1):
             return 0
         n = len(ld.hashes) - first
         h0, h1 = self.heads
-        shape = (n,) + self.ns.payload_shape((h0, h1))          # [n][L][2][T][Hs][D]
+        ns = self._ns(ld.ns_key)
+        shape = (n,) + ns.payload_shape((h0, h1))               # [n][L][2][T][Hs][D]
         if self._gpu is not None:  # a device load into scratch pages, then a strided copy (gpu_layout.py)
             from . import gpu_layout
             L, kv0 = self.num_layers, self._kv[0]
-            good, status = gpu_layout.load(self.store, self.ns, ld.hashes[first:], [self._kv[l] for l in range(L)],
+            good, status = gpu_layout.load(self.store, ns, ld.hashes[first:], [self._kv[l] for l in range(L)],
                                            [self._gpu[l] for l in range(L)], ld.block_ids, ld.first_token,
                                            self.engine_block, (h0, h1), self.total_kv_heads,
                                            stream=torch.cuda.current_stream(kv0.device).cuda_stream,
@@ -517,8 +556,8 @@ class UcmConnector(KVConnectorBase_V1):
             bad = [good] if good < n else []
             n_tok = 0
         else:
-            staging = torch.empty(shape, dtype=_TORCH[self.ns.dtype])
-            status = self.store.load(self.ns, ld.hashes[first:], staging,
+            staging = torch.empty(shape, dtype=_TORCH[ns.dtype])
+            status = self.store.load(ns, ld.hashes[first:], staging,
                                      heads=(h0, h1) if (h0, h1) != (0, self.total_kv_heads) else None)
             bad = np.flatnonzero(status != 0)
             good = int(bad[0]) if len(bad) else n                    # blocks before the first failure
@@ -535,10 +574,10 @@ class UcmConnector(KVConnectorBase_V1):
             self._log_failed_load(ld, first + good, ucm.code_name(int(status[good])))
         dt = time.perf_counter() - t0
         self.stats["loaded_blocks"] += good
-        self.stats["loaded_bytes"] += good * self.ns.block_bytes((h0, h1))
+        self.stats["loaded_bytes"] += good * ns.block_bytes((h0, h1))
         self.stats["load_seconds"] += dt
         self._record({"event": "load", "req": ld.req_id, "blocks": good, "failed": int(n - good),
-                      "bytes": good * self.ns.block_bytes((h0, h1)), "seconds": dt})
+                      "bytes": good * ns.block_bytes((h0, h1)), "seconds": dt})
         return good
 
     # ------------------------------------------------------------------ KV events (events.py)
@@ -561,7 +600,7 @@ class UcmConnector(KVConnectorBase_V1):
         for ld, g in zip(loads, good):
             first = ld.first_token // self.T
             k = ((first + g) * self.T // self.engine_block * self.engine_block - ld.first_token) // self.T
-            if k <= 0 or ld.hashes is None:
+            if k <= 0 or ld.hashes is None or ld.ns_key is not None:  # (adapter chains: not reported)
                 continue
             parent = ld.hashes[first - 1].tobytes() if first > 0 else None
             toks = ld.tokens[:k * self.T] if ld.tokens is not None else None
@@ -655,8 +694,15 @@ class UcmConnector(KVConnectorBase_V1):
         payload = local if self.tp_size == 1 else self._gather_heads(local)
         if payload is None or not writer:
             return
-        parents = ucm.parents_of(self.ns.hash_seed, sv.hashes)[first:]
-        if not self._saves.offer((sv.req_id, sv.hashes[first:], parents, payload, sv.tokens), nbytes):
+        try:
+            ns = self._ns(sv.ns_key, create=True)
+        except Exception as e:
+            self.stats["store_errors"] += 1
+            log.warning("UcmConnector: request %s: no namespace for LoRA adapter %s (%s: %s); not saved", sv.req_id,
+                        sv.ns_key, type(e).__name__, e)
+            return
+        parents = ucm.parents_of(ns.hash_seed, sv.hashes)[first:]
+        if not self._saves.offer((sv.req_id, sv.hashes[first:], parents, payload, sv.tokens, ns), nbytes):
             self._drop(sv, n)
 
     def _read_local(self, sv: SaveSpec) -> Optional[torch.Tensor]:
@@ -710,14 +756,14 @@ class UcmConnector(KVConnectorBase_V1):
                     self._saves.max_bytes)
 
     def _dump(self, item) -> None:
-        req_id, hashes, parents, payload, tokens = item
-        reprs = self._reprs(payload)
-        st = self.store.dump(self.ns, hashes, parents, payload, reprs=reprs, tokens=tokens)
+        req_id, hashes, parents, payload, tokens, ns = item
+        reprs = self._reprs(payload, ns)
+        st = self.store.dump(ns, hashes, parents, payload, reprs=reprs, tokens=tokens)
         ok = int((st == 0).sum())
         self.stats["saved_blocks"] += ok
         self.stats["saved_bytes"] += ok * self.ns.block_bytes()
         self._record({"event": "save", "req": req_id, "blocks": ok, "failed": int(len(st) - ok)})
-        if self._event_buf is not None and ok:  # the runs of blocks this dump stored
+        if self._event_buf is not None and ok and ns is self.ns:  # the runs of blocks this dump stored
             p0 = parents[0].tobytes()
             self._report(req_id, "save", lambda: events.block_runs(hashes, None if p0 == self._root else p0, st == 0,
                                                                    tokens, self.T))
@@ -729,18 +775,22 @@ class UcmConnector(KVConnectorBase_V1):
         self.stats["store_errors"] += 1
         log.warning("UcmConnector: saving request %s failed (%s: %s); not saved", item[0], type(e).__name__, e)
 
-    def _reprs(self, payload: torch.Tensor):
-        """R0/R1/R4 of each block (ucm.repr_encode, precompute's code) when the namespace has them."""
-        if self._info is None:
+    def _reprs(self, payload: torch.Tensor, ns: "ucm.Namespace"):
+        """R0/R1/R4 of each block (ucm.repr_encode, precompute's code) when the namespace has them
+        (an adapter's namespace has none)."""
+        got = self._reprs_of.get(ns.id, 0)
+        if got == 0:
             try:
-                self._info = self.store.repr_info(self.ns)
-                self._proj = np.frombuffer(self.store.attachment(self.ns, "r4_projection"), dtype=np.float32)
+                info = self.store.repr_info(ns)
+                proj = np.frombuffer(self.store.attachment(ns, "r4_projection"), dtype=np.float32)
+                got = (info, proj) if info.hash_bits else None
             except ucm.Error:
-                self._info = False
-        if not self._info or not self._info.hash_bits:
+                got = None
+            self._reprs_of[ns.id] = got
+        if got is None:
             return None
         keys = payload[:, :, 0].float().numpy()                       # [n][L][T][H][D]
-        return [ucm.repr_encode(self._info, keys[i], self._proj) for i in range(len(keys))]
+        return [ucm.repr_encode(got[0], keys[i], got[1]) for i in range(len(keys))]
 
     def flush(self, timeout: float = 120.0) -> bool:
         """Waits until every queued save is durable, at most timeout seconds (tests, shutdown)."""

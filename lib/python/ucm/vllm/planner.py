@@ -26,8 +26,10 @@ What vLLM does, read in vLLM 0.32.0, and what the planner does about it:
   and reports requests that read such a block to vLLM, whose rollback re-arms their saves.
 * A load vLLM accepted is always sent to the worker, even when it cannot be planned (its LoadSpec
   then has no hashes and the worker reports it failed): vLLM counts those tokens as computed.
-* Requests whose KV vLLM keys by more than token ids (LoRA, cache salt, prompt embeddings,
-  multimodal inputs: bypass_reason) bypass the store, neither load nor save, and are counted.
+* A LoRA request loads and saves in its adapter's namespace (lora.py; LoadSpec / SaveSpec
+  ns_key). Requests whose KV vLLM keys by more than token ids and adapter (cache salt, prompt
+  embeddings, multimodal inputs: bypass_reason) bypass the store, neither load nor save, and are
+  counted.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .lora import adapter_of
 from .validity import StepReq
 
 
@@ -51,6 +54,7 @@ class LoadSpec:
     n_tokens: int
     tokens: Optional[np.ndarray] = None  # uint32 [n_tokens - first_token]: the loaded ids (KV events only)
     resumed: bool = False       # the request resumes after a preemption (tests' fault injection)
+    ns_key: Optional[tuple] = None  # the namespace: None the base one, (lora_name, lora_path) an adapter's
 
 
 @dataclass
@@ -61,11 +65,13 @@ class SaveSpec:
     first: int
     block_ids: List[int]
     tokens: Optional[np.ndarray] = None  # uint32 [(n_full - first) * T]: the saved blocks' token ids
+    ns_key: Optional[tuple] = None  # as LoadSpec.ns_key
 
 
 @dataclass
 class _Req:
     ids: Sequence[int]          # prompt token ids (vLLM's list, not copied)
+    ns_key: Optional[tuple] = None  # LoadSpec.ns_key
     blocks: List[int] = field(default_factory=list)
     saved: bool = False         # a save is planned for the current computation of the prompt
 
@@ -74,9 +80,10 @@ class Planner:
     """Scheduler-side state of the connector.
 
     engine_block: vLLM's block size (tokens); ucm_block: the namespace's block size, dividing it.
-    hash_blocks(ids) -> uint8 [len(ids) // ucm_block][16]: the namespace's chained block hashes.
-    lookup(hashes) -> (prefix_blocks, present bool [n]): the store's index. May raise: the caller
-    (the connector) turns that into a miss.
+    hash_blocks(ids, ns_key) -> uint8 [len(ids) // ucm_block][16]: the chained block hashes in the
+    namespace of ns_key (None: the base namespace; (lora_name, lora_path): that adapter's).
+    lookup(hashes, ns_key) -> (prefix_blocks, present bool [n]): the store's index. May raise: the
+    caller (the connector) turns that into a miss.
     Single-threaded (vLLM's scheduler calls it from one thread)."""
 
     def __init__(self, engine_block: int, ucm_block: int, hash_blocks: Callable, lookup: Callable, *,
@@ -98,7 +105,7 @@ class Planner:
 
     # -- get_num_new_matched_tokens / update_state_after_alloc
     def matched(self, req_id: str, prompt_ids: Optional[Sequence[int]], num_computed_tokens: int,
-                bypass: Optional[str] = None) -> int:
+                bypass: Optional[str] = None, ns_key: Optional[tuple] = None) -> int:
         """Tokens beyond num_computed_tokens that the store holds, in whole engine blocks, leaving at
         least one prompt token to compute (vLLM needs one to sample from). bypass: the reason this
         request neither loads nor saves (bypass_reason), counted once per request."""
@@ -110,8 +117,8 @@ class Planner:
         if not self.do_load:
             return 0
         self.counters["lookups"] += 1
-        hashes = self.hash_blocks(prompt_ids)
-        hit = int(self.lookup(hashes)[0]) if len(hashes) else 0
+        hashes = self.hash_blocks(prompt_ids, ns_key)
+        hit = int(self.lookup(hashes, ns_key)[0]) if len(hashes) else 0
         matched = min(hit * self.T, len(prompt_ids) - 1) // self.eb * self.eb
         if matched <= num_computed_tokens:
             return 0
@@ -147,7 +154,7 @@ class Planner:
                 self._reqs.pop(rid, None)
                 self._promised_not_loadable(rid, blocks, before, loads, why)
                 continue
-            st = _Req(ids=new.prompt_token_ids, blocks=blocks)
+            st = _Req(ids=new.prompt_token_ids, blocks=blocks, ns_key=adapter_of(new))
             self._reqs[rid] = st                          # new, or resumed (V2 runner): state restarts
             self._plan_load(rid, st, before, loads)
             scheduled.append((rid, st, before))
@@ -234,16 +241,16 @@ class Planner:
 
     def _plan_load_of(self, rid: str, st: _Req, before: int, n_ext: int, loads: List[LoadSpec]) -> None:
         # before = vLLM's local prefix hit + the external hit, in whole engine blocks
-        hashes = self.hash_blocks(st.ids[:before])
+        hashes = self.hash_blocks(st.ids[:before], st.ns_key)
         toks = np.asarray(st.ids[before - n_ext: before], dtype=np.uint32) if self.load_tokens else None
-        loads.append(LoadSpec(rid, hashes, list(st.blocks), before - n_ext, before, toks))
+        loads.append(LoadSpec(rid, hashes, list(st.blocks), before - n_ext, before, toks, ns_key=st.ns_key))
         self.counters["loads_planned"] += 1
 
     def _plan_save(self, rid: str, st: _Req) -> Optional[SaveSpec]:
-        hashes = self.hash_blocks(st.ids)
+        hashes = self.hash_blocks(st.ids, st.ns_key)
         if len(hashes) == 0:
             return None
-        present = np.asarray(self.lookup(hashes)[1], dtype=bool)
+        present = np.asarray(self.lookup(hashes, st.ns_key)[1], dtype=bool)
         missing = np.flatnonzero(~present)
         if not len(missing):
             return None
@@ -251,7 +258,7 @@ class Planner:
         first = int(missing[0])
         # The saved blocks' ids go with them into the store's records (store_v1.md §3.2).
         ids = np.asarray(st.ids[first * self.T: len(hashes) * self.T], dtype=np.uint32)
-        return SaveSpec(rid, hashes, first, list(st.blocks), ids)
+        return SaveSpec(rid, hashes, first, list(st.blocks), ids, ns_key=st.ns_key)
 
     # -- request_finished
     def finished(self, req_id: str) -> None:
@@ -268,9 +275,8 @@ def bypass_reason(req) -> Optional[str]:
     or None. vLLM's own block hash covers more than token ids (v1/core/kv_cache_utils.py
     generate_block_hash_extra_keys): the LoRA adapter (every block), multimodal items, a cache
     salt (first block), prompt embeddings. A ucm block hash covers the token ids only, so such a
-    request would share blocks it must not share: it is bypassed, and counted."""
-    if getattr(req, "lora_request", None) is not None:
-        return "lora"
+    request would share blocks it must not share: it is bypassed, and counted. (A LoRA request is
+    served from its adapter's namespace instead: lora.py.)"""
     if getattr(req, "cache_salt", None):
         return "cache_salt"
     if getattr(req, "prompt_token_ids", ()) is None or getattr(req, "prompt_embeds", None) is not None:
