@@ -12,15 +12,14 @@ import subprocess
 
 import pytest
 
-from test_vllm import MODEL, UCM_BIN
-from test_vllm_load import (PROMPTS, copy_store, corrupt, finish, precomputed, reference, run, start,
+from test_vllm import DOCS_DIR, MODEL, UCM_BIN, template_prefix
+from test_vllm_load import (DOCS, PROMPTS, QUESTIONS, copy_store, corrupt, finish, precomputed, reference, run, start,
                             tmp, tokens, verify, wait_for)
 
 __all__ = ["precomputed", "reference", "tmp"]  # module fixtures shared with test_vllm_load.py
 # With prefix caching on, the two prompts of a document share its blocks, and a 32-block cache no
 # longer preempts (measured: 0, and 0 at 20 blocks with admission on the first chunk once the
-# connector serves the documents). Long answers do: two requests of 10-block documents decoding
-# 600 tokens each need 32 blocks of a 20-block cache.
+# connector serves the documents). Short documents and long answers do (below).
 PREEMPT = ["--num-gpu-blocks", "20", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16",
            "--max-model-len", "2048"]
 
@@ -87,12 +86,13 @@ def test_damaged_shared_blocks_load_and_save_then_a_fresh_server(tmp, reference,
 
 
 def test_damaged_block_between_a_preemption_and_the_resume(tmp, precomputed):
-    """Three documents, 600 greedy tokens: two requests (16 blocks each at the end) outgrow a
-    20-block cache while decoding and vLLM preempts one; the other's new blocks evict some of the
-    preempted request's freed blocks, so when it resumes the connector loads them again. The worker
-    pauses before the first load of a resuming request, the test damages the middle block of that
-    load, and the server goes on (saving)."""
-    prompts, long = PROMPTS[0:6:2], ["--max-tokens", "600"]
+    """Four documents cut to 1,500 characters (3 stored engine blocks each), 600 greedy tokens:
+    four requests fit a 20-block cache at admission and outgrow it while decoding, so vLLM
+    preempts; the others' new blocks evict the preempted request's freed ones, so when it resumes
+    the connector loads them again. The worker pauses before the first load of a resuming request,
+    the test damages the middle block of that load, and the server goes on (saving)."""
+    prompts = [{"prompt": template_prefix() + (DOCS_DIR / d).read_text()[:1500] + QUESTIONS[0]} for d in DOCS[:4]]
+    long = ["--max-tokens", "600"]
     ref, _, _ = run(tmp, "resume-ref", prompts=prompts, args=long)
     store = copy_store(precomputed, tmp / "dflt-resume-store")
     pause = tmp / "dflt-resume.go"

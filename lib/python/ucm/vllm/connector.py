@@ -506,12 +506,14 @@ class UcmConnector(KVConnectorBase_V1):
         for ld, g in zip(meta.loads, good):
             v.loaded(ld.block_ids, ld.first_token, ld.n_tokens, g * self.T)
         for rid, block in v.compute(meta.steps).items():
+            if block < 0:   # a defect: the tracker lacks a block of the request's table
+                log.error("UcmConnector: request %s read KV the connector cannot place (its block table is "
+                          "incomplete); not reported", rid)
+                continue
             self.stats["bad_reads_reported"] += 1
-            if block >= 0:
-                self._errors.add(block)
-            log.warning("UcmConnector: request %s read engine block %s, which holds no good KV (a failed load); "
-                        "reported to vLLM, which recomputes the request from that block", rid,
-                        block if block >= 0 else "(unknown)")
+            self._errors.add(block)
+            log.warning("UcmConnector: request %s read engine block %d, which holds no good KV (a failed load); "
+                        "reported to vLLM, which recomputes the request from that block", rid, block)
         for rid in meta.finished:
             v.forget(rid)
 
