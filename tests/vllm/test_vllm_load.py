@@ -23,8 +23,14 @@ DOCS = ["library/gzip.rst.txt", "library/zlib.rst.txt", "library/difflib.rst.txt
 CUT = 5000
 QUESTIONS = ["\nQuestion: what is this module for?\nAnswer:", "\nQuestion: name one function it provides.\nAnswer:"]
 TOKENS = 160
-# A cache of 32 blocks of 128 tokens holds two or three of these requests: vLLM preempts.
-FULL = ["--num-gpu-blocks", "32", "--max-num-batched-tokens", "2048", "--max-num-seqs", "16", "--max-model-len", "2048"]
+# A cache of 32 blocks of 128 tokens holds two or three of these requests: vLLM preempts. With
+# prefix caching on (vLLM's default) the two prompts of a document share its blocks and 32 blocks
+# never preempt (measured: 0); 28 do (4 preemptions, one resumed request loaded again).
+FULL = ["--num-gpu-blocks", "28" if SETTING == "defaults" else "32", "--max-num-batched-tokens", "2048",
+        "--max-num-seqs", "16", "--max-model-len", "2048"]
+# Loads without preemption: one per prompt, or under prefix caching one per document (the second
+# prompt of a document takes the first's blocks from vLLM's prefix cache).
+FIRST_LOADS = len(DOCS) if SETTING == "defaults" else len(DOCS) * len(QUESTIONS)
 
 
 def run(tmp, name, store=None, save=False, extra=None, args=(), prompts=None, one_by_one=False):
@@ -97,7 +103,7 @@ def test_preemption_with_load_and_save_then_a_fresh_server(tmp, reference, preco
     print(f"preemption: vLLM preempted {meta['preemptions']} times; {len(loads)} loads for {len(PROMPTS)} requests; "
           f"cached tokens {[r['num_cached_tokens'] for r in res]}")
     assert meta["preemptions"] and meta["preemptions"] > 0, "the cache did not force preemption"
-    assert len(loads) > len(PROMPTS), "a resumed request was not loaded again"
+    assert len(loads) > FIRST_LOADS, "a resumed request was not loaded again"
     assert tokens(res) == reference
     verify(store)
     monkeypatch.delenv("UCM_VLLM_STATS")
