@@ -63,7 +63,7 @@ class BlockValidity:
         self.good: Dict[int, int] = {}        # block id -> leading tokens holding good KV
         self.tables: Dict[str, _Table] = {}
         self.epoch = 0                         # bumped whenever a block loses good tokens
-        self.counters = {"bad_reads": 0, "blocks_invalidated": 0, "saves_cut": 0}
+        self.counters = {"bad_reads": 0, "blocks_invalidated": 0}
 
     # -- the scheduler's view of the step
     def begin_step(self, steps: Sequence[StepReq], finished: Iterable[str] = ()) -> None:
