@@ -250,7 +250,7 @@ def corrupt_one(a, store, reqs, done_ids, rng, tok_cache):
     return None
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "out/soak")
     ap.add_argument("--requests", type=int, default=1000)
@@ -288,7 +288,11 @@ def main():
     ap.add_argument("--failure-policy", choices=["default", "recompute", "fail"], default="default",
                     help=argparse.SUPPRESS)
     ap.add_argument("--bursts", action="store_true", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def main():
+    a = parse_args()
     if a.serve:
         return serve(a)
 
@@ -388,6 +392,13 @@ def main():
     gc_thread.join()
     soak = lines(soak_file)
 
+    return replay_and_report(a, store, log, reqs, ref, soak, soak_seconds, preemptions, restarts, gc_runs, corrupted)
+
+
+def replay_and_report(a, store, log, reqs, ref, soak, soak_seconds, preemptions, restarts, gc_runs, corrupted):
+    """A fresh server replays the requests on the surviving store; then the audit, gc --verify,
+    inspect --verify, and the report (stdout, OUT/report.json, --report). Returns the exit code."""
+    n = len(reqs)
     # --- a fresh server on the surviving store
     fresh_file = a.out / "fresh.jsonl"
     if fresh_file.exists():
