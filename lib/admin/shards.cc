@@ -19,51 +19,17 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-Status inspect_sharded(const std::string& root, const InspectOptions& opts, InspectReport* rep) {
-  *rep = InspectReport();
-  rep->path = root;
-  rep->sharded = true;
-  rep->now_ms = fmt::now_ms();
-  fmt::Superblock sb;
-  fmt::RootKind k;
-  Status st = fmt::root_kind(root, &k, &sb);
-  if (!st.ok()) return st;
-  rep->format_version = sb.format_version;
-  rep->created_by = sb.created_by;
-  rep->created_ms = sb.created_ms;
-  std::vector<std::string> names;
-  st = fmt::list_shards(root, &names);
-  if (!st.ok()) return st;
+// Sums the shards' reports into the store's: counts, the age spread (percentiles weighted by each
+// shard's blocks), namespaces by id, --verify's results and --docs' entries.
+struct ShardTotals {
+  explicit ShardTotals(InspectReport* r) : rep(r) {}
+  InspectReport* rep;
   std::map<std::string, size_t> ns_at;  // id hex -> index in rep->namespaces
   double w10 = 0, w50 = 0, w90 = 0;
   uint64_t wblocks = 0;
-  Status first_error;
   ojson docs = ojson::array();
-  std::vector<std::string> block_found;
-  for (const auto& n : names) {
-    InspectReport s;
-    InspectOptions o = opts;
-    o.block_hex.clear();  // looked up below, in each shard, so that absence is no error
-    if (opts.progress) o.progress = [&, n](const std::string& line) { opts.progress("shard " + n + ": " + line); };
-    const std::string sp = fmt::shard_path(root, n);
-    Status r = inspect_single(sp, o, &s);
-    ShardSummary line;
-    line.name = n;
-    if (!r.ok() && r.code() != Code::kCorruption) {
-      line.state = r.message();
-      rep->shards.push_back(line);
-      if (first_error.ok()) first_error = Status(r.code(), "shard " + n + ": " + r.message());
-      continue;
-    }
-    line.state = "ok";
-    line.blocks = s.blocks;
-    line.bytes = s.bytes;
-    line.data_files = s.data_files;
-    line.data_bytes = s.data_bytes;
-    line.dead_bytes = s.dead_bytes;
-    line.verified = s.verified;
-    line.corrupt_total = s.corrupt_total;
-    rep->shards.push_back(line);
+
+  void add_counts(const InspectReport& s) {
     rep->blocks += s.blocks;
     rep->bytes += s.bytes;
     rep->data_files += s.data_files;
@@ -81,60 +47,126 @@ Status inspect_sharded(const std::string& root, const InspectOptions& opts, Insp
       w90 += double(s.access_p90_ms) * double(s.blocks);
       wblocks += s.blocks;
     }
+  }
+  void add_namespaces(const InspectReport& s) {
     for (auto& ns : s.namespaces) {
       auto it = ns_at.find(ns.id_hex);
       if (it == ns_at.end()) {
         ns_at[ns.id_hex] = rep->namespaces.size();
         rep->namespaces.push_back(ns);
-      } else {
-        auto& t = rep->namespaces[it->second];
-        t.blocks += ns.blocks;
-        t.bytes += ns.bytes;
-        t.documents += ns.documents;
-        t.blocks_with_tokens += ns.blocks_with_tokens;
+        continue;
       }
+      auto& t = rep->namespaces[it->second];
+      t.blocks += ns.blocks;
+      t.bytes += ns.bytes;
+      t.documents += ns.documents;
+      t.blocks_with_tokens += ns.blocks_with_tokens;
     }
+  }
+  void add_verify_and_docs(const std::string& shard, const InspectReport& s, bool want_docs) {
     rep->verified_run |= s.verified_run;
     rep->verified += s.verified;
     rep->verified_bytes += s.verified_bytes;
     rep->verify_seconds += s.verify_seconds;
     rep->corrupt_total += s.corrupt_total;
     for (auto c : s.corrupt) {
-      c.shard = n;
+      c.shard = shard;
       if (rep->corrupt.size() < 1000) rep->corrupt.push_back(std::move(c));
     }
-    if (opts.docs) {
-      rep->docs_run = true;
-      auto arr = ojson::parse(s.docs_json.empty() ? "[]" : s.docs_json, nullptr, false);
-      if (arr.is_array())
-        for (auto& e : arr) {
-          e["shard"] = n;
-          docs.push_back(std::move(e));
-        }
+    if (!want_docs) return;
+    rep->docs_run = true;
+    auto arr = ojson::parse(s.docs_json.empty() ? "[]" : s.docs_json, nullptr, false);
+    if (!arr.is_array()) return;
+    for (auto& e : arr) {
+      e["shard"] = shard;
+      docs.push_back(std::move(e));
     }
+  }
+  void finish(bool want_docs) {
+    if (wblocks) {
+      rep->access_p10_ms = uint64_t(w10 / double(wblocks));
+      rep->access_p50_ms = uint64_t(w50 / double(wblocks));
+      rep->access_p90_ms = uint64_t(w90 / double(wblocks));
+    }
+    if (want_docs) rep->docs_json = docs.dump();
+  }
+};
+
+ShardSummary shard_line(const std::string& name, const InspectReport& s) {
+  ShardSummary line;
+  line.name = name;
+  line.state = "ok";
+  line.blocks = s.blocks;
+  line.bytes = s.bytes;
+  line.data_files = s.data_files;
+  line.data_bytes = s.data_bytes;
+  line.dead_bytes = s.dead_bytes;
+  line.verified = s.verified;
+  line.corrupt_total = s.corrupt_total;
+  return line;
+}
+
+// --block in one shard: its record (with "shard") appended to *found; absence is no error.
+Status find_block_in_shard(const std::string& sp, const std::string& shard, const InspectOptions& opts,
+                           std::vector<std::string>* found) {
+  InspectReport b;
+  InspectOptions bo;
+  bo.block_hex = opts.block_hex;
+  bo.ns = opts.ns;
+  Status g = inspect_single(sp, bo, &b);
+  if (g.code() == Code::kNotFound) return Status::OK();
+  if (!g.ok()) return g;
+  auto j = ojson::parse(b.block_json, nullptr, false);
+  if (j.is_object()) {
+    j["shard"] = shard;
+    found->push_back(j.dump());
+  }
+  return Status::OK();
+}
+
+Status inspect_sharded(const std::string& root, const InspectOptions& opts, InspectReport* rep) {
+  *rep = InspectReport();
+  rep->path = root;
+  rep->sharded = true;
+  rep->now_ms = fmt::now_ms();
+  fmt::Superblock sb;
+  fmt::RootKind k;
+  Status st = fmt::root_kind(root, &k, &sb);
+  if (!st.ok()) return st;
+  rep->format_version = sb.format_version;
+  rep->created_by = sb.created_by;
+  rep->created_ms = sb.created_ms;
+  std::vector<std::string> names;
+  st = fmt::list_shards(root, &names);
+  if (!st.ok()) return st;
+  ShardTotals tot(rep);
+  Status first_error;
+  std::vector<std::string> block_found;
+  for (const auto& n : names) {
+    InspectReport s;
+    InspectOptions o = opts;
+    o.block_hex.clear();  // looked up below, in each shard, so that absence is no error
+    if (opts.progress) o.progress = [&, n](const std::string& line) { opts.progress("shard " + n + ": " + line); };
+    const std::string sp = fmt::shard_path(root, n);
+    Status r = inspect_single(sp, o, &s);
+    if (!r.ok() && r.code() != Code::kCorruption) {
+      ShardSummary line;
+      line.name = n;
+      line.state = r.message();
+      rep->shards.push_back(line);
+      if (first_error.ok()) first_error = Status(r.code(), "shard " + n + ": " + r.message());
+      continue;
+    }
+    rep->shards.push_back(shard_line(n, s));
+    tot.add_counts(s);
+    tot.add_namespaces(s);
+    tot.add_verify_and_docs(n, s, opts.docs);
     if (!opts.block_hex.empty()) {
-      InspectReport b;
-      InspectOptions bo;
-      bo.block_hex = opts.block_hex;
-      bo.ns = opts.ns;
-      Status g = inspect_single(sp, bo, &b);
-      if (g.ok()) {
-        auto j = ojson::parse(b.block_json, nullptr, false);
-        if (j.is_object()) {
-          j["shard"] = n;
-          block_found.push_back(j.dump());
-        }
-      } else if (g.code() != Code::kNotFound) {
-        return g;
-      }
+      st = find_block_in_shard(sp, n, opts, &block_found);
+      if (!st.ok()) return st;
     }
   }
-  if (wblocks) {
-    rep->access_p10_ms = uint64_t(w10 / double(wblocks));
-    rep->access_p50_ms = uint64_t(w50 / double(wblocks));
-    rep->access_p90_ms = uint64_t(w90 / double(wblocks));
-  }
-  if (opts.docs) rep->docs_json = docs.dump();
+  tot.finish(opts.docs);
   if (!opts.block_hex.empty()) {
     if (block_found.empty())
       return Status::NotFound("block " + opts.block_hex + " is in no shard of " + root);
