@@ -125,6 +125,206 @@ void remove_retired_leftovers(const std::string& root) {
   }
 }
 
+// One gc over the shards: phases 1-4 in every shard whose writer lock it gets, phase 5 across
+// them, then the rest shard by shard.
+class ShardedGc {
+ public:
+  ShardedGc(const std::string& root, const GcOptions& opts, GcReport* rep) : root_(root), opts_(opts), rep_(rep) {}
+  Status run(GcLease& lease);
+
+ private:
+  Status lost() const {
+    return Status::Busy("gc of " + root_ + " lost its lease (it stalled for longer than the lease ttl and another gc "
+                        "took over); what it finished is consistent, the rest is left to that gc");
+  }
+  void open_views(const std::vector<std::string>& names);
+  void watch_heartbeats(const std::vector<std::string>& names);
+  void prepare(const std::string& n, uint64_t budget);
+  Status evict_across_shards();
+  void finish(HeldShard& h);
+
+  const std::string& root_;
+  const GcOptions& opts_;
+  GcReport* rep_;
+  std::map<std::string, std::unique_ptr<ReaderView>> views_;  // the cross-shard parent test, busy bytes, retirement
+  std::map<std::string, bool> beating_;
+  std::vector<std::unique_ptr<HeldShard>> held_;
+  std::vector<ShardSummary> lines_;
+  std::vector<std::string> emptied_;
+  uint64_t busy_bytes_ = 0;
+  Status first_error_;
+};
+
+void ShardedGc::open_views(const std::vector<std::string>& names) {
+  for (const auto& n : names) {
+    std::unique_ptr<ReaderView> v;
+    if (ReaderView::Open(fmt::shard_path(root_, n), &v).ok()) views_[n] = std::move(v);
+  }
+}
+
+// A live writer touches its LOCK every second (its heartbeat): watch every shard's for a while,
+// before opening any index, so that a writer whose flock the file system lost is not joined by
+// gc as a second primary.
+void ShardedGc::watch_heartbeats(const std::vector<std::string>& names) {
+  if (!opts_.writer_heartbeat_ms) return;
+  std::map<std::string, uint64_t> hb0;
+  for (const auto& n : names) hb0[n] = fmt::lock_heartbeat_ns(fmt::shard_path(root_, n));
+  if (opts_.progress)
+    opts_.progress("gc: watching the writers' heartbeats for " + std::to_string(opts_.writer_heartbeat_ms) + " ms");
+  std::this_thread::sleep_for(std::chrono::milliseconds(opts_.writer_heartbeat_ms));
+  for (const auto& n : names) beating_[n] = fmt::lock_heartbeat_ns(fmt::shard_path(root_, n)) != hb0[n];
+}
+
+// Phases 1-4 in one shard; a busy or failed shard gets its line, a prepared one is held.
+void ShardedGc::prepare(const std::string& n, uint64_t budget) {
+  auto h = std::make_unique<HeldShard>();
+  h->name = n;
+  h->path = fmt::shard_path(root_, n);
+  h->opts = opts_;
+  h->opts.memory_budget = budget;
+  const GcOptions& opts = opts_;
+  if (opts.progress) h->opts.progress = [&opts, n](const std::string& line) { opts.progress("shard " + n + ": " + line); };
+  h->line.name = n;
+  h->run = std::make_unique<gcrun::GcRun>(h->path, h->opts, &h->rep);
+  h->run->parent_elsewhere = [this, n](const NamespaceId& ns, const BlockHash& parent) {
+    for (const auto& [m, v] : views_) {
+      fmt::BlockRecord r;
+      if (m != n && v && v->index().get_block(ns, parent, &r).ok()) return true;
+    }
+    return false;
+  };
+  // A shard whose writer runs (its flock is held, or its heartbeat moves) is planned read-only
+  // and its removals handed to that writer (store_v1.md §11.5), unless --writer-wait is 0.
+  h->run->force_live = beating_[n] && opts_.writer_wait_ms;
+  Status st = beating_[n] && !opts_.writer_wait_ms
+                  ? Status::Busy("its writer's heartbeat (the mtime of " + fmt::lock_path(h->path) +
+                                 ") moved within the last " + std::to_string(opts_.writer_heartbeat_ms) + " ms")
+                  : h->run->prepare();
+  if (st.code() == Code::kBusy) {
+    h->line.state = "busy: " + st.message();
+    if (views_[n]) h->line.bytes = shard_bytes(*views_[n], opts_.ns);
+    busy_bytes_ += h->line.bytes;
+    ++rep_->shards_busy;
+    lines_.push_back(h->line);
+    return;
+  }
+  if (!st.ok()) {
+    if (st.code() == Code::kInvalidArgument && !opts_.ns.empty() && st.message().find("namespace") != std::string::npos) {
+      h->line.state = "skipped: no namespace " + opts_.ns;  // the namespace lives in other shards
+    } else {
+      h->line.state = "error: " + st.message();
+      if (first_error_.ok()) first_error_ = Status(st.code(), "shard " + n + ": " + st.message());
+    }
+    lines_.push_back(h->line);
+    return;
+  }
+  held_.push_back(std::move(h));
+}
+
+// Phase 5 over every held shard: one tails-first order (oldest subtree recency first, deepest
+// first) across them, until the store's bytes (busy shards included) fit.
+Status ShardedGc::evict_across_shards() {
+  uint64_t total = busy_bytes_;
+  std::vector<std::unique_ptr<gcrun::Scratch::Cursor>> cur;
+  for (auto& h : held_) {
+    total += h->run->live_bytes();
+    cur.push_back(h->run->scratch_db().cursor());
+    cur.back()->seek("L");
+  }
+  while (total > *opts_.max_bytes) {
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < cur.size(); ++i) {
+      if (!cur[i]->valid() || cur[i]->key().empty() || cur[i]->key()[0] != 'L') continue;
+      if (best == SIZE_MAX || cur[i]->key().substr(1, 12) < cur[best]->key().substr(1, 12)) best = i;
+    }
+    if (best == SIZE_MAX) break;
+    const uint64_t bytes = fmt::get_le64(reinterpret_cast<const uint8_t*>(cur[best]->value().data()));
+    Status st = held_[best]->run->mark_evicted(cur[best]->key(), cur[best]->value());
+    if (!st.ok()) return st;
+    total = total >= bytes ? total - bytes : 0;
+    cur[best]->next();
+  }
+  for (size_t i = 0; i < cur.size(); ++i) {
+    if (!cur[i]->status().ok()) return cur[i]->status();
+    cur[i].reset();
+    Status st = held_[i]->run->scratch_db().settle();
+    if (!st.ok()) return st;
+  }
+  return Status::OK();
+}
+
+// Records a finished shard's outcome (run by gc or handed to its live writer) in its line.
+void ShardedGc::finish(HeldShard& h) {
+  const bool live = h.line.live_writer;
+  h.line.handoff = h.rep.handoff;
+  if (live) {
+    ++rep_->shards_handed_off;
+    rep_->live_writer = true;
+    add_handoff(&rep_->handoff, h.rep.handoff);
+  }
+  h.line.blocks = h.rep.blocks_before;
+  h.line.bytes = h.rep.bytes_before;
+  h.line.evicted_blocks = h.rep.evicted_blocks;
+  h.line.evicted_bytes = h.rep.evicted_bytes;
+  h.line.blocks_after = h.rep.blocks_after;
+  h.line.bytes_after = h.rep.bytes_after;
+}
+
+Status ShardedGc::run(GcLease& lease) {
+  std::vector<std::string> names;
+  Status st = fmt::list_shards(root_, &names);
+  if (!st.ok()) return st;
+  remove_retired_leftovers(root_);
+  open_views(names);
+  watch_heartbeats(names);
+  const uint64_t budget = std::max<uint64_t>(16ull << 20, opts_.memory_budget / std::max<size_t>(names.size(), 1));
+  for (const auto& n : names) {
+    if (!lease.held()) return lost();
+    prepare(n, budget);
+  }
+  if (opts_.max_bytes) {
+    st = evict_across_shards();
+    if (!st.ok()) return st;
+  }
+  // The rest, shard by shard (each shard's changes are crash-safe on their own). Live writers
+  // get their requests first, so that they all work while gc waits for the first answer.
+  std::map<std::string, Status> submitted;
+  for (auto& h : held_)
+    if (h->run->live() && !opts_.dry_run) submitted[h->name] = h->run->handoff_submit();
+  for (auto& h : held_) {
+    if (!lease.held()) return lost();
+    const bool live = h->run->live();
+    if (live && !opts_.dry_run) st = submitted[h->name].ok() ? h->run->handoff_await() : submitted[h->name];
+    else st = h->run->finish();
+    h->run.reset();  // releases the shard's writer lock (or its read-only view)
+    h->line.live_writer = live;
+    finish(*h);
+    if (!st.ok() && live && st.code() == Code::kBusy) {
+      h->line.state = "busy: " + st.message();  // its writer did not answer: as busy shards always were
+      ++rep_->shards_busy;
+    } else if (!st.ok()) {
+      h->line.state = "error: " + st.message();
+      if (first_error_.ok()) first_error_ = Status(st.code(), "shard " + h->name + ": " + st.message());
+    } else if (live) {
+      h->line.state = opts_.dry_run ? "dry run (live writer)" : "done by its writer";
+    } else {
+      h->line.state = opts_.dry_run ? "dry run" : "done";
+      if (!opts_.dry_run && h->rep.blocks_after == 0 && opts_.ns.empty()) emptied_.push_back(h->name);
+    }
+    add_gc_counters(rep_, h->rep);
+    lines_.push_back(h->line);
+  }
+  for (const auto& n : emptied_)
+    if (retire_if_empty(root_, n, views_)) {
+      ++rep_->shards_retired;
+      for (auto& l : lines_)
+        if (l.name == n) l.state = "retired";
+    }
+  std::sort(lines_.begin(), lines_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  rep_->shards = std::move(lines_);
+  return first_error_;
+}
+
 }  // namespace
 
 Status gc_sharded(const std::string& root, const GcOptions& opts, GcReport* rep) {
@@ -136,165 +336,7 @@ Status gc_sharded(const std::string& root, const GcOptions& opts, GcReport* rep)
                                &rep->lease_taken_over_from);
   if (!st.ok()) return st;
   rep->lease_holder = lease->holder();
-  auto lost = [&] {
-    return Status::Busy("gc of " + root + " lost its lease (it stalled for longer than the lease ttl and another gc "
-                        "took over); what it finished is consistent, the rest is left to that gc");
-  };
-  std::vector<std::string> names;
-  st = fmt::list_shards(root, &names);
-  if (!st.ok()) return st;
-  remove_retired_leftovers(root);
-
-  // A read-only view of every shard: the cross-shard parent test, busy shards' bytes, retirement.
-  std::map<std::string, std::unique_ptr<ReaderView>> views;
-  for (const auto& n : names) {
-    std::unique_ptr<ReaderView> v;
-    if (ReaderView::Open(fmt::shard_path(root, n), &v).ok()) views[n] = std::move(v);
-  }
-
-  // A live writer touches its LOCK every second (its heartbeat): watch every shard's for a while,
-  // before opening any index, so that a writer whose flock the file system lost is not joined by
-  // gc as a second primary.
-  std::map<std::string, bool> beating;
-  if (opts.writer_heartbeat_ms) {
-    std::map<std::string, uint64_t> hb0;
-    for (const auto& n : names) hb0[n] = fmt::lock_heartbeat_ns(fmt::shard_path(root, n));
-    if (opts.progress) opts.progress("gc: watching the writers' heartbeats for " + std::to_string(opts.writer_heartbeat_ms) + " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(opts.writer_heartbeat_ms));
-    for (const auto& n : names) beating[n] = fmt::lock_heartbeat_ns(fmt::shard_path(root, n)) != hb0[n];
-  }
-
-  // Phases 1-4 in every shard whose writer lock gc gets.
-  std::vector<std::unique_ptr<HeldShard>> held;
-  std::vector<ShardSummary> lines;
-  uint64_t busy_bytes = 0;
-  Status first_error;
-  const uint64_t budget = std::max<uint64_t>(16ull << 20, opts.memory_budget / std::max<size_t>(names.size(), 1));
-  for (const auto& n : names) {
-    if (!lease->held()) return lost();
-    auto h = std::make_unique<HeldShard>();
-    h->name = n;
-    h->path = fmt::shard_path(root, n);
-    h->opts = opts;
-    h->opts.memory_budget = budget;
-    if (opts.progress) h->opts.progress = [&opts, n](const std::string& line) { opts.progress("shard " + n + ": " + line); };
-    h->line.name = n;
-    h->run = std::make_unique<gcrun::GcRun>(h->path, h->opts, &h->rep);
-    h->run->parent_elsewhere = [&views, n](const NamespaceId& ns, const BlockHash& parent) {
-      for (const auto& [m, v] : views) {
-        fmt::BlockRecord r;
-        if (m != n && v && v->index().get_block(ns, parent, &r).ok()) return true;
-      }
-      return false;
-    };
-    // A shard whose writer runs (its flock is held, or its heartbeat moves) is planned read-only
-    // and its removals handed to that writer (store_v1.md §11.5), unless --writer-wait is 0.
-    h->run->force_live = beating[n] && opts.writer_wait_ms;
-    st = beating[n] && !opts.writer_wait_ms
-             ? Status::Busy("its writer's heartbeat (the mtime of " + fmt::lock_path(h->path) + ") moved within the last " +
-                            std::to_string(opts.writer_heartbeat_ms) + " ms")
-             : h->run->prepare();
-    if (st.code() == Code::kBusy) {
-      h->line.state = "busy: " + st.message();
-      if (views[n]) h->line.bytes = shard_bytes(*views[n], opts.ns);
-      busy_bytes += h->line.bytes;
-      ++rep->shards_busy;
-      lines.push_back(h->line);
-      continue;
-    }
-    if (!st.ok()) {
-      if (st.code() == Code::kInvalidArgument && !opts.ns.empty() && st.message().find("namespace") != std::string::npos) {
-        h->line.state = "skipped: no namespace " + opts.ns;  // the namespace lives in other shards
-      } else {
-        h->line.state = "error: " + st.message();
-        if (first_error.ok()) first_error = Status(st.code(), "shard " + n + ": " + st.message());
-      }
-      lines.push_back(h->line);
-      continue;
-    }
-    held.push_back(std::move(h));
-  }
-
-  // Phase 5 over every held shard: one tails-first order (oldest subtree recency first, deepest
-  // first) across them, until the store's bytes (busy shards included) fit.
-  if (opts.max_bytes) {
-    uint64_t total = busy_bytes;
-    std::vector<std::unique_ptr<gcrun::Scratch::Cursor>> cur;
-    for (auto& h : held) {
-      total += h->run->live_bytes();
-      cur.push_back(h->run->scratch_db().cursor());
-      cur.back()->seek("L");
-    }
-    while (total > *opts.max_bytes) {
-      size_t best = SIZE_MAX;
-      for (size_t i = 0; i < cur.size(); ++i) {
-        if (!cur[i]->valid() || cur[i]->key().empty() || cur[i]->key()[0] != 'L') continue;
-        if (best == SIZE_MAX || cur[i]->key().substr(1, 12) < cur[best]->key().substr(1, 12)) best = i;
-      }
-      if (best == SIZE_MAX) break;
-      const uint64_t bytes = fmt::get_le64(reinterpret_cast<const uint8_t*>(cur[best]->value().data()));
-      st = held[best]->run->mark_evicted(cur[best]->key(), cur[best]->value());
-      if (!st.ok()) return st;
-      total = total >= bytes ? total - bytes : 0;
-      cur[best]->next();
-    }
-    for (size_t i = 0; i < cur.size(); ++i) {
-      if (!cur[i]->status().ok()) return cur[i]->status();
-      cur[i].reset();
-      st = held[i]->run->scratch_db().settle();
-      if (!st.ok()) return st;
-    }
-  }
-
-  // The rest, shard by shard (each shard's changes are crash-safe on their own). Live writers
-  // get their requests first, so that they all work while gc waits for the first answer.
-  std::vector<std::string> emptied;
-  std::map<std::string, Status> submitted;
-  for (auto& h : held)
-    if (h->run->live() && !opts.dry_run) submitted[h->name] = h->run->handoff_submit();
-  for (auto& h : held) {
-    if (!lease->held()) return lost();
-    const bool live = h->run->live();
-    if (live && !opts.dry_run) st = submitted[h->name].ok() ? h->run->handoff_await() : submitted[h->name];
-    else st = h->run->finish();
-    h->run.reset();  // releases the shard's writer lock (or its read-only view)
-    h->line.live_writer = live;
-    h->line.handoff = h->rep.handoff;
-    if (live) {
-      ++rep->shards_handed_off;
-      rep->live_writer = true;
-      add_handoff(&rep->handoff, h->rep.handoff);
-    }
-    h->line.blocks = h->rep.blocks_before;
-    h->line.bytes = h->rep.bytes_before;
-    h->line.evicted_blocks = h->rep.evicted_blocks;
-    h->line.evicted_bytes = h->rep.evicted_bytes;
-    h->line.blocks_after = h->rep.blocks_after;
-    h->line.bytes_after = h->rep.bytes_after;
-    if (!st.ok() && live && st.code() == Code::kBusy) {
-      h->line.state = "busy: " + st.message();  // its writer did not answer: as busy shards always were
-      ++rep->shards_busy;
-    } else if (!st.ok()) {
-      h->line.state = "error: " + st.message();
-      if (first_error.ok()) first_error = Status(st.code(), "shard " + h->name + ": " + st.message());
-    } else if (live) {
-      h->line.state = opts.dry_run ? "dry run (live writer)" : "done by its writer";
-    } else {
-      h->line.state = opts.dry_run ? "dry run" : "done";
-      if (!opts.dry_run && h->rep.blocks_after == 0 && opts.ns.empty()) emptied.push_back(h->name);
-    }
-    add_gc_counters(rep, h->rep);
-    lines.push_back(h->line);
-  }
-  for (const auto& n : emptied)
-    if (retire_if_empty(root, n, views)) {
-      ++rep->shards_retired;
-      for (auto& l : lines)
-        if (l.name == n) l.state = "retired";
-    }
-  std::sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  rep->shards = std::move(lines);
-  return first_error;
+  return ShardedGc(root, opts, rep).run(*lease);
 }
 
 }  // namespace ucm::admin
