@@ -191,10 +191,235 @@ bool IndexBenchReport::all_pass() const {
   return std::all_of(targets.begin(), targets.end(), [](const Target& t) { return t.pass; });
 }
 
+namespace {
+
+// The phases of one run over one scratch store: the store, opens, lookups, replay, the children.
+class IndexBench {
+ public:
+  IndexBench(const IndexBenchOptions& o, IndexBenchReport* r, std::string path)
+      : o_(o), r_(r), path_(std::move(path)), rng_(o.seed),
+        d_(payload_namespace(o.block_bytes, "ucm-bench-index", "bench-index")) {}
+  Status build();
+  Status time_opens();
+  Status time_lookups();
+  Status time_replay();
+  Status run_children();
+  void set_targets();
+
+ private:
+  void progress(const std::string& m) const {
+    if (o_.progress) o_.progress(m);
+  }
+  Status open_reader(double* secs, std::unique_ptr<Store>* out) const {
+    OpenOptions ro;
+    ro.mode = OpenOptions::Mode::kReadOnly;
+    const double t0 = now_s();
+    Status st = Store::Open(path_, ro, out);
+    *secs = now_s() - t0;
+    return st;
+  }
+  Status gc_child(const std::string& out);
+
+  const IndexBenchOptions& o_;
+  IndexBenchReport* r_;
+  const std::string path_;
+  std::mt19937_64 rng_;
+  const NamespaceDesc d_;
+  NamespaceId ns_{};
+  std::vector<BlockHash> hs_, ps_;
+  uint32_t file_ = 0;
+  uint64_t file_off_ = fmt::kPage;
+  std::unique_ptr<Store> reader_;  // from the cold open to the lookups
+};
+
+// The store: namespace through the API, then the index written directly and compacted.
+Status IndexBench::build() {
+  {
+    OpenOptions w;
+    w.mode = OpenOptions::Mode::kReadWrite;
+    w.create_if_missing = true;
+    std::unique_ptr<Store> s;
+    Status st = Store::Open(path_, w, &s);
+    if (!st.ok()) return st;
+    st = s->register_namespace(d_, &ns_);
+    if (!st.ok()) return st;
+  }
+  progress("hashing " + std::to_string(o_.blocks + o_.replay) + " blocks");
+  make_chains(ns_, o_.blocks + o_.replay, o_.chain_len, d_.block_size, rng_, &hs_, &ps_);
+  std::unique_ptr<fmt::WriterLock> lock;
+  Status st = fmt::WriterLock::Acquire(path_, &lock);
+  if (!st.ok()) return st;
+  std::unique_ptr<Index> ix;
+  st = Index::OpenPrimary(fmt::index_dir(path_), false, &ix);
+  if (!st.ok()) return st;
+  uint64_t next_id = 0;
+  (void)ix->get_meta_u64(kMetaNextFileId, &next_id);
+  file_ = uint32_t(std::max<uint64_t>(next_id, 1));
+  double t0 = now_s(), last = t0;
+  st = write_blocks(*ix, ns_, d_, hs_, ps_, 0, o_.blocks, o_.chain_len, rng_, path_, &file_, &file_off_,
+                    [&](uint64_t k) {
+                      if (now_s() - last > 2) {
+                        last = now_s();
+                        progress("index: " + std::to_string(k) + " / " + std::to_string(o_.blocks) + " blocks");
+                      }
+                    });
+  if (!st.ok()) return st;
+  st = ix->flush();
+  if (!st.ok()) return st;
+  r_->build_s = now_s() - t0;
+  progress("index: full compaction");
+  t0 = now_s();
+  st = ix->compact();
+  if (!st.ok()) return st;
+  r_->compact_s = now_s() - t0;
+  ix.reset();
+  r_->index_bytes = dir_bytes(fmt::index_dir(path_));
+  return Status::OK();
+}
+
+// Open without a table (the scan, the only way before fptable.md; it saves the table), with it,
+// and with it from a cold page cache.
+Status IndexBench::time_opens() {
+  std::error_code ec;
+  std::unique_ptr<Store>& reader = reader_;
+  fs::remove(fmt::fptable_path(path_), ec);
+  progress("open: no fingerprint table (rebuild by a scan of the index)");
+  Status st = open_reader(&r_->open_rebuild_s, &reader);
+  if (!st.ok()) return st;
+  reader.reset();
+  r_->fptable_bytes = fs::file_size(fmt::fptable_path(path_), ec);
+  progress("open: with the table");
+  st = open_reader(&r_->open_warm_s, &reader);
+  if (!st.ok()) return st;
+  if (metric(reader.get(), "ucm_fptable_loaded") != 1) return Status::Internal("the reader did not use the table");
+  reader.reset();
+  drop_cache(path_);
+  return open_reader(&r_->open_cold_s, &reader);
+}
+
+// Whole-chain lookups on one pinned core.
+Status IndexBench::time_lookups() {
+  std::unique_ptr<Store> reader = std::move(reader_);  // the cold open's
+  progress("lookup: " + std::to_string(int(o_.lookup_seconds * 1000)) + " ms on one pinned thread");
+  Status ls;
+  std::thread th([&] {
+    r_->lookup_cpu = pin_to_one_cpu();
+    std::mt19937_64 lrng(o_.seed ^ 0x9e3779b97f4a7c15ull);
+    const uint64_t chains = o_.blocks / o_.chain_len;
+    std::vector<uint8_t> present(o_.chain_len);
+    uint64_t probes = 0;
+    const double w0 = now_s();
+    double w1 = w0;
+    while (w1 - w0 < o_.lookup_seconds) {
+      for (int k = 0; k < 256; ++k) {
+        const uint64_t c = lrng() % chains;
+        size_t prefix = 0;
+        ls = reader->lookup(ns_, &hs_[c * o_.chain_len], o_.chain_len, present.data(), &prefix);
+        if (!ls.ok()) return;
+        if (prefix != o_.chain_len) ++r_->lookup_misses;
+        probes += o_.chain_len;
+      }
+      w1 = now_s();
+    }
+    r_->lookup.seconds = w1 - w0;
+    r_->lookup.count = probes;
+  });
+  th.join();
+  return ls;
+}
+
+// `replay` more blocks committed after the table was saved.
+Status IndexBench::time_replay() {
+  if (o_.replay == 0) return Status::OK();
+  {
+    std::unique_ptr<fmt::WriterLock> lock;
+    Status st = fmt::WriterLock::Acquire(path_, &lock);
+    if (!st.ok()) return st;
+    std::unique_ptr<Index> ix;
+    st = Index::OpenPrimary(fmt::index_dir(path_), false, &ix);
+    if (!st.ok()) return st;
+    st = write_blocks(*ix, ns_, d_, hs_, ps_, o_.blocks, o_.replay, o_.chain_len, rng_, path_, &file_, &file_off_,
+                      nullptr);
+    if (!st.ok()) return st;
+  }
+  // The reader must not save what it replays (that would hide the cost from the next open):
+  // it only saves at >= 100,000 entries, so time a copy of the table's state.
+  std::error_code ec;
+  const std::string keep_table = fmt::tmp_dir(path_) + "/fptable.bench";
+  fs::copy_file(fmt::fptable_path(path_), keep_table, fs::copy_options::overwrite_existing, ec);
+  progress("open: " + std::to_string(o_.replay) + " journal entries behind the table");
+  std::unique_ptr<Store> reader;
+  Status st = open_reader(&r_->open_replay_s, &reader);
+  if (!st.ok()) return st;
+  r_->replayed = metric(reader.get(), "ucm_fptable_replayed");
+  reader.reset();
+  fs::rename(keep_table, fmt::fptable_path(path_), ec);
+  return Status::OK();
+}
+
+Status IndexBench::gc_child(const std::string& out) {
+  // Save the table as of now (a writer open replays and saves), so the open after gc replays
+  // exactly gc's removals.
+  {
+    OpenOptions w;
+    w.mode = OpenOptions::Mode::kReadWrite;
+    std::unique_ptr<Store> s;
+    Status st = Store::Open(path_, w, &s);
+    if (!st.ok()) return st;
+  }
+  const uint64_t total = (o_.blocks + o_.replay) * d_.payload_bytes();
+  const uint64_t max_bytes = uint64_t(double(total) * (1.0 - o_.gc_fraction));
+  std::vector<std::string> args{"gc", path_, "--max-bytes", std::to_string(max_bytes), "--grace", "0", "--json"};
+  args.insert(args.end(), o_.gc_args.begin(), o_.gc_args.end());
+  progress("gc: evict " + std::to_string(int(o_.gc_fraction * 100 + 0.5)) + "% of the bytes (LRU)");
+  Status st = run_child(o_.ucm_exe, args, out, &r_->gc);
+  if (!st.ok()) return st;
+  try {
+    r_->gc_evicted = nlohmann::json::parse(r_->gc.json).value("evicted_blocks", uint64_t(0));
+  } catch (const std::exception&) {
+  }
+  std::unique_ptr<Store> reader;
+  st = open_reader(&r_->open_after_gc_s, &reader);
+  if (!st.ok()) return st;
+  r_->gc_replayed = metric(reader.get(), "ucm_fptable_replayed");
+  return Status::OK();
+}
+
+// inspect and gc, each in a child process (its own peak RSS).
+Status IndexBench::run_children() {
+  if (o_.ucm_exe.empty()) return Status::OK();
+  // Outside the store: gc clears STORE/tmp.
+  const std::string out =
+      (fs::temp_directory_path() / ("ucm-bench-index-" + std::to_string(::getpid()) + ".json")).string();
+  progress("baseline: ucm --version");
+  Status st = run_child(o_.ucm_exe, {"--version"}, out, &r_->baseline);
+  if (!st.ok()) return st;
+  progress("inspect: ucm inspect --json");
+  st = run_child(o_.ucm_exe, {"inspect", path_, "--json"}, out, &r_->inspect);
+  if (!st.ok()) return st;
+  if (o_.gc_fraction > 0) {
+    st = gc_child(out);
+    if (!st.ok()) return st;
+  }
+  std::error_code ec;
+  fs::remove(out, ec);
+  return Status::OK();
+}
+
+void IndexBench::set_targets() {
+  IndexBenchReport* r = r_;
+  r->targets.push_back({"open", "reader open <= 1 s (table, cold cache)", r->open_cold_s, kOpenTarget,
+                        r->open_cold_s <= kOpenTarget});
+  r->targets.push_back({"lookup", "lookups >= 20,000,000 per second on one core", r->lookups_per_s(),
+                        kIndexLookupTarget, r->lookups_per_s() >= kIndexLookupTarget && r->lookup_misses == 0});
+  if (r->gc.exit_code == 0)
+    r->targets.push_back({"gc_memory", "gc peak anonymous RSS <= 256 MiB", double(r->gc.peak_anon_bytes),
+                          double(kGcRssTarget), r->gc.peak_anon_bytes <= kGcRssTarget});
+}
+
+}  // namespace
+
 Status run_index_bench(const IndexBenchOptions& o, IndexBenchReport* r) {
-  auto progress = [&](const std::string& m) {
-    if (o.progress) o.progress(m);
-  };
   if (o.blocks < 2 || o.chain_len == 0) return Status::InvalidArgument("--blocks must be at least 2");
   if (o.block_bytes == 0) return Status::InvalidArgument("--block-bytes must be positive");
   *r = IndexBenchReport{};
@@ -211,182 +436,15 @@ Status run_index_bench(const IndexBenchOptions& o, IndexBenchReport* r) {
   std::error_code ec;
   if (!o.keep && fs::exists(path, ec)) return Status::InvalidArgument(path + " already exists");
   r->store_path = fs::absolute(path, ec).string();
-  std::mt19937_64 rng(o.seed);
-
-  // ---- the store: namespace through the API, then the index written directly.
-  const NamespaceDesc d = payload_namespace(o.block_bytes, "ucm-bench-index", "bench-index");
-  NamespaceId ns{};
-  {
-    OpenOptions w;
-    w.mode = OpenOptions::Mode::kReadWrite;
-    w.create_if_missing = true;
-    std::unique_ptr<Store> s;
-    Status st = Store::Open(path, w, &s);
-    if (!st.ok()) return st;
-    st = s->register_namespace(d, &ns);
-    if (!st.ok()) return st;
-  }
-  progress("hashing " + std::to_string(o.blocks + o.replay) + " blocks");
-  std::vector<BlockHash> hs, ps;
-  make_chains(ns, o.blocks + o.replay, o.chain_len, d.block_size, rng, &hs, &ps);
-  uint32_t file = 0;
-  uint64_t file_off = fmt::kPage;
-  {
-    std::unique_ptr<fmt::WriterLock> lock;
-    Status st = fmt::WriterLock::Acquire(path, &lock);
-    if (!st.ok()) return st;
-    std::unique_ptr<Index> ix;
-    st = Index::OpenPrimary(fmt::index_dir(path), false, &ix);
-    if (!st.ok()) return st;
-    uint64_t next_id = 0;
-    (void)ix->get_meta_u64(kMetaNextFileId, &next_id);
-    file = uint32_t(std::max<uint64_t>(next_id, 1));
-    double t0 = now_s(), last = t0;
-    st = write_blocks(*ix, ns, d, hs, ps, 0, o.blocks, o.chain_len, rng, path, &file, &file_off, [&](uint64_t k) {
-      if (now_s() - last > 2) {
-        last = now_s();
-        progress("index: " + std::to_string(k) + " / " + std::to_string(o.blocks) + " blocks");
-      }
-    });
-    if (!st.ok()) return st;
-    st = ix->flush();
-    if (!st.ok()) return st;
-    r->build_s = now_s() - t0;
-    progress("index: full compaction");
-    t0 = now_s();
-    st = ix->compact();
-    if (!st.ok()) return st;
-    r->compact_s = now_s() - t0;
-  }
-  r->index_bytes = dir_bytes(fmt::index_dir(path));
-
-  OpenOptions ro;
-  ro.mode = OpenOptions::Mode::kReadOnly;
-  auto open_reader = [&](double* secs, std::unique_ptr<Store>* out) {
-    const double t0 = now_s();
-    Status st = Store::Open(path, ro, out);
-    *secs = now_s() - t0;
-    return st;
-  };
-  std::unique_ptr<Store> reader;
-  // ---- open without a table: the scan (the only way before fptable.md); it saves the table.
-  fs::remove(fmt::fptable_path(path), ec);
-  progress("open: no fingerprint table (rebuild by a scan of the index)");
-  Status st = open_reader(&r->open_rebuild_s, &reader);
+  IndexBench b(o, r, path);
+  Status st = b.build();
+  if (st.ok()) st = b.time_opens();
+  if (st.ok()) st = b.time_lookups();
+  if (st.ok()) st = b.time_replay();
+  if (st.ok()) st = b.run_children();
   if (!st.ok()) return st;
-  reader.reset();
-  r->fptable_bytes = fs::file_size(fmt::fptable_path(path), ec);
-  progress("open: with the table");
-  st = open_reader(&r->open_warm_s, &reader);
-  if (!st.ok()) return st;
-  if (metric(reader.get(), "ucm_fptable_loaded") != 1) return Status::Internal("the reader did not use the table");
-  reader.reset();
-  drop_cache(path);
-  st = open_reader(&r->open_cold_s, &reader);
-  if (!st.ok()) return st;
-
-  // ---- lookups, one pinned core.
-  progress("lookup: " + std::to_string(int(o.lookup_seconds * 1000)) + " ms on one pinned thread");
-  {
-    Status ls;
-    std::thread th([&] {
-      r->lookup_cpu = pin_to_one_cpu();
-      std::mt19937_64 lrng(o.seed ^ 0x9e3779b97f4a7c15ull);
-      const uint64_t chains = o.blocks / o.chain_len;
-      std::vector<uint8_t> present(o.chain_len);
-      uint64_t probes = 0;
-      const double w0 = now_s();
-      double w1 = w0;
-      while (w1 - w0 < o.lookup_seconds) {
-        for (int k = 0; k < 256; ++k) {
-          const uint64_t c = lrng() % chains;
-          size_t prefix = 0;
-          ls = reader->lookup(ns, &hs[c * o.chain_len], o.chain_len, present.data(), &prefix);
-          if (!ls.ok()) return;
-          if (prefix != o.chain_len) ++r->lookup_misses;
-          probes += o.chain_len;
-        }
-        w1 = now_s();
-      }
-      r->lookup.seconds = w1 - w0;
-      r->lookup.count = probes;
-    });
-    th.join();
-    if (!ls.ok()) return ls;
-  }
-  reader.reset();
-
-  // ---- replay: `replay` more blocks committed after the table was saved.
-  if (o.replay > 0) {
-    {
-      std::unique_ptr<fmt::WriterLock> lock;
-      st = fmt::WriterLock::Acquire(path, &lock);
-      if (!st.ok()) return st;
-      std::unique_ptr<Index> ix;
-      st = Index::OpenPrimary(fmt::index_dir(path), false, &ix);
-      if (!st.ok()) return st;
-      st = write_blocks(*ix, ns, d, hs, ps, o.blocks, o.replay, o.chain_len, rng, path, &file, &file_off, nullptr);
-      if (!st.ok()) return st;
-    }
-    // The reader must not save what it replays (that would hide the cost from the next open):
-    // it only saves at >= 100,000 entries, so time a copy of the table's state.
-    const std::string keep_table = fmt::tmp_dir(path) + "/fptable.bench";
-    fs::copy_file(fmt::fptable_path(path), keep_table, fs::copy_options::overwrite_existing, ec);
-    progress("open: " + std::to_string(o.replay) + " journal entries behind the table");
-    st = open_reader(&r->open_replay_s, &reader);
-    if (!st.ok()) return st;
-    r->replayed = metric(reader.get(), "ucm_fptable_replayed");
-    reader.reset();
-    fs::rename(keep_table, fmt::fptable_path(path), ec);
-  }
-
-  // ---- inspect and gc, each in a child process (its own peak RSS).
-  if (!o.ucm_exe.empty()) {
-    // Outside the store: gc clears STORE/tmp.
-    const std::string out = (fs::temp_directory_path() / ("ucm-bench-index-" + std::to_string(::getpid()) + ".json")).string();
-    progress("baseline: ucm --version");
-    st = run_child(o.ucm_exe, {"--version"}, out, &r->baseline);
-    if (!st.ok()) return st;
-    progress("inspect: ucm inspect --json");
-    st = run_child(o.ucm_exe, {"inspect", path, "--json"}, out, &r->inspect);
-    if (!st.ok()) return st;
-    if (o.gc_fraction > 0) {
-      // Save the table as of now (a writer open replays and saves), so the open after gc
-      // replays exactly gc's removals.
-      {
-        OpenOptions w;
-        w.mode = OpenOptions::Mode::kReadWrite;
-        std::unique_ptr<Store> s;
-        st = Store::Open(path, w, &s);
-        if (!st.ok()) return st;
-      }
-      const uint64_t total = (o.blocks + o.replay) * d.payload_bytes();
-      const uint64_t max_bytes = uint64_t(double(total) * (1.0 - o.gc_fraction));
-      std::vector<std::string> args{"gc", path, "--max-bytes", std::to_string(max_bytes), "--grace", "0", "--json"};
-      args.insert(args.end(), o.gc_args.begin(), o.gc_args.end());
-      progress("gc: evict " + std::to_string(int(o.gc_fraction * 100 + 0.5)) + "% of the bytes (LRU)");
-      st = run_child(o.ucm_exe, args, out, &r->gc);
-      if (!st.ok()) return st;
-      try {
-        r->gc_evicted = nlohmann::json::parse(r->gc.json).value("evicted_blocks", uint64_t(0));
-      } catch (const std::exception&) {
-      }
-      st = open_reader(&r->open_after_gc_s, &reader);
-      if (!st.ok()) return st;
-      r->gc_replayed = metric(reader.get(), "ucm_fptable_replayed");
-      reader.reset();
-    }
-    fs::remove(out, ec);
-  }
-
-  r->targets.push_back({"open", "reader open <= 1 s (table, cold cache)", r->open_cold_s, kOpenTarget,
-                        r->open_cold_s <= kOpenTarget});
-  r->targets.push_back({"lookup", "lookups >= 20,000,000 per second on one core", r->lookups_per_s(),
-                        kIndexLookupTarget, r->lookups_per_s() >= kIndexLookupTarget && r->lookup_misses == 0});
-  if (r->gc.exit_code == 0)
-    r->targets.push_back({"gc_memory", "gc peak anonymous RSS <= 256 MiB", double(r->gc.peak_anon_bytes),
-                          double(kGcRssTarget), r->gc.peak_anon_bytes <= kGcRssTarget});
-  if (!o.keep) progress("removing " + path);
+  b.set_targets();
+  if (!o.keep && o.progress) o.progress("removing " + path);
   return Status::OK();
 }
 
