@@ -499,29 +499,183 @@ struct Pass {
   uint16_t* out[kAttnPassRows];
 };
 
-void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch) {
-  const int64_t hd = a.hd, np = hd / 2, ndb = hd / 16, G = a.nh / a.nkv, sp = pad_keys(a.S);
-  const int64_t ntb = (a.T + kAttnUnitRows - 1) / kAttnUnitRows;
-  const int64_t group = attention_group_passes(a.S), chunk = attention_chunk_keys(hd);
-  const size_t rows_g = size_t(group * kAttnPassRows);
+namespace {
+
+// The scratch of one attention_bf16 call, carved as attention_scratch_bytes sizes it: one unit's
+// packed K and V, and one group of passes' scores, probabilities, rounded queries and sums.
+struct AttnBufs {
+  uint16_t *Kp, *Vp;
+  float *sc, *pb, *qb, *accb;
+  int64_t sp, hd, chunk;
+  bool dp;
+  WeighFn weigh;
+};
+
+AttnBufs carve_scratch(const AttnArgs& a, void* scratch) {
+  AttnBufs w{};
+  w.hd = a.hd;
+  w.sp = pad_keys(a.S);
+  w.chunk = attention_chunk_keys(a.hd);
+  const size_t rows_g = size_t(attention_group_passes(a.S) * kAttnPassRows);
   auto* base = static_cast<unsigned char*>(scratch);
-  auto* Kp = reinterpret_cast<uint16_t*>(base);
-  base += align64(size_t(sp * hd * 2));
-  auto* Vp = reinterpret_cast<uint16_t*>(base);
-  base += align64(size_t(sp * hd * 2));
-  auto* sc = reinterpret_cast<float*>(base);
-  base += align64(rows_g * size_t(sp) * 4);
-  auto* pb = reinterpret_cast<float*>(base);
-  base += align64(rows_g * size_t(sp) * 4);
-  auto* qb = reinterpret_cast<float*>(base);
-  base += align64(rows_g * size_t(hd) * 4);
-  auto* accb = reinterpret_cast<float*>(base);
-  const bool dp = attention_uses_vdpbf16ps();
-  const WeighFn weigh = dp ? weigh_for<true>(hd) : weigh_for<false>(hd);
+  w.Kp = reinterpret_cast<uint16_t*>(base);
+  base += align64(size_t(w.sp * w.hd * 2));
+  w.Vp = reinterpret_cast<uint16_t*>(base);
+  base += align64(size_t(w.sp * w.hd * 2));
+  w.sc = reinterpret_cast<float*>(base);
+  base += align64(rows_g * size_t(w.sp) * 4);
+  w.pb = reinterpret_cast<float*>(base);
+  base += align64(rows_g * size_t(w.sp) * 4);
+  w.qb = reinterpret_cast<float*>(base);
+  base += align64(rows_g * size_t(w.hd) * 4);
+  w.accb = reinterpret_cast<float*>(base);
+  w.dp = attention_uses_vdpbf16ps();
+  w.weigh = w.dp ? weigh_for<true>(w.hd) : weigh_for<false>(w.hd);
+  return w;
+}
+
+// K of keys k0 + [from, kpad) of sequence b's KV head h, in blocks of 16 keys, each key's dims in
+// pairs: Kp[((jr / 16) * np + p) * 32 + (jr % 16) * 2 + e] = k[k0 + jr][2p + e] (the layout
+// vdpbf16ps reads as 16 dot products). Keys past kmax are 0.
+void pack_keys(const AttnArgs& a, int64_t b, int64_t h, int64_t k0, int64_t kmax, int64_t from, int64_t kpad,
+               uint16_t* Kp) {
+  const int64_t hd = a.hd, np = hd / 2;
+  alignas(64) uint16_t tmp[256];
+  for (int64_t jr = from; jr < kpad; ++jr) {
+    const int64_t j = k0 + jr;
+    uint32_t* kd = reinterpret_cast<uint32_t*>(Kp) + (jr / 16) * np * 16 + (jr % 16);
+    if (j >= kmax) {
+      for (int64_t p = 0; p < np; ++p) kd[p * 16] = 0;
+      continue;
+    }
+    const uint32_t* t32;
+    if (a.k16) {
+      t32 = reinterpret_cast<const uint32_t*>(a.k16 + b * a.k_sb + j * a.k_st + h * hd);
+    } else {
+      const float* kr = a.k + b * a.k_sb + j * a.k_st + h * hd;
+      for (int64_t d = 0; d < hd; d += 16) pack16(tmp + d, kr + d, 1.0f);
+      t32 = reinterpret_cast<const uint32_t*>(tmp);
+    }
+    for (int64_t p = 0; p < np; ++p) kd[p * 16] = t32[p];
+  }
+}
+
+// V of the same keys in pairs of keys: Vp[((jr / 2) * ndb + d / 16) * 32 + (d % 16) * 2 + jr % 2]
+// = v[k0 + jr][d]. Keys past kmax are 0.
+void pack_values(const AttnArgs& a, int64_t b, int64_t h, int64_t k0, int64_t kmax, int64_t from, int64_t kpad,
+                 uint16_t* Vp) {
+  const int64_t hd = a.hd, ndb = hd / 16;
   // The 16-bit interleave of two 16-value halves: out[2i] = lo[i], out[2i + 1] = hi[i].
   alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                     8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i zip = _mm512_load_si512(kZip);
+  for (int64_t jr = from; jr < kpad; jr += 2) {
+    const int64_t j = k0 + jr;
+    uint16_t* vd = Vp + (jr / 2) * ndb * 32;
+    for (int64_t d = 0; d < hd; d += 16) {
+      __m512i both;  // [bf16(v[j]) 16 dims, bf16(v[j + 1]) 16 dims]
+      if (a.v16) {
+        const uint16_t* v0 = a.v16 + b * a.v_sb + j * a.v_st + h * hd + d;
+        const __m256i lo = j < kmax ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0)) : _mm256_setzero_si256();
+        const __m256i hi =
+            j + 1 < kmax ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0 + a.v_st)) : _mm256_setzero_si256();
+        both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      } else {
+        __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+        if (j < kmax) lo = _mm512_loadu_ps(a.v + b * a.v_sb + j * a.v_st + h * hd + d);
+        if (j + 1 < kmax) hi = _mm512_loadu_ps(a.v + b * a.v_sb + (j + 1) * a.v_st + h * hd + d);
+        both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+      }
+      _mm512_storeu_si512(vd + d * 2, _mm512_permutexvar_epi16(zip, both));
+    }
+  }
+}
+
+// Scores of the group's passes chunk by chunk of keys (each dot product as in one sweep), the
+// softmax of every row, then the weighted values chunk by chunk (each row's sums in key-pair
+// order, resumed from accb): the same bits as one pass at a time over all its keys. A row's
+// probabilities are 0 over the rest of its pass's range; its sums take the pairs before its
+// own (exact zeros added to +0) but stop at its own last pair: a zero added after a sum that
+// vdpbf16ps flushed to -0 would make it +0.
+void run_group(const AttnBufs& w, int64_t S, Pass* passes, int64_t n) {
+  const int64_t hd = w.hd, sp = w.sp, chunk = w.chunk;
+  int64_t LU = S, HU = 0;
+  for (int64_t i = 0; i < n; ++i) LU = std::min(LU, passes[i].lu), HU = std::max(HU, passes[i].hu);
+  const int64_t c_first = LU / 32 * 32;
+  {
+    const FlushDenormals ftz;
+    for (int64_t c0 = c_first; c0 < HU; c0 += chunk)
+      for (int64_t i = 0; i < n; ++i) {
+        const Pass& ps = passes[i];
+        const int64_t b0 = std::max(ps.lu / 16, c0 / 16), b1 = std::min((ps.hu + 15) / 16, (c0 + chunk) / 16);
+        if (b0 >= b1) continue;
+        const float* q = w.qb + i * kAttnPassRows * hd;
+        float* s = w.sc + i * kAttnPassRows * sp;
+        for (int64_t r = 0; r < ps.nr; r += kScoreRows)
+          kScores[w.dp][std::min(kScoreRows, ps.nr - r)](w.Kp, q + r * hd, hd, b0, b1, s + r * sp, sp);
+      }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const Pass& ps = passes[i];
+    const int64_t pl = ps.lu & ~int64_t{1}, ph = (ps.hu + 1) & ~int64_t{1};  // the pass's pairs
+    for (int64_t r = 0; r < ps.nr; ++r) {
+      float* s = w.sc + (i * kAttnPassRows + r) * sp;
+      float* p = w.pb + (i * kAttnPassRows + r) * sp;
+      const int64_t lo = ps.lo[r], hi = ps.hi[r];
+      softmax_row(s, p, lo, hi);
+      for (int64_t j = pl; j < lo; ++j) p[j] = 0;
+      for (int64_t j = hi; j < ph; ++j) p[j] = 0;
+    }
+  }
+  const FlushDenormals ftz;
+  for (int64_t c0 = c_first; c0 < HU; c0 += chunk)
+    for (int64_t i = 0; i < n; ++i) {
+      Pass& ps = passes[i];
+      const float* p = w.pb + i * kAttnPassRows * sp;
+      float* acc = w.accb + i * kAttnPassRows * hd;
+      const int64_t pl = ps.lu / 2;
+      // Segment m, pairs [E[m - 1], E[m]): the rows from f[m] on; those before f[m + 1] end in it.
+      for (int64_t m = 0; m < ps.ne; ++m) {
+        const int64_t jp0 = std::max(c0 / 2, m ? ps.E[m - 1] : pl), jp1 = std::min((c0 + chunk) / 2, ps.E[m]);
+        if (jp0 >= jp1) continue;
+        const int64_t r0 = ps.f[m], r1 = jp1 >= ps.E[m] ? ps.f[m + 1] : r0;  // rows [r0, r1) finish
+        if (r1 > r0) w.weigh(w.Vp, p + r0 * sp, sp, r1 - r0, jp0, jp1, acc + r0 * hd, ps.out + r0, jp0 > pl, true);
+        if (ps.nr > r1)
+          w.weigh(w.Vp, p + r1 * sp, sp, ps.nr - r1, jp0, jp1, acc + r1 * hd, ps.out + r1, jp0 > pl, false);
+      }
+    }
+}
+
+// Fills pass ps: tokens [t, t + nt) (each seeing a key), heads [g0, g0 + ng) of KV head h's group;
+// its queries rounded and scaled into q. lo_of / hi_of: a token's key range relative to k0.
+template <class Lo, class Hi>
+void fill_pass(const AttnArgs& a, int64_t b, int64_t h, int64_t t, int64_t nt, int64_t g0, int64_t ng, const Lo& lo_of,
+               const Hi& hi_of, float* q, Pass& ps) {
+  const int64_t hd = a.hd, G = a.nh / a.nkv;
+  ps.t = t, ps.nt = nt, ps.g0 = g0, ps.ng = ng, ps.nr = nt * ng, ps.lu = lo_of(t), ps.hu = hi_of(t + nt - 1);
+  ps.ne = 0;
+  for (int64_t i = 0; i < nt; ++i) {
+    const int64_t l1 = lo_of(t + i), h1 = hi_of(t + i), e = (h1 + 1) / 2;
+    if (ps.ne == 0 || e > ps.E[ps.ne - 1]) ps.f[ps.ne] = i * ng, ps.E[ps.ne++] = e;
+    for (int64_t g = 0; g < ng; ++g) {
+      const int64_t r = i * ng + g;
+      ps.lo[r] = l1;
+      ps.hi[r] = h1;
+      ps.out[r] = a.out + ((b * a.T + t + i) * a.nh + h * G + g0 + g) * hd;
+      const float* qr = a.q + b * a.q_sb + (t + i) * a.q_st + (h * G + g0 + g) * hd;
+      for (int64_t d = 0; d < hd; d += 16) round16(q + r * hd + d, qr + d, a.scale);
+    }
+  }
+  ps.f[ps.ne] = ps.nr;
+}
+
+}  // namespace
+
+void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch) {
+  const int64_t hd = a.hd, G = a.nh / a.nkv;
+  const int64_t ntb = (a.T + kAttnUnitRows - 1) / kAttnUnitRows;
+  const int64_t group = attention_group_passes(a.S);
+  const AttnBufs w = carve_scratch(a, scratch);
   Pass passes[8];
   // Keys [pk_k0, pk_end) of sequence pk_b's KV head pk_h, packed by an earlier unit of this call
   // (real keys, not padding): a later row block of the same head packs only the keys after them.
@@ -544,100 +698,8 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
     const int64_t packed =
         b == pk_b && h == pk_h && k0 == pk_k0 ? std::max<int64_t>(0, std::min(pk_end, kmax) - k0) / 32 * 32 : 0;
     pk_b = b, pk_h = h, pk_k0 = k0, pk_end = std::max(kmax, k0);
-    // K in blocks of 16 keys, each key's dims in pairs: Kp[((jr / 16) * np + p) * 32 + (jr % 16) * 2 + e]
-    // = k[k0 + jr][2p + e] (the layout vdpbf16ps reads as 16 dot products). V in pairs of keys:
-    // Vp[((jr / 2) * ndb + d / 16) * 32 + (d % 16) * 2 + jr % 2] = v[k0 + jr][d]. Keys past kmax are 0.
-    alignas(64) uint16_t tmp[256];
-    for (int64_t jr = packed; jr < kpad; ++jr) {
-      const int64_t j = k0 + jr;
-      uint32_t* kd = reinterpret_cast<uint32_t*>(Kp) + (jr / 16) * np * 16 + (jr % 16);
-      if (j >= kmax) {
-        for (int64_t p = 0; p < np; ++p) kd[p * 16] = 0;
-        continue;
-      }
-      const uint32_t* t32;
-      if (a.k16) {
-        t32 = reinterpret_cast<const uint32_t*>(a.k16 + b * a.k_sb + j * a.k_st + h * hd);
-      } else {
-        const float* kr = a.k + b * a.k_sb + j * a.k_st + h * hd;
-        for (int64_t d = 0; d < hd; d += 16) pack16(tmp + d, kr + d, 1.0f);
-        t32 = reinterpret_cast<const uint32_t*>(tmp);
-      }
-      for (int64_t p = 0; p < np; ++p) kd[p * 16] = t32[p];
-    }
-    for (int64_t jr = packed; jr < kpad; jr += 2) {
-      const int64_t j = k0 + jr;
-      uint16_t* vd = Vp + (jr / 2) * ndb * 32;
-      for (int64_t d = 0; d < hd; d += 16) {
-        __m512i both;  // [bf16(v[j]) 16 dims, bf16(v[j + 1]) 16 dims]
-        if (a.v16) {
-          const uint16_t* v0 = a.v16 + b * a.v_sb + j * a.v_st + h * hd + d;
-          const __m256i lo = j < kmax ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0)) : _mm256_setzero_si256();
-          const __m256i hi =
-              j + 1 < kmax ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v0 + a.v_st)) : _mm256_setzero_si256();
-          both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        } else {
-          __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
-          if (j < kmax) lo = _mm512_loadu_ps(a.v + b * a.v_sb + j * a.v_st + h * hd + d);
-          if (j + 1 < kmax) hi = _mm512_loadu_ps(a.v + b * a.v_sb + (j + 1) * a.v_st + h * hd + d);
-          both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-        }
-        _mm512_storeu_si512(vd + d * 2, _mm512_permutexvar_epi16(zip, both));
-      }
-    }
-    // Scores of the group's passes chunk by chunk of keys (each dot product as in one sweep), the
-    // softmax of every row, then the weighted values chunk by chunk (each row's sums in key-pair
-    // order, resumed from accb): the same bits as one pass at a time over all its keys. A row's
-    // probabilities are 0 over the rest of its pass's range; its sums take the pairs before its
-    // own (exact zeros added to +0) but stop at its own last pair: a zero added after a sum that
-    // vdpbf16ps flushed to -0 would make it +0.
-    auto run_group = [&](int64_t n) {
-      int64_t LU = a.S, HU = 0;
-      for (int64_t i = 0; i < n; ++i) LU = std::min(LU, passes[i].lu), HU = std::max(HU, passes[i].hu);
-      const int64_t c_first = LU / 32 * 32;
-      {
-      const FlushDenormals ftz;
-      for (int64_t c0 = c_first; c0 < HU; c0 += chunk)
-        for (int64_t i = 0; i < n; ++i) {
-          const Pass& ps = passes[i];
-          const int64_t b0 = std::max(ps.lu / 16, c0 / 16), b1 = std::min((ps.hu + 15) / 16, (c0 + chunk) / 16);
-          if (b0 >= b1) continue;
-          const float* q = qb + i * kAttnPassRows * hd;
-          float* s = sc + i * kAttnPassRows * sp;
-          for (int64_t r = 0; r < ps.nr; r += kScoreRows)
-            kScores[dp][std::min(kScoreRows, ps.nr - r)](Kp, q + r * hd, hd, b0, b1, s + r * sp, sp);
-        }
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        const Pass& ps = passes[i];
-        const int64_t pl = ps.lu & ~int64_t{1}, ph = (ps.hu + 1) & ~int64_t{1};  // the pass's pairs
-        for (int64_t r = 0; r < ps.nr; ++r) {
-          float* s = sc + (i * kAttnPassRows + r) * sp;
-          float* p = pb + (i * kAttnPassRows + r) * sp;
-          const int64_t lo = ps.lo[r], hi = ps.hi[r];
-          softmax_row(s, p, lo, hi);
-          for (int64_t j = pl; j < lo; ++j) p[j] = 0;
-          for (int64_t j = hi; j < ph; ++j) p[j] = 0;
-        }
-      }
-      const FlushDenormals ftz;
-      for (int64_t c0 = c_first; c0 < HU; c0 += chunk)
-        for (int64_t i = 0; i < n; ++i) {
-          Pass& ps = passes[i];
-          const float* p = pb + i * kAttnPassRows * sp;
-          float* acc = accb + i * kAttnPassRows * hd;
-          const int64_t pl = ps.lu / 2;
-          // Segment m, pairs [E[m - 1], E[m]): the rows from f[m] on; those before f[m + 1] end in it.
-          for (int64_t m = 0; m < ps.ne; ++m) {
-            const int64_t jp0 = std::max(c0 / 2, m ? ps.E[m - 1] : pl), jp1 = std::min((c0 + chunk) / 2, ps.E[m]);
-            if (jp0 >= jp1) continue;
-            const int64_t r0 = ps.f[m], r1 = jp1 >= ps.E[m] ? ps.f[m + 1] : r0;  // rows [r0, r1) finish
-            if (r1 > r0) weigh(Vp, p + r0 * sp, sp, r1 - r0, jp0, jp1, acc + r0 * hd, ps.out + r0, jp0 > pl, true);
-            if (ps.nr > r1)
-              weigh(Vp, p + r1 * sp, sp, ps.nr - r1, jp0, jp1, acc + r1 * hd, ps.out + r1, jp0 > pl, false);
-          }
-        }
-    };
+    pack_keys(a, b, h, k0, kmax, packed, kpad, w.Kp);
+    pack_values(a, b, h, k0, kmax, packed, kpad, w.Vp);
     // Passes of query rows: every head of the KV head's group for as many consecutive tokens as
     // kAttnPassRows holds (groups wider than that: kAttnPassRows heads of one token at a time),
     // taken in groups of up to attention_group_passes() that share one sweep of the keys.
@@ -655,32 +717,16 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
       int64_t nt = 1;
       while (nt < tpp && t + nt < tr && a.qpos[t + nt] >= a.qpos[t + nt - 1] && hi_of(t + nt) > lo_of(t + nt)) ++nt;
       for (int64_t g0 = 0; g0 < G; g0 += hpp) {
-        Pass& ps = passes[n_in];
-        const int64_t ng = std::min(hpp, G - g0);
-        ps.t = t, ps.nt = nt, ps.g0 = g0, ps.ng = ng, ps.nr = nt * ng, ps.lu = lo_of(t), ps.hu = hi_of(t + nt - 1);
-        ps.ne = 0;
-        float* q = qb + n_in * kAttnPassRows * hd;
-        for (int64_t i = 0; i < nt; ++i) {
-          const int64_t l1 = lo_of(t + i), h1 = hi_of(t + i), e = (h1 + 1) / 2;
-          if (ps.ne == 0 || e > ps.E[ps.ne - 1]) ps.f[ps.ne] = i * ng, ps.E[ps.ne++] = e;
-          for (int64_t g = 0; g < ng; ++g) {
-            const int64_t r = i * ng + g;
-            ps.lo[r] = l1;
-            ps.hi[r] = h1;
-            ps.out[r] = a.out + ((b * a.T + t + i) * a.nh + h * G + g0 + g) * hd;
-            const float* qr = a.q + b * a.q_sb + (t + i) * a.q_st + (h * G + g0 + g) * hd;
-            for (int64_t d = 0; d < hd; d += 16) round16(q + r * hd + d, qr + d, a.scale);
-          }
-        }
-        ps.f[ps.ne] = ps.nr;
+        fill_pass(a, b, h, t, nt, g0, std::min(hpp, G - g0), lo_of, hi_of, w.qb + n_in * kAttnPassRows * hd,
+                  passes[n_in]);
         if (++n_in == group) {
-          run_group(n_in);
+          run_group(w, a.S, passes, n_in);
           n_in = 0;
         }
       }
       t += nt;
     }
-    if (n_in > 0) run_group(n_in);
+    if (n_in > 0) run_group(w, a.S, passes, n_in);
   }
 }
 
