@@ -154,15 +154,8 @@ Status read_csv(const std::string& path, EvalBlendResult* r) {
   return Status::OK();
 }
 
-}  // namespace
-
-Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
-  *out = EvalBlendResult{};
-  if (!o.from_csv.empty()) {  // redraw only
-    UCM_RETURN_IF_ERROR(read_csv(o.from_csv, out));
-    if (!o.png.empty()) UCM_RETURN_IF_ERROR(draw_png(o.png, *out));
-    return Status::OK();
-  }
+// The options checked, and one BlendSettings per (selection, position decay), then the oracle's.
+Status blend_settings(const EvalBlendOptions& o, std::vector<BlendSettings>* settings) {
   if (o.store.empty()) return Status::InvalidArgument("--store is required (documents precomputed with --chunks)");
   if (o.documents.empty()) return Status::InvalidArgument("--documents: no document files");
   for (double r : o.ratios)
@@ -170,8 +163,9 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
   if (o.position_decays.empty()) return Status::InvalidArgument("--position-decays: none given");
   if (o.selections.empty()) return Status::InvalidArgument("--selections: none given");
   if (o.check_layer < -1) return Status::InvalidArgument("--check-layer must be >= 0");
-  // One selection per (selection, position decay), then the oracle's.
-  std::vector<BlendSettings> settings;
+  if (o.prompts.size() != 1 && o.prompts.size() != o.sizes.size())
+    return Status::InvalidArgument("--prompts: one number, or one per size (" + std::to_string(o.sizes.size()) +
+                                   " sizes, " + std::to_string(o.prompts.size()) + " numbers)");
   for (const auto& name : o.selections)
     for (double decay : o.position_decays) {
       BlendSettings bs;
@@ -180,97 +174,98 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
       bs.position_decay = decay;
       bs.relevance_exponent = o.relevance_exponent;
       UCM_RETURN_IF_ERROR(check_blend_settings(bs, std::numeric_limits<int64_t>::max()));
-      settings.push_back(bs);
+      settings->push_back(bs);
     }
   if (o.oracle) {
     BlendSettings bs;
     bs.selection = BlendSelection::kDeviation;
     bs.check_layer = o.check_layer < 0 ? 1 : uint32_t(o.check_layer);
     bs.position_decay = 0;
-    settings.push_back(bs);  // .oracle is set per prompt
+    settings->push_back(bs);  // .oracle is set per prompt
   }
-  Session s;
-  SessionOptions so;
-  so.model_dir = o.model_dir;
-  so.tokenizer_file = o.tokenizer_file;
-  so.store = o.store;
-  so.precompute_config = o.precompute_config;
-  UCM_RETURN_IF_ERROR(s.load(so));
-  for (const auto& bs : settings) UCM_RETURN_IF_ERROR(check_blend_settings(bs, s.model().config().num_hidden_layers));
-  UCM_RETURN_IF_ERROR(s.open_store());
-  const StoreClient& store = *s.store();
-  ucm_rope_params rope;
-  UCM_RETURN_IF_ERROR(blend_rope(store, s.model(), &rope));
-  const Engine eng = s.engine();
-  const size_t M = o.documents.size();
-  if (o.prompts.size() != 1 && o.prompts.size() != o.sizes.size())
-    return Status::InvalidArgument("--prompts: one number, or one per size (" + std::to_string(o.sizes.size()) +
-                                   " sizes, " + std::to_string(o.prompts.size()) + " numbers)");
-  for (size_t si = 0; si < o.sizes.size(); ++si) {
-    const uint32_t k = o.sizes[si], n_prompts = o.prompts.size() == 1 ? o.prompts[0] : o.prompts[si];
-    if (k == 0 || k > M) return Status::InvalidArgument("--sizes: " + std::to_string(k) + " documents per prompt, " +
-                                                        std::to_string(M) + " documents given");
-    for (uint32_t j = 0; j < n_prompts; ++j) {
-      std::vector<std::string> names;
-      for (uint32_t i = 0; i < k; ++i) names.push_back(o.documents[(size_t(j) * k + i) % M]);
-      BlendPrompt bp;
-      UCM_RETURN_IF_ERROR(make_blend_prompt(s.tokenizer(), store, names, o.question, &bp));
-      const int64_t capacity = int64_t(bp.ids.size()) + o.new_tokens;
-      if (Status st = s.check_capacity(bp.ids.size(), o.new_tokens, "a prompt of " + std::to_string(k) + " documents");
-          !st.ok())
-        return Status::InvalidArgument(st.message() + ": use shorter documents");
-      if (o.progress)
-        spdlog::info("eval blend: {} documents, prompt {}/{} ({} tokens)", k, j + 1, n_prompts, bp.ids.size());
-      BlendBaselines base;
-      UCM_RETURN_IF_ERROR(measure_baselines(eng, bp, capacity, o.new_tokens, &base));
-      EvalBlendResult::Row row;
-      row.size = k;
-      row.prompt = j;
-      row.prompt_tokens = bp.ids.size();
-      row.method = "recompute";
-      row.ttft_ms = base.ttft_recompute_ms;
-      row.top1_agreement = 1;
-      row.greedy_match = base.ref.tokens.size();
-      out->rows.push_back(row);
-      row.method = "prefix";
-      row.ttft_ms = base.ttft_prefix_ms;
-      row.served_fraction = base.prefix_served_fraction;
-      row.top1_agreement = base.prefix.top1_agreement;
-      row.mean_kl = base.prefix.mean_kl;
-      out->rows.push_back(row);
-      for (size_t si = 0; si < settings.size(); ++si)
-      for (double ratio : o.ratios) {
-        BlendSettings bs = settings[si];
-        if (o.oracle && si + 1 == settings.size()) bs.oracle = &base.recompute_cache;
-        BlendOutcome b;
-        bs.ratio = ratio;
-        UCM_RETURN_IF_ERROR(measure_blend(eng, store, rope, bp, base.ref, bs, capacity, &b));
-        row.method = bs.oracle ? "oracle" : std::string("blend-") + selection_name(bs.selection);
-        row.ratio = ratio;
-        row.position_decay = bs.position_decay;
-        row.ttft_ms = b.ttft_ms;
-        row.served_fraction = b.served_fraction;
-        row.top1_agreement = b.vs_ref.top1_agreement;
-        row.mean_kl = b.vs_ref.mean_kl;
-        row.greedy_match = b.greedy_match;
-        row.chunk_blocks_failed = b.stats.blocks_failed;
-        row.stored_tokens = b.stats.stored_tokens;
-        row.recomputed_tokens = b.stats.recomputed_tokens;
-        row.check_layer = bs.check_layer;
-        row.relevance_ms = b.stats.relevance_ms;
-        out->rows.push_back(row);
-        if (o.progress)
-          spdlog::info("eval blend: {} docs, ratio {:.2f}, {}: top-1 {:.3f}, KL {:.4f}, TTFT {:.0f} ms "
-                       "(prefix {:.0f}, recompute {:.0f})",
-                       k, ratio,
-                       bs.oracle ? std::string("oracle")
-                                 : fmt::format("{}, position decay {}", selection_name(bs.selection), bs.position_decay),
-                       b.vs_ref.top1_agreement, b.vs_ref.mean_kl, b.ttft_ms, base.ttft_prefix_ms,
-                       base.ttft_recompute_ms);
-      }
-    }
-  }
-  // Means per (size, method, ratio, position decay), in first-seen order.
+  return Status::OK();
+}
+
+// What every prompt's measurements share.
+struct BlendEval {
+  const EvalBlendOptions& o;
+  const Engine& eng;
+  const StoreClient& store;
+  const ucm_rope_params& rope;
+  const std::vector<BlendSettings>& settings;
+  EvalBlendResult* out;
+};
+
+// One blend run of prompt bp at one ratio; its row.
+Status blend_row(const BlendEval& e, const BlendPrompt& bp, BlendBaselines& base, size_t si, double ratio,
+                 int64_t capacity, EvalBlendResult::Row row) {
+  BlendSettings bs = e.settings[si];
+  if (e.o.oracle && si + 1 == e.settings.size()) bs.oracle = &base.recompute_cache;
+  BlendOutcome b;
+  bs.ratio = ratio;
+  UCM_RETURN_IF_ERROR(measure_blend(e.eng, e.store, e.rope, bp, base.ref, bs, capacity, &b));
+  row.method = bs.oracle ? "oracle" : std::string("blend-") + selection_name(bs.selection);
+  row.ratio = ratio;
+  row.position_decay = bs.position_decay;
+  row.ttft_ms = b.ttft_ms;
+  row.served_fraction = b.served_fraction;
+  row.top1_agreement = b.vs_ref.top1_agreement;
+  row.mean_kl = b.vs_ref.mean_kl;
+  row.greedy_match = b.greedy_match;
+  row.chunk_blocks_failed = b.stats.blocks_failed;
+  row.stored_tokens = b.stats.stored_tokens;
+  row.recomputed_tokens = b.stats.recomputed_tokens;
+  row.check_layer = bs.check_layer;
+  row.relevance_ms = b.stats.relevance_ms;
+  e.out->rows.push_back(row);
+  if (e.o.progress)
+    spdlog::info("eval blend: {} docs, ratio {:.2f}, {}: top-1 {:.3f}, KL {:.4f}, TTFT {:.0f} ms "
+                 "(prefix {:.0f}, recompute {:.0f})",
+                 row.size, ratio,
+                 bs.oracle ? std::string("oracle")
+                           : fmt::format("{}, position decay {}", selection_name(bs.selection), bs.position_decay),
+                 b.vs_ref.top1_agreement, b.vs_ref.mean_kl, b.ttft_ms, base.ttft_prefix_ms, base.ttft_recompute_ms);
+  return Status::OK();
+}
+
+// Prompt j of k documents: full recompute and prefix caching as baselines, then every setting at
+// every ratio.
+Status eval_prompt(const BlendEval& e, const tok::Tokenizer& tk, uint32_t k, uint32_t j, uint32_t n_prompts,
+                   const Session& s) {
+  const size_t M = e.o.documents.size();
+  std::vector<std::string> names;
+  for (uint32_t i = 0; i < k; ++i) names.push_back(e.o.documents[(size_t(j) * k + i) % M]);
+  BlendPrompt bp;
+  UCM_RETURN_IF_ERROR(make_blend_prompt(tk, e.store, names, e.o.question, &bp));
+  const int64_t capacity = int64_t(bp.ids.size()) + e.o.new_tokens;
+  if (Status st = s.check_capacity(bp.ids.size(), e.o.new_tokens, "a prompt of " + std::to_string(k) + " documents");
+      !st.ok())
+    return Status::InvalidArgument(st.message() + ": use shorter documents");
+  if (e.o.progress) spdlog::info("eval blend: {} documents, prompt {}/{} ({} tokens)", k, j + 1, n_prompts, bp.ids.size());
+  BlendBaselines base;
+  UCM_RETURN_IF_ERROR(measure_baselines(e.eng, bp, capacity, e.o.new_tokens, &base));
+  EvalBlendResult::Row row;
+  row.size = k;
+  row.prompt = j;
+  row.prompt_tokens = bp.ids.size();
+  row.method = "recompute";
+  row.ttft_ms = base.ttft_recompute_ms;
+  row.top1_agreement = 1;
+  row.greedy_match = base.ref.tokens.size();
+  e.out->rows.push_back(row);
+  row.method = "prefix";
+  row.ttft_ms = base.ttft_prefix_ms;
+  row.served_fraction = base.prefix_served_fraction;
+  row.top1_agreement = base.prefix.top1_agreement;
+  row.mean_kl = base.prefix.mean_kl;
+  e.out->rows.push_back(row);
+  for (size_t si = 0; si < e.settings.size(); ++si)
+    for (double ratio : e.o.ratios) UCM_RETURN_IF_ERROR(blend_row(e, bp, base, si, ratio, capacity, row));
+  return Status::OK();
+}
+
+// Means per (size, method, ratio, position decay), in first-seen order.
+void mean_rows(EvalBlendResult* out) {
   using Key = std::tuple<uint32_t, std::string, double, double>;
   std::vector<Key> keys;
   std::map<Key, std::vector<const EvalBlendResult::Row*>> groups;
@@ -305,6 +300,41 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
     m.greedy_match = uint64_t(gm / n + 0.5);
     out->means.push_back(m);
   }
+}
+
+}  // namespace
+
+Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
+  *out = EvalBlendResult{};
+  if (!o.from_csv.empty()) {  // redraw only
+    UCM_RETURN_IF_ERROR(read_csv(o.from_csv, out));
+    if (!o.png.empty()) UCM_RETURN_IF_ERROR(draw_png(o.png, *out));
+    return Status::OK();
+  }
+  std::vector<BlendSettings> settings;
+  UCM_RETURN_IF_ERROR(blend_settings(o, &settings));
+  Session s;
+  SessionOptions so;
+  so.model_dir = o.model_dir;
+  so.tokenizer_file = o.tokenizer_file;
+  so.store = o.store;
+  so.precompute_config = o.precompute_config;
+  UCM_RETURN_IF_ERROR(s.load(so));
+  for (const auto& bs : settings) UCM_RETURN_IF_ERROR(check_blend_settings(bs, s.model().config().num_hidden_layers));
+  UCM_RETURN_IF_ERROR(s.open_store());
+  const StoreClient& store = *s.store();
+  ucm_rope_params rope;
+  UCM_RETURN_IF_ERROR(blend_rope(store, s.model(), &rope));
+  const Engine eng = s.engine();
+  const size_t M = o.documents.size();
+  const BlendEval e{o, eng, store, rope, settings, out};
+  for (size_t si = 0; si < o.sizes.size(); ++si) {
+    const uint32_t k = o.sizes[si], n_prompts = o.prompts.size() == 1 ? o.prompts[0] : o.prompts[si];
+    if (k == 0 || k > M) return Status::InvalidArgument("--sizes: " + std::to_string(k) + " documents per prompt, " +
+                                                        std::to_string(M) + " documents given");
+    for (uint32_t j = 0; j < n_prompts; ++j) UCM_RETURN_IF_ERROR(eval_prompt(e, s.tokenizer(), k, j, n_prompts, s));
+  }
+  mean_rows(out);
   if (!o.csv.empty()) UCM_RETURN_IF_ERROR(write_csv(o.csv, *out));
   if (!o.png.empty()) UCM_RETURN_IF_ERROR(draw_png(o.png, *out));
   return Status::OK();
