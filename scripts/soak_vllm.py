@@ -37,7 +37,8 @@ saves dropped, mismatches.
 
 The driver resumes: run it again with the same --out and it goes on where it stopped (the
 reference, the soak server's outputs, gc runs, corruptions and the soak's start and end times are
-kept in OUT as they happen; a fresh server's partial outputs are replayed from the start).
+kept in OUT as they happen, in chunks of 64 requests for the reference and the fresh server: a
+restarted fresh server loads only, so it is as fresh as the first one was).
 """
 import argparse
 import json
@@ -118,7 +119,9 @@ def serve(a):
     pos = 0
     with open(a.results, "a") as f:
         while pos < len(todo):
-            burst = todo[pos: pos + (rng.randint(1, 32) if a.bursts else len(todo))]
+            # Without bursts (the reference, the fresh server): chunks of 64, each written when done,
+            # so that a driver stopped part-way keeps them (vLLM admits 32 at a time anyway).
+            burst = todo[pos: pos + (rng.randint(1, 32) if a.bursts else 64)]
             pos += len(burst)
             t0 = time.time()
             outs = llm.generate([TokensPrompt(prompt_token_ids=r["ids"]) for r in burst],
@@ -400,9 +403,7 @@ def replay_and_report(a, store, log, reqs, ref, soak, soak_seconds, preemptions,
     inspect --verify, and the report (stdout, OUT/report.json, --report). Returns the exit code."""
     n = len(reqs)
     # --- a fresh server on the surviving store
-    fresh_file = a.out / "fresh.jsonl"
-    if fresh_file.exists():
-        fresh_file.unlink()                            # a fresh server replays from the start
+    fresh_file = a.out / "fresh.jsonl"                 # a restarted driver resumes it (load only)
     fresh_reqs = reqs if not a.fresh else reqs[: a.fresh]
     if a.fresh:
         json.dump(fresh_reqs, open(a.out / "requests.json.fresh", "w"))

@@ -50,20 +50,100 @@ void LlamaModel::write_cache(KvCache* cache, int64_t li, const torch::Tensor& po
   }
 }
 
+void LlamaModel::fused_bf16_attention_mlp(const Layer& L, torch::Tensor& x, const torch::Tensor& q,
+                                          const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& pos,
+                                          int64_t B, const LayerIo& io) const {
+  const auto& c = cfg_;
+  const int64_t T = pos.size(0), hd = c.head_dim, nh = c.num_attention_heads, I = c.intermediate_size, BT = B * T;
+  const double eps = c.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const bool direct = k.scalar_type() == torch::kFloat || k.scalar_type() == torch::kBFloat16;
+  auto attn = ops::attention_bf16(q, direct ? k : k.to(torch::kFloat), direct ? v : v.to(torch::kFloat), pos,
+                                  c.sliding_window.value_or(0), scale, io.lengths);  // bf16 [B, T, nh, hd]
+  ops::add_bf16_(x, ops::mm_bf16(attn.view({BT, nh * hd}), L.wo));
+  const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
+  for (int64_t r = 0; r < BT; r += mlp_rows) {
+    auto xr = x.narrow(0, r, std::min(mlp_rows, BT - r));
+    auto gu = ops::mm_bf16(ops::rms_norm_bf16(xr, L.ln2, eps), L.wgate_up);  // bf16 [rows, 2I]
+    ops::add_bf16_(xr, ops::mm_bf16(ops::silu_mul_bf16(gu), L.wdown));
+  }
+}
+
+void LlamaModel::mlp_add(const Layer& L, torch::Tensor& x) const {
+  // MLP in row blocks (bounded [rows, 2I] buffers, reused by the allocator).
+  const int64_t I = cfg_.intermediate_size, BT = x.size(0);
+  const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
+  for (int64_t r = 0; r < BT; r += mlp_rows) {
+    auto xr = x.narrow(0, r, std::min(mlp_rows, BT - r));
+    auto gu = ops::linear(ops::rms_norm(xr, L.ln2, cfg_.rms_norm_eps), L.wgate_up);  // [rows, 2I]
+    auto act = torch::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));
+    ops::add_linear_(xr, act, L.wdown);
+  }
+}
+
+torch::Tensor LlamaModel::attend(int64_t li, const torch::Tensor& q, const torch::Tensor& kt, const torch::Tensor& vh,
+                                 const torch::Tensor& pos, int64_t B, const LayerIo& io) const {
+  const auto& c = cfg_;
+  const int64_t T = pos.size(0), hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t G = nh / nkv, S = io.n_keys;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const float ninf = -std::numeric_limits<float>::infinity();
+  auto posc = pos.cpu();
+  const int64_t* pp = posc.data_ptr<int64_t>();
+  torch::Tensor keep;  // bool [nkv, S] or undefined
+  if (io.mask) {
+    keep = io.mask(li, q.view({T, nh, hd}), S);
+    if (keep.defined() && (keep.dim() != 2 || keep.size(0) != nkv || keep.size(1) != S))
+      throw ModelError("LlamaModel (" + dir_ + "): the key mask of layer " + std::to_string(li) +
+                       " must be bool [num_kv_heads, " + std::to_string(S) + "]");
+    if (keep.defined()) keep = keep.to(dev_, torch::kBool);
+  }
+  // Query chunks bound the score block [B, nkv, G*n, <= S]. With bf16 GEMMs, attention's fp32 work
+  // (mask, softmax, conversions) dominates: chunks of at most kCausalChunk rows skip the keys after
+  // each chunk (about half the score block of a long prompt). The fp32 path keeps one block per
+  // budget (its GEMMs dominate).
+  // The softmax scale is applied to q (T*nh*hd values) rather than to the score blocks: one pass
+  // less over the scores; 1/sqrt(hd) is a power of two for hd = 64, 256 (bit-identical to scaling
+  // the scores), otherwise it differs by fp32 rounding only.
+  const int64_t budget_rows = std::max<int64_t>(16, score_budget_ / (B * nh * S));
+  const int64_t chunk =
+      std::min<int64_t>(T, compute_ == torch::kFloat ? budget_rows : std::min(budget_rows, kCausalChunk));
+  auto kpos = torch::arange(0, S, torch::TensorOptions().dtype(torch::kLong).device(dev_));  // [S]
+  auto qh = (q * scale).to(compute_).view({B, T, nkv, G, hd}).permute({0, 2, 3, 1, 4});   // [B, nkv, G, T, hd]
+  auto attn = torch::empty({B, T, nkv, G, hd}, q.options().dtype(compute_));  // o_proj's input, in its dtype
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t n = std::min(chunk, T - s), e = pp[s + n - 1] + 1;  // keys [0, e) can be visible
+    auto qc = qh.narrow(3, s, n).reshape({B, nkv, G * n, hd});
+    auto sc = ops::attn_matmul(qc, kt.narrow(3, 0, e), compute_);  // [B, nkv, G*n, e] fp32
+    auto sc5 = sc.view({B, nkv, G, n, e});
+    auto qi = pos.narrow(0, s, n).unsqueeze(1);  // [n, 1]
+    if (c.sliding_window) {
+      auto kj = kpos.narrow(0, 0, e).unsqueeze(0);  // [1, e]
+      sc5.masked_fill_((kj > qi).logical_or(qi - kj >= *c.sliding_window), ninf);
+    } else {
+      // Causal: keys before the chunk's first query are visible to every query of the chunk
+      // (positions ascend); only keys [pp[s], e) need the mask.
+      const int64_t f = pp[s];
+      auto kj = kpos.narrow(0, f, e - f).unsqueeze(0);  // [1, e - f]
+      sc5.narrow(4, f, e - f).masked_fill_(kj > qi, ninf);
+    }
+    if (keep.defined()) sc5.masked_fill_(keep.narrow(1, 0, e).logical_not().view({1, nkv, 1, 1, e}), ninf);
+    auto p = sc.softmax(-1);
+    if (io.observe) io.observe(p.view({nkv, G * n, e}));
+    auto o = ops::attn_matmul(p, vh.narrow(2, 0, e), compute_);  // [B, nkv, G*n, hd]
+    attn.narrow(1, s, n).copy_(o.view({B, nkv, G, n, hd}).permute({0, 3, 1, 2, 4}));
+  }
+  return attn;
+}
+
 void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos_in,
                                const Rope& rope, const LayerIo& io) const {
   const auto& c = cfg_;
   int64_t T = pos_in.size(0);
   torch::Tensor pos = pos_in;
-  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
-  const int64_t G = nh / nkv, I = c.intermediate_size, S = io.n_keys;
+  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads, S = io.n_keys;
   const double eps = c.rms_norm_eps;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const float ninf = -std::numeric_limits<float>::infinity();
   KvCache* const cache = io.cache;
   if (cache && B != 1) throw ModelError("LlamaModel (" + dir_ + "): a KV cache holds one sequence (batch 1)");
-  auto posc = pos.cpu();
-  const int64_t* pp = posc.data_ptr<int64_t>();
 
   const auto& L = layers_[size_t(li)];
   if (!fused_fp32_.empty() && (!cache || cache->dtype == torch::kFloat || cache->dtype == torch::kBFloat16))
@@ -90,8 +170,6 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
         x = x.index_select(0, r);
         q = q.index_select(1, r);
         pos = pos.index_select(0, r);
-        posc = pos.cpu();
-        pp = posc.data_ptr<int64_t>();
         T = r.size(0);
       }
     }
@@ -111,78 +189,14 @@ void LlamaModel::layer_forward(int64_t li, torch::Tensor& x, int64_t B, const to
     if (io.k_out) *io.k_out = k;
     if (io.v_out) *io.v_out = v;
     if (io.kv_only) return;
-    if (fused) {
-      const int64_t BT = B * T;
-      const bool direct = k.scalar_type() == torch::kFloat || k.scalar_type() == torch::kBFloat16;
-      auto attn = ops::attention_bf16(q, direct ? k : k.to(torch::kFloat), direct ? v : v.to(torch::kFloat), pos,
-                                      c.sliding_window.value_or(0), scale, io.lengths);  // bf16 [B, T, nh, hd]
-      ops::add_bf16_(x, ops::mm_bf16(attn.view({BT, nh * hd}), L.wo));
-      const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
-      for (int64_t r = 0; r < BT; r += mlp_rows) {
-        auto xr = x.narrow(0, r, std::min(mlp_rows, BT - r));
-        auto gu = ops::mm_bf16(ops::rms_norm_bf16(xr, L.ln2, eps), L.wgate_up);  // bf16 [rows, 2I]
-        ops::add_bf16_(xr, ops::mm_bf16(ops::silu_mul_bf16(gu), L.wdown));
-      }
-      return;
-    }
+    if (fused) return fused_bf16_attention_mlp(L, x, q, k, v, pos, B, io);
     // kv_dtype -> compute dtype (libtorch converts through fp32: exact, or one rounding to bf16).
     kt = k.permute({0, 2, 3, 1}).to(compute_).contiguous();  // [B, nkv, hd, T]
     vh = v.permute({0, 2, 1, 3}).to(compute_).contiguous();  // [B, nkv, T, hd]
   }
-  torch::Tensor keep;  // bool [nkv, S] or undefined
-  if (io.mask) {
-    keep = io.mask(li, q.view({T, nh, hd}), S);
-    if (keep.defined() && (keep.dim() != 2 || keep.size(0) != nkv || keep.size(1) != S))
-      throw ModelError("LlamaModel (" + dir_ + "): the key mask of layer " + std::to_string(li) +
-                       " must be bool [num_kv_heads, " + std::to_string(S) + "]");
-    if (keep.defined()) keep = keep.to(dev_, torch::kBool);
-  }
-
-  // Query chunks bound the score block [B, nkv, G*n, <= S]. With bf16 GEMMs, attention's fp32 work
-  // (mask, softmax, conversions) dominates: chunks of at most kCausalChunk rows skip the keys after
-  // each chunk (about half the score block of a long prompt). The fp32 path keeps one block per
-  // budget (its GEMMs dominate).
-  // The softmax scale is applied to q (T*nh*hd values) rather than to the score blocks: one pass
-  // less over the scores; 1/sqrt(hd) is a power of two for hd = 64, 256 (bit-identical to scaling
-  // the scores), otherwise it differs by fp32 rounding only.
-  const int64_t budget_rows = std::max<int64_t>(16, score_budget_ / (B * nh * S));
-  const int64_t chunk =
-      std::min<int64_t>(T, compute_ == torch::kFloat ? budget_rows : std::min(budget_rows, kCausalChunk));
-  auto kpos = torch::arange(0, S, torch::TensorOptions().dtype(torch::kLong).device(dev_));  // [S]
-  auto qh = (q * scale).to(compute_).view({B, T, nkv, G, hd}).permute({0, 2, 3, 1, 4});   // [B, nkv, G, T, hd]
-  auto attn = torch::empty({B, T, nkv, G, hd}, x.options().dtype(compute_));  // o_proj's input, in its dtype
-  for (int64_t s = 0; s < T; s += chunk) {
-    const int64_t n = std::min(chunk, T - s), e = pp[s + n - 1] + 1;  // keys [0, e) can be visible
-    auto qc = qh.narrow(3, s, n).reshape({B, nkv, G * n, hd});
-    auto sc = ops::attn_matmul(qc, kt.narrow(3, 0, e), compute_);  // [B, nkv, G*n, e] fp32
-    auto sc5 = sc.view({B, nkv, G, n, e});
-    auto qi = pos.narrow(0, s, n).unsqueeze(1);  // [n, 1]
-    if (c.sliding_window) {
-      auto kj = kpos.narrow(0, 0, e).unsqueeze(0);  // [1, e]
-      sc5.masked_fill_((kj > qi).logical_or(qi - kj >= *c.sliding_window), ninf);
-    } else {
-      // Causal: keys before the chunk's first query are visible to every query of the chunk
-      // (positions ascend); only keys [pp[s], e) need the mask.
-      const int64_t f = pp[s];
-      auto kj = kpos.narrow(0, f, e - f).unsqueeze(0);  // [1, e - f]
-      sc5.narrow(4, f, e - f).masked_fill_(kj > qi, ninf);
-    }
-    if (keep.defined()) sc5.masked_fill_(keep.narrow(1, 0, e).logical_not().view({1, nkv, 1, 1, e}), ninf);
-    auto p = sc.softmax(-1);
-    if (io.observe) io.observe(p.view({nkv, G * n, e}));
-    auto o = ops::attn_matmul(p, vh.narrow(2, 0, e), compute_);  // [B, nkv, G*n, hd]
-    attn.narrow(1, s, n).copy_(o.view({B, nkv, G, n, hd}).permute({0, 3, 1, 2, 4}));
-  }
-  const int64_t BT = B * T;
-  ops::add_linear_(x, attn.view({BT, nh * hd}), L.wo);
-  // MLP in row blocks (bounded [rows, 2I] buffers, reused by the allocator).
-  const int64_t mlp_rows = std::max<int64_t>(16, kMlpBudget / (2 * I));
-  for (int64_t r = 0; r < BT; r += mlp_rows) {
-    auto xr = x.narrow(0, r, std::min(mlp_rows, BT - r));
-    auto gu = ops::linear(ops::rms_norm(xr, L.ln2, eps), L.wgate_up);  // [rows, 2I]
-    auto act = torch::silu(gu.narrow(1, 0, I)).mul_(gu.narrow(1, I, I));
-    ops::add_linear_(xr, act, L.wdown);
-  }
+  auto attn = attend(li, q, kt, vh, pos, B, io);
+  ops::add_linear_(x, attn.view({B * T, nh * hd}), L.wo);
+  mlp_add(L, x);
 }
 
 }  // namespace ucm::model

@@ -295,6 +295,16 @@ class LlamaModel {
     torch::Tensor wgate_up;    // [2 I, H] (gate rows then up rows)
     torch::Tensor wdown;       // [H, I]
   };
+  /// layer_forward's parts: the bf16 path's fused attention, o_proj and MLP (batched prefill, no
+  /// cache); the MLP added to x (fp32 [rows, H]) in row blocks; attention of q [B, T, nh, hd] over
+  /// keys kt [B, nkv, hd, S] and values vh [B, nkv, S, hd] (compute dtype) in query chunks, with
+  /// io's mask and observe: o_proj's input [B, T, nkv, G, hd] in the compute dtype.
+  void fused_bf16_attention_mlp(const Layer& L, torch::Tensor& x, const torch::Tensor& q,
+                                const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& pos, int64_t B,
+                                const LayerIo& io) const;
+  void mlp_add(const Layer& L, torch::Tensor& x) const;
+  torch::Tensor attend(int64_t li, const torch::Tensor& q, const torch::Tensor& kt, const torch::Tensor& vh,
+                       const torch::Tensor& pos, int64_t B, const LayerIo& io) const;
   LlamaModel() = default;
   torch::Tensor rope_inv_freq() const;
   /// The one projection of a decoder layer's attention, shared by forward() and the cached
