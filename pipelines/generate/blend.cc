@@ -151,98 +151,120 @@ Status make_blend_prompt(const tok::Tokenizer& tk, const StoreClient& store, con
   return Status::OK();
 }
 
+namespace {
+
+// One document's stored chunk: loaded, its keys re-rotated from the chunk's positions to the
+// document's (ucm_rope_shift), placed in the prompt's cache; stored[i] says which prompt tokens
+// now hold stored K/V (a block that failed to load: recomputed).
+Status load_document(const Engine& eng, const StoreClient& store, const ucm_rope_params& rope, const BlendPrompt& p,
+                     const BlendDoc& doc, Prefill* out, std::vector<uint8_t>* stored, BlendPrefillStats* stats) {
+  const auto& m = eng.model();
+  const auto& c = m.config();
+  const uint32_t T = eng.block_size();
+  const int64_t L = c.num_hidden_layers, H = c.num_key_value_heads, D = c.head_dim;
+  const size_t P = p.chunk_prefix.size();
+  const int udtype = out->cache.dtype == torch::kBFloat16 ? UCM_DTYPE_BF16
+                     : out->cache.dtype == torch::kHalf   ? UCM_DTYPE_F16
+                                                          : UCM_DTYPE_F32;
+  std::vector<int32_t> seq = p.chunk_prefix;
+  seq.insert(seq.end(), doc.tokens.begin(), doc.tokens.end());
+  std::vector<Hash16> hashes;
+  UCM_RETURN_IF_ERROR(store.hash_blocks(seq, T, &hashes));
+  size_t hit = 0;
+  UCM_RETURN_IF_ERROR(store.prefix_blocks(hashes, &hit));
+  if (hit * T <= P) {
+    spdlog::info("document {}: no chunk stored: prefilled", doc.name);
+    stats->docs_missing.push_back(doc.name);
+    return Status::OK();
+  }
+  auto tl = Clock::now();
+  KvCache stage = m.make_cache(int64_t(hit * T), out->cache.dtype);
+  std::vector<int> st;
+  UCM_RETURN_IF_ERROR(store.load_paged(hashes, hit, page_ptrs(stage, hit, T), &st));
+  const int64_t delta = int64_t(doc.offset) - int64_t(P);
+  const size_t rows = hit * T - P;  // document tokens with stored K/V
+  for (int64_t l = 0; l < L; ++l) {
+    auto k = stage.k[size_t(l)].narrow(0, int64_t(P), int64_t(rows));
+    UCM_RETURN_IF_ERROR(from_code(ucm_rope_shift(&rope, k.data_ptr(), udtype, rows, uint32_t(H), size_t(H * D), delta),
+                                  "ucm_rope_shift"));
+    out->cache.k[size_t(l)].narrow(0, int64_t(doc.offset), int64_t(rows)).copy_(k);
+    out->cache.v[size_t(l)].narrow(0, int64_t(doc.offset), int64_t(rows))
+        .copy_(stage.v[size_t(l)].narrow(0, int64_t(P), int64_t(rows)));
+    // The prompt starts with the chunk prefix: the first document's chunk holds its K/V too.
+    if (doc.offset == P && P > 0) {
+      out->cache.k[size_t(l)].narrow(0, 0, int64_t(P)).copy_(stage.k[size_t(l)].narrow(0, 0, int64_t(P)));
+      out->cache.v[size_t(l)].narrow(0, 0, int64_t(P)).copy_(stage.v[size_t(l)].narrow(0, 0, int64_t(P)));
+    }
+  }
+  for (size_t b = 0; b < hit; ++b) {
+    const bool ok = st[b] == UCM_OK;
+    stats->blocks_loaded += ok;
+    stats->blocks_failed += !ok;
+    if (!ok)
+      spdlog::warn("document {}: chunk block {} failed to load ({}): its tokens are recomputed", doc.name, b,
+                   ucm_code_name(st[b]));
+    for (size_t r = b * T; r < (b + 1) * T; ++r) {
+      if (r >= P) (*stored)[doc.offset + r - P] = ok;
+      else if (doc.offset == P) (*stored)[r] = ok;
+    }
+  }
+  stats->load_ms += ms_since(tl);
+  return Status::OK();
+}
+
+// Query-driven selection: how much the question (everything after the last document) attends to
+// each stored token when it runs over the loaded cache; empty when the settings do not rank by
+// relevance. Its K/V rows are overwritten by the blend, which starts from len 0 again.
+Status relevance_of(const model::LlamaModel& m, const BlendPrompt& p, const BlendSettings& s,
+                    const std::vector<uint8_t>& stored, Prefill* out, BlendPrefillStats* stats,
+                    std::vector<float>* relevance) {
+  const size_t N = p.ids.size();
+  const bool by_relevance =
+      s.selection != BlendSelection::kDeviation && s.relevance_exponent > 0 && s.ratio > 0 && !s.oracle;
+  if (!by_relevance || stats->stored_tokens == 0) return Status::OK();
+  const size_t q0 = p.docs.empty() ? N : p.docs.back().offset + p.docs.back().tokens.size();
+  if (q0 >= N) {
+    spdlog::warn("no text after the last document: the relevance selection has no question to follow and "
+                 "ranks by the position prior alone");
+    return Status::OK();
+  }
+  auto tr = Clock::now();
+  auto keep = torch::zeros({int64_t(N)}, torch::kBool);
+  auto* kp = keep.data_ptr<bool>();
+  for (size_t i = 0; i < N; ++i) kp[i] = stored[i] != 0;
+  out->cache.len = int64_t(q0);
+  try {
+    auto a = m.key_attention(to_tensor(p.ids, q0, N), &out->cache, keep).contiguous();
+    relevance->assign(a.data_ptr<float>(), a.data_ptr<float>() + N);
+  } catch (const std::exception& e) {
+    out->cache.len = 0;
+    return Status::InvalidArgument(e.what());
+  }
+  out->cache.len = 0;
+  stats->relevance_ms = ms_since(tr);
+  return Status::OK();
+}
+
+}  // namespace
+
 Status prefill_blend(const Engine& eng, const StoreClient& store, const ucm_rope_params& rope, const BlendPrompt& p,
                      const BlendSettings& s, int64_t capacity, Prefill* out, BlendPrefillStats* stats) {
   *out = Prefill{};
   *stats = BlendPrefillStats{};
   const auto& m = eng.model();
-  const auto& c = m.config();
-  const uint32_t T = eng.block_size();
-  const int64_t L = c.num_hidden_layers, H = c.num_key_value_heads, D = c.head_dim;
-  const size_t P = p.chunk_prefix.size(), N = p.ids.size();
+  const size_t N = p.ids.size();
   out->cache = m.make_cache(capacity, eng.dtype());
   std::vector<uint8_t> stored(N, 0);
-  const int udtype = out->cache.dtype == torch::kBFloat16 ? UCM_DTYPE_BF16
-                     : out->cache.dtype == torch::kHalf   ? UCM_DTYPE_F16
-                                                          : UCM_DTYPE_F32;
   auto t0 = Clock::now();
-  for (const auto& doc : p.docs) {
-    std::vector<int32_t> seq = p.chunk_prefix;
-    seq.insert(seq.end(), doc.tokens.begin(), doc.tokens.end());
-    std::vector<Hash16> hashes;
-    UCM_RETURN_IF_ERROR(store.hash_blocks(seq, T, &hashes));
-    size_t hit = 0;
-    UCM_RETURN_IF_ERROR(store.prefix_blocks(hashes, &hit));
-    if (hit * T <= P) {
-      spdlog::info("document {}: no chunk stored: prefilled", doc.name);
-      stats->docs_missing.push_back(doc.name);
-      continue;
-    }
-    auto tl = Clock::now();
-    KvCache stage = m.make_cache(int64_t(hit * T), out->cache.dtype);
-    std::vector<int> st;
-    UCM_RETURN_IF_ERROR(store.load_paged(hashes, hit, page_ptrs(stage, hit, T), &st));
-    const int64_t delta = int64_t(doc.offset) - int64_t(P);
-    const size_t rows = hit * T - P;  // document tokens with stored K/V
-    for (int64_t l = 0; l < L; ++l) {
-      auto k = stage.k[size_t(l)].narrow(0, int64_t(P), int64_t(rows));
-      UCM_RETURN_IF_ERROR(from_code(ucm_rope_shift(&rope, k.data_ptr(), udtype, rows, uint32_t(H), size_t(H * D), delta),
-                                    "ucm_rope_shift"));
-      out->cache.k[size_t(l)].narrow(0, int64_t(doc.offset), int64_t(rows)).copy_(k);
-      out->cache.v[size_t(l)].narrow(0, int64_t(doc.offset), int64_t(rows))
-          .copy_(stage.v[size_t(l)].narrow(0, int64_t(P), int64_t(rows)));
-      // The prompt starts with the chunk prefix: the first document's chunk holds its K/V too.
-      if (doc.offset == P && P > 0) {
-        out->cache.k[size_t(l)].narrow(0, 0, int64_t(P)).copy_(stage.k[size_t(l)].narrow(0, 0, int64_t(P)));
-        out->cache.v[size_t(l)].narrow(0, 0, int64_t(P)).copy_(stage.v[size_t(l)].narrow(0, 0, int64_t(P)));
-      }
-    }
-    for (size_t b = 0; b < hit; ++b) {
-      const bool ok = st[b] == UCM_OK;
-      stats->blocks_loaded += ok;
-      stats->blocks_failed += !ok;
-      if (!ok)
-        spdlog::warn("document {}: chunk block {} failed to load ({}): its tokens are recomputed", doc.name, b,
-                     ucm_code_name(st[b]));
-      for (size_t r = b * T; r < (b + 1) * T; ++r) {
-        if (r >= P) stored[doc.offset + r - P] = ok;
-        else if (doc.offset == P) stored[r] = ok;
-      }
-    }
-    stats->load_ms += ms_since(tl);
-  }
+  for (const auto& doc : p.docs) UCM_RETURN_IF_ERROR(load_document(eng, store, rope, p, doc, out, &stored, stats));
   for (uint8_t x : stored) stats->stored_tokens += x;
   // Each token's position in its own document, for the selection's prior (the chunk prefix and
   // free text: 0; they are either exact or not stored).
   std::vector<uint32_t> doc_pos(N, 0);
   for (const auto& doc : p.docs)
     for (size_t i = 0; i < doc.tokens.size() && doc.offset + i < N; ++i) doc_pos[doc.offset + i] = uint32_t(i);
-  // Query-driven selection: how much the question (everything after the last document) attends
-  // to each stored token when it runs over the loaded cache. Its K/V rows are overwritten by
-  // the blend below, which starts from len 0 again.
   std::vector<float> relevance;
-  const bool by_relevance =
-      s.selection != BlendSelection::kDeviation && s.relevance_exponent > 0 && s.ratio > 0 && !s.oracle;
-  const size_t q0 = p.docs.empty() ? N : p.docs.back().offset + p.docs.back().tokens.size();
-  if (by_relevance && stats->stored_tokens > 0 && q0 < N) {
-    auto tr = Clock::now();
-    auto keep = torch::zeros({int64_t(N)}, torch::kBool);
-    auto* kp = keep.data_ptr<bool>();
-    for (size_t i = 0; i < N; ++i) kp[i] = stored[i] != 0;
-    out->cache.len = int64_t(q0);
-    try {
-      auto a = m.key_attention(to_tensor(p.ids, q0, N), &out->cache, keep).contiguous();
-      relevance.assign(a.data_ptr<float>(), a.data_ptr<float>() + N);
-    } catch (const std::exception& e) {
-      out->cache.len = 0;
-      return Status::InvalidArgument(e.what());
-    }
-    out->cache.len = 0;
-    stats->relevance_ms = ms_since(tr);
-  } else if (by_relevance && stats->stored_tokens > 0) {  // q0 == N
-    spdlog::warn("no text after the last document: the relevance selection has no question to follow and "
-                 "ranks by the position prior alone");
-  }
+  UCM_RETURN_IF_ERROR(relevance_of(m, p, s, stored, out, stats, &relevance));
   const bool by_deviation = s.selection != BlendSelection::kRelevance;
   ucm_blend_select_params sp = ucm_blend_select_default_params();
   sp.ratio = s.ratio;
