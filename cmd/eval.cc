@@ -30,11 +30,7 @@ bool split_list(const std::string& s, std::vector<T>* out, F conv) {
   return !out->empty();
 }
 
-}  // namespace
-
-CLI::App* setup_eval(CLI::App& app) {
-  CLI::App* eval = app.add_subcommand("eval", torch_description("", "eval"));
-  eval->require_subcommand(1);
+void add_eval_retrieval(CLI::App* eval) {
   struct Args {
     generate::EvalRetrievalOptions o;
     std::string documents, budgets = "0.025,0.05,0.1,0.2,0.3", taus = "0.8,0.9,0.95,0.98",
@@ -77,8 +73,9 @@ CLI::App* setup_eval(CLI::App& app) {
     if (st.ok()) st = generate::eval_retrieval(a->o, &r);
     finish("eval retrieval", a->common, st, r, st.ok());
   });
+}
 
-  // ucm eval blend
+void add_eval_blend(CLI::App* eval) {
   struct BlendArgs {
     generate::EvalBlendOptions o;
     std::string documents, sizes = "2,4,8", ratios = "0,0.05,0.15,0.3", decays = "128", prompts = "2",
@@ -152,6 +149,15 @@ CLI::App* setup_eval(CLI::App& app) {
     if (st.ok()) st = generate::eval_blend(b->o, &r);
     finish("eval blend", b->common, st, r, st.ok());
   });
+}
+
+}  // namespace
+
+CLI::App* setup_eval(CLI::App& app) {
+  CLI::App* eval = app.add_subcommand("eval", torch_description("", "eval"));
+  eval->require_subcommand(1);
+  add_eval_retrieval(eval);
+  add_eval_blend(eval);
   return eval;
 }
 

@@ -152,7 +152,10 @@ def main():
     found += py_functions([f for f in files if f.suffix == ".py"])
     over = sorted((x for x in found if x[0] > a.max_lines and not x[4]), key=lambda x: -x[0])
     kept = sorted((x for x in found if x[0] > a.max_lines and x[4]), key=lambda x: -x[0])
-    rel = lambda p: str(pathlib.Path(p).resolve().relative_to(ROOT))
+    def rel(p):
+        p = pathlib.Path(p).resolve()
+        return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
     if a.json:
         print(json.dumps({"max_lines": a.max_lines, "functions": len(found),
                           "over": [{"lines": n, "name": f, "file": rel(p), "line": s} for n, f, p, s, _ in over],

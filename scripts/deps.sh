@@ -13,6 +13,7 @@ APT_PACKAGES=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev   # ucm events (ZeroMQ, msgpack)
   python3.11-doc
   gnuplot-nox
+  universal-ctags                              # scripts/check_function_length.py (tests/python)
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
