@@ -23,15 +23,12 @@ of N (T_i tokens, L layers, n_kv heads, head_dim d, vocab V):
   p{i}.top5_logits  F32 [T_i, 5]              their logits (fp32, exact)
   p{i}.last_logits  F16 [V]                   full logits at the last position
 __metadata__ (strings): num_prompts, prompts (JSON list of texts), weights_digest (the
-LlamaModel::weights_digest() definition, computed here independently from the file
-bytes), torch_version, transformers_version, reference.
+weights digest of ucm/model/identity.h, through libucm), torch_version, transformers_version, reference.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import struct
 import sys
 from pathlib import Path
 
@@ -41,25 +38,11 @@ INTRO = Path("/usr/share/doc/python3.11/html/_sources/tutorial/introduction.rst.
 
 
 def weights_digest(model_dir: Path) -> str:
-    """MD5 over (name, NUL, dtype, NUL, raw bytes) of every tensor, names sorted byte-wise."""
-    idx = model_dir / "model.safetensors.index.json"
-    files = sorted(set(json.loads(idx.read_text())["weight_map"].values())) if idx.exists() else ["model.safetensors"]
-    entries = []
-    for fn in files:
-        with open(model_dir / fn, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(n))
-        for name, e in header.items():
-            if name != "__metadata__":
-                entries.append((name.encode(), e["dtype"], fn, 8 + n + e["data_offsets"][0],
-                                e["data_offsets"][1] - e["data_offsets"][0]))
-    h = hashlib.md5()
-    for name, dtype, fn, off, size in sorted(entries):
-        h.update(name + b"\0" + dtype.encode() + b"\0")
-        with open(model_dir / fn, "rb") as f:
-            f.seek(off)
-            h.update(f.read(size))
-    return h.hexdigest()
+    """The weights digest of a model directory, from libucm (ucm_model_fingerprint: the one owner
+    of the rule, ucm/model/identity.h; tests/python/test_fingerprint.py checks it against the spec)."""
+    sys.path.insert(0, str(REPO / "lib" / "python"))
+    from ucm.model import weights_digest as digest  # libucm of this checkout's build/ (or $UCM_LIB)
+    return digest(str(model_dir))
 
 
 def load_tokenizer(model_dir: Path):

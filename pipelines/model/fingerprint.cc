@@ -79,45 +79,8 @@ Status read_fingerprint_config(const std::string& path, FingerprintOptions* o) {
   return Status::OK();
 }
 
-std::string model_id_of(const std::string& dir) {
-  std::ifstream f(fs::path(dir) / "config.json");
-  if (f) {
-    try {
-      auto j = nlohmann::json::parse(f);
-      if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) {
-        std::string n = j["_name_or_path"].get<std::string>();
-        while (!n.empty() && n.back() == '/') n.pop_back();
-        if (!n.empty()) return fs::path(n).filename().string();
-      }
-    } catch (const std::exception&) {
-      // LlamaModel::load reports a bad config.json
-    }
-  }
-  fs::path p = fs::absolute(fs::path(dir)).lexically_normal();
-  if (!p.has_filename()) p = p.parent_path();
-  return p.filename().string();
-}
-
 std::string namespace_desc_json(const LlamaModel& m, const FingerprintOptions& o) {
-  const auto& c = m.config();
-  nlohmann::json j = {
-      {"model_id", model_id_of(m.dir())},
-      {"weights_digest", m.weights_digest()},
-      {"dtype", o.dtype},
-      {"block_size", o.block_size},
-      {"num_layers", uint32_t(c.num_hidden_layers)},
-      {"num_kv_heads", uint32_t(c.num_key_value_heads)},
-      {"head_dim", uint32_t(c.head_dim)},
-      {"layout", 1},
-      {"hash_scheme", "md5-chain-v1"},
-      {"extra",
-       {{"hash_bits", o.hash_bits},
-        {"dense_layers", o.dense_layers},
-        {"repr", {"R0", "R1", "R4"}},
-        {"projection_seed", o.projection_seed}}},
-  };
-  if (!o.namespace_name.empty()) j["name"] = o.namespace_name;
-  return j.dump();
+  return namespace_desc_json(model_id_of(m.dir()), m.weights_digest(), m.config(), o);
 }
 
 }  // namespace ucm::model

@@ -199,6 +199,20 @@ UCM_API int ucm_store_namespace_hash_seed(ucm_store_t* store, const uint8_t* ns,
  * at. id_out: [16]. Errors: UCM_E_INVALID (NULL, not a valid descriptor: the message says which
  * field). */
 UCM_API int ucm_namespace_id(const char* desc_json, uint8_t* id_out);
+/* The namespace descriptor JSON (store_v1.md §7) of the model in model_dir (a Hugging Face
+ * directory: config.json and safetensors weights), as `ucm precompute` registers it: model_id,
+ * weights_digest (MD5 over every tensor's name, dtype and bytes, in name order: it reads the whole
+ * weights once, about 0.4 s per 270 MB), dtype, block_size, geometry, hash scheme and the
+ * representation settings. options_json: NULL, "" or "{}" for precompute's defaults, else an
+ * object with any of "dtype" ("bf16" | "fp16" | "fp32"), "block_size", "hash_bits",
+ * "dense_layers" (array), "projection_seed", "namespace_name". The one owner of a model's
+ * identity: a server compares the result (ucm_namespace_id) with a store's namespaces instead of
+ * computing a digest itself. desc_json: NUL-terminated into desc_cap bytes, a sized output
+ * ("Sized outputs"); *desc_len gets the length needed. Errors: UCM_E_INVALID (NULL model_dir or
+ * desc_len, an unreadable or unsupported config.json, missing or malformed weights, a bad
+ * option: the message names the file or key; desc_cap too small). Added in ucm 0.9.0. */
+UCM_API int ucm_model_fingerprint(const char* model_dir, const char* options_json, char* desc_json, size_t desc_cap,
+                                  size_t* desc_len);
 /* Writer: registers a namespace from its descriptor JSON (store_v1.md §7). ns_out: [16]. */
 UCM_API int ucm_store_namespace_register(ucm_store_t* store, const char* desc_json, uint8_t* ns_out);
 /* A namespace attachment (e.g. "r4_projection") into buf[cap], a sized output ("Sized

@@ -126,6 +126,7 @@ SIGNATURES = {
     "ucm_store_namespace_list": (_I, [C.c_void_p, C.c_char_p, C.c_size_t, szp]),
     "ucm_store_namespace_hash_seed": (_I, [C.c_void_p, u8p, u8p]),
     "ucm_namespace_id": (_I, [C.c_char_p, u8p]),
+    "ucm_model_fingerprint": (_I, [C.c_char_p, C.c_char_p, C.c_char_p, C.c_size_t, szp]),
     "ucm_store_namespace_register": (_I, [C.c_void_p, C.c_char_p, u8p]),
     "ucm_store_attachment_get": (_I, [C.c_void_p, u8p, C.c_char_p, C.c_void_p, C.c_size_t, szp]),
     "ucm_store_document_get": (_I, [C.c_void_p, u8p, C.c_char_p, C.c_char_p, C.c_size_t, u64p, u64p]),

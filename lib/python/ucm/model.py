@@ -1,58 +1,54 @@
-"""The fingerprint of a model directory, as `ucm precompute` computes it (docs/model.md).
+"""A model directory's namespace identity, from libucm (ucm_model_fingerprint in ucm/ucm.h).
 
-A server (the vLLM connector) checks that a store namespace was produced by the model it runs:
-model_id = the basename of config.json's `_name_or_path`, else of the directory; weights_digest =
-MD5 over, for every tensor of the safetensors files in byte-wise name order,
-``name NUL dtype NUL raw-bytes`` (LlamaModel::weights_digest, pipelines/model).
+libucm is the one owner of the rule (ucm/model/identity.h, store_v1.md §7): the descriptor of the
+namespace `ucm precompute` registers for a model, with its model_id (the basename of
+config.json's ``_name_or_path``, else of the directory) and weights_digest (MD5 over every
+tensor's ``name NUL dtype NUL raw-bytes`` in byte-wise name order). A server (the vLLM
+connector, the SGLang backend) compares it with a store's namespaces; nothing here computes it.
 """
 from __future__ import annotations
 
-import hashlib
+import ctypes as C
 import json
 import os
-import struct
-from pathlib import Path
-from typing import Dict
+from typing import Any, Dict
+
+from . import _lib as L
+from . import errors
 
 
-def model_id(model_dir: str) -> str:
-    d = Path(model_dir)
-    try:
-        name = json.loads((d / "config.json").read_text()).get("_name_or_path")
-        if isinstance(name, str) and name.rstrip("/"):
-            return os.path.basename(name.rstrip("/"))
-    except (OSError, ValueError):
-        pass
-    return Path(os.path.abspath(model_dir)).name
-
-
-def weights_digest(model_dir: str) -> str:
-    """MD5 hex of the weights (reads every tensor once: about 1 s per 500 MB)."""
-    d = Path(model_dir)
-    idx = d / "model.safetensors.index.json"
-    files = sorted(set(json.loads(idx.read_text())["weight_map"].values())) if idx.exists() else ["model.safetensors"]
-    entries = []
-    for fn in files:
-        with open(d / fn, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(n))
-        for name, e in header.items():
-            if name != "__metadata__":
-                entries.append((name.encode(), e["dtype"], fn, 8 + n + e["data_offsets"][0],
-                                e["data_offsets"][1] - e["data_offsets"][0]))
-    h = hashlib.md5()
-    for name, dtype, fn, off, size in sorted(entries):
-        h.update(name + b"\0" + dtype.encode() + b"\0")
-        with open(d / fn, "rb") as f:
-            f.seek(off)
-            left = size
-            while left:
-                chunk = f.read(min(left, 64 << 20))
-                h.update(chunk)
-                left -= len(chunk)
-    return h.hexdigest()
+def descriptor(model_dir: str, **options: Any) -> Dict[str, Any]:
+    """The namespace descriptor (a dict: model_id, weights_digest, dtype, block_size, num_layers,
+    num_kv_heads, head_dim, layout, hash_scheme, extra) of the model in model_dir, with
+    precompute's options (dtype="bf16", block_size=16, hash_bits=128, dense_layers=[0, 1],
+    projection_seed=20240611, namespace_name) overridden by ``options``. Reads the whole weights
+    once (about 0.4 s per 270 MB). Raises ucm.InvalidArgument naming the file or option."""
+    lib = L.lib()
+    opts = json.dumps(options).encode() if options else None
+    path = os.fsencode(model_dir)
+    need = C.c_size_t(0)
+    cap = 1 << 16  # a descriptor is well under 1 KiB: one call, one read of the weights
+    while True:
+        buf = C.create_string_buffer(cap)
+        rc = lib.ucm_model_fingerprint(path, opts, buf, len(buf), C.byref(need))
+        if rc == errors.E_INVALID and need.value + 1 > cap:
+            cap = need.value + 1
+            continue
+        L.check(rc, "ucm_model_fingerprint")
+        break
+    return json.loads(buf.value.decode())
 
 
 def fingerprint(model_dir: str) -> Dict[str, str]:
     """{"model_id", "weights_digest"} of a model directory."""
-    return {"model_id": model_id(model_dir), "weights_digest": weights_digest(model_dir)}
+    d = descriptor(model_dir)
+    return {"model_id": d["model_id"], "weights_digest": d["weights_digest"]}
+
+
+def model_id(model_dir: str) -> str:
+    return fingerprint(model_dir)["model_id"]
+
+
+def weights_digest(model_dir: str) -> str:
+    """MD5 hex of the weights."""
+    return fingerprint(model_dir)["weights_digest"]
