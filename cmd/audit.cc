@@ -1,5 +1,5 @@
 // cmd/audit.cc: see audit.h.
-#include "audit.h"
+#include "audit_cmd.h"
 
 #include "ucm/audit/audit.h"
 

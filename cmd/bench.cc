@@ -1,20 +1,20 @@
 // cmd/bench.cc: `ucm bench store` and `ucm bench retrieval` parse arguments and call
 // ucm::bench::run_store_bench / run_retrieval_bench (lib/bench).
-#include "bench.h"
+#include "bench_cmd.h"
 #include "torch_commands.h"
 
 #include <memory>
 
 #include "ucm/bench/retrieval_bench.h"
 #include "ucm/bench/store_bench.h"
-#include "bench_index.h"
-#include "bench_kernels.h"
-#include "common.h"
+#include "bench_index_cmd.h"
+#include "bench_kernels_cmd.h"
+#include "cli_common.h"
 #if UCM_CLI_HAVE_BENCH_PRECOMPUTE
-#include "bench_precompute.h"
+#include "bench_precompute_cmd.h"
 #endif
 #if UCM_CLI_HAVE_GENERATE
-#include "bench_generate.h"
+#include "bench_generate_cmd.h"
 #endif
 
 namespace ucm::cli {

@@ -2,7 +2,7 @@
 // (ucm::precompute, the producer side), then times the engine on it (ucm::generate::bench_generate,
 // which reaches the store through libucm's C ABI only).
 #include "torch_commands.h"
-#include "bench_generate.h"
+#include "bench_generate_cmd.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common.h"
+#include "cli_common.h"
 #include "ucm/generate/generate.h"
 #include "ucm/precompute/precompute.h"
 #include "ucm/fs.h"

@@ -1,5 +1,5 @@
 // cmd/bench_index.cc: `ucm bench index` parses arguments and calls ucm::bench::run_index_bench.
-#include "bench_index.h"
+#include "bench_index_cmd.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "ucm/bench/index_bench.h"
-#include "common.h"
+#include "cli_common.h"
 
 namespace ucm::cli {
 

@@ -1,10 +1,10 @@
 // cmd/bench_kernels.cc: `ucm bench kernels` parses arguments and calls
 // ucm::kernels::bench::run_kernels_bench (kernels/bench), or says that this build has no CUDA.
-#include "bench_kernels.h"
+#include "bench_kernels_cmd.h"
 
 #include <memory>
 
-#include "common.h"
+#include "cli_common.h"
 #if UCM_CLI_HAVE_KERNELS_BENCH
 #include "kernels_bench.h"
 #endif

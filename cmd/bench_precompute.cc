@@ -1,11 +1,11 @@
 // cmd/bench_precompute.cc: `ucm bench precompute` calls ucm::precompute::bench_precompute.
 #include "torch_commands.h"
-#include "bench_precompute.h"
+#include "bench_precompute_cmd.h"
 
 #include <memory>
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 #include "ucm/precompute/precompute.h"
 
 namespace ucm::cli {

@@ -1,5 +1,5 @@
 // cmd/build.cc: `ucm build` parses arguments and calls ucm::admin::build.
-#include "build.h"
+#include "build_cmd.h"
 
 #include <memory>
 

@@ -1,6 +1,6 @@
 // cmd/eval.cc: `ucm eval retrieval` parses arguments and calls ucm::generate::eval_retrieval.
 #include "torch_commands.h"
-#include "eval.h"
+#include "eval_cmd.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 #include "ucm/generate/eval.h"
 #include "ucm/strings.h"
 

@@ -1,5 +1,5 @@
 // cmd/events.cc: `ucm events` parses arguments and calls ucm::admin::publish_events.
-#include "events.h"
+#include "events_cmd.h"
 
 #include <csignal>
 #include <memory>

@@ -1,5 +1,5 @@
 // cmd/gc.cc: `ucm gc` parses arguments and calls ucm::admin::gc.
-#include "gc.h"
+#include "gc_cmd.h"
 
 #include <memory>
 

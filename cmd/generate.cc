@@ -1,11 +1,11 @@
 // cmd/generate.cc: `ucm generate` parses arguments and calls ucm::generate::run_generate.
 #include "torch_commands.h"
-#include "generate.h"
+#include "generate_cmd.h"
 
 #include <memory>
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 #include "ucm/generate/generate.h"
 
 namespace ucm::cli {

@@ -1,5 +1,5 @@
 // cmd/inspect.cc: `ucm inspect` parses arguments and calls ucm::admin::inspect.
-#include "inspect.h"
+#include "inspect_cmd.h"
 
 #include <memory>
 #include <nlohmann/json.hpp>

@@ -13,31 +13,31 @@
 #include <cstring>
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 
-#include "build.h"
+#include "build_cmd.h"
 #include "ucm/format/format.h"
-#include "gc.h"
-#include "inspect.h"
-#include "events.h"
-#include "sglang_pages.h"
-#include "migrate.h"
-#include "tokenize.h"
+#include "gc_cmd.h"
+#include "inspect_cmd.h"
+#include "events_cmd.h"
+#include "sglang_pages_cmd.h"
+#include "migrate_cmd.h"
+#include "tokenize_cmd.h"
 #include "torch_commands.h"
 #include "ucm/admin.h"
 #include "ucm/version.h"
 
 #if UCM_CLI_HAVE_BENCH
-#include "bench.h"
+#include "bench_cmd.h"
 #endif
 #if UCM_CLI_HAVE_PRECOMPUTE
-#include "audit.h"    // inspect --audit (pipelines/audit)
+#include "audit_cmd.h"    // inspect --audit (pipelines/audit)
 #include "cpu_runtime.h"  // ucm_model: restart_with_blas_core, cxx_runtime_conflict
-#include "precompute.h"
+#include "precompute_cmd.h"
 #endif
 #if UCM_CLI_HAVE_GENERATE
-#include "eval.h"
-#include "generate.h"
+#include "eval_cmd.h"
+#include "generate_cmd.h"
 #endif
 
 #ifndef UCM_HAVE_TORCH

@@ -1,5 +1,5 @@
 // cmd/migrate.cc: `ucm migrate` parses arguments and calls ucm::admin::migrate.
-#include "migrate.h"
+#include "migrate_cmd.h"
 
 #include <memory>
 

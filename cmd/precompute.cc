@@ -1,12 +1,12 @@
 // cmd/precompute.cc: `ucm precompute` parses arguments and calls ucm::precompute::run_precompute.
 #include "torch_commands.h"
-#include "precompute.h"
+#include "precompute_cmd.h"
 
 #include <csignal>
 #include <memory>
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 #include "ucm/precompute/precompute.h"
 
 namespace ucm::cli {

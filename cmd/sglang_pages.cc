@@ -1,5 +1,5 @@
 // cmd/sglang_pages.cc: `ucm sglang-pages` parses arguments and calls ucm::build_sglang_pages.
-#include "sglang_pages.h"
+#include "sglang_pages_cmd.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,12 +1,12 @@
 // cmd/tokenize.cc: `ucm tokenize` parses arguments and calls ucm::tokenize::run_tokenize.
-#include "tokenize.h"
+#include "tokenize_cmd.h"
 
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 #include "ucm/tokenize/tokenize.h"
 
 namespace ucm::cli {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "common.h"
+#include "cli_common.h"
 
 #ifndef UCM_CLI_DELEGATE_TORCH
 #define UCM_CLI_DELEGATE_TORCH 0

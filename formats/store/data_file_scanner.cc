@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "internal.h"
+#include "format_internal.h"
 
 namespace ucm::fmt {
 

@@ -14,7 +14,7 @@
 #include <climits>
 #include <cstring>
 
-#include "internal.h"
+#include "format_internal.h"
 
 namespace ucm::fmt {
 

@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "internal.h"
+#include "format_internal.h"
 
 namespace ucm::fmt {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "internal.h"
+#include "format_internal.h"
 
 namespace ucm::fmt {
 

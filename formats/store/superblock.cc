@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "internal.h"
+#include "format_internal.h"
 
 namespace ucm::fmt {
 

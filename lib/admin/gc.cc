@@ -11,7 +11,7 @@
 
 #include "gc_run.h"
 #include "ucm/core/document.h"
-#include "ucm/core/fptable_file.h"
+#include "ucm/core/fptable_io.h"
 #include "ucm/core/log.h"
 
 namespace ucm::admin {

@@ -12,7 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ucm/core/fptable_file.h"
+#include "ucm/core/fptable_io.h"
 #include "ucm/core/log.h"
 #include "ucm/fs.h"
 

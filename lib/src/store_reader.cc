@@ -3,7 +3,7 @@
 #include "ucm/core/store_reader.h"
 #include "ucm/core/page_strides.h"
 
-#include "ucm/core/fptable_file.h"
+#include "ucm/core/fptable_io.h"
 
 #include <algorithm>
 #include <cstring>

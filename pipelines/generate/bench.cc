@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "engine.h"
-#include "internal.h"
+#include "generate_internal.h"
 #include "session.h"
 #include "ucm/generate/generate.h"
 

@@ -1,5 +1,5 @@
 // pipelines/generate/blend.cc: see blend.h.
-#include "blend.h"
+#include "blend_engine.h"
 
 #include <spdlog/spdlog.h>
 
@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "internal.h"
+#include "generate_internal.h"
 
 namespace ucm::generate {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <chrono>
 
-#include "internal.h"
+#include "generate_internal.h"
 
 namespace ucm::generate {
 namespace {

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "blend.h"
-#include "internal.h"
+#include "blend_engine.h"
+#include "generate_internal.h"
 #include "session.h"
 #include "ucm/generate/eval.h"
 

@@ -10,7 +10,7 @@
 
 #include "engine.h"
 #include "eval_stats.h"
-#include "internal.h"
+#include "generate_internal.h"
 #include "session.h"
 #include "sparse.h"
 #include "ucm/generate/eval.h"

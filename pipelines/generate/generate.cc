@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "engine.h"
-#include "internal.h"
+#include "generate_internal.h"
 #include "session.h"
 #include "sparse.h"
 #include "ucm/corpus/corpus.h"

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "internal.h"
+#include "generate_internal.h"
 #include "model_load.h"
 
 namespace ucm::generate {

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "compute.h"
-#include "internal.h"
+#include "precompute_internal.h"
 #include "llama_model.h"
 #include "ucm/tok/tokenizer.h"
 #include "ucm/fs.h"

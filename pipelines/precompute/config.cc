@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "fingerprint.h"
-#include "internal.h"
+#include "precompute_internal.h"
 #include "ucm/precompute/precompute.h"
 
 namespace ucm::precompute {

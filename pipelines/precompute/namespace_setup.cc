@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fingerprint.h"
-#include "internal.h"
+#include "precompute_internal.h"
 #include "llama_model.h"
 #include "ucm/precompute/repr.h"
 #include "ucm/tok/tokenizer.h"

@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "compute.h"
-#include "internal.h"
+#include "precompute_internal.h"
 #include "llama_model.h"
 #include "model_load.h"
 #include "signals.h"

@@ -20,7 +20,7 @@
 #include <spdlog/spdlog.h>
 #include <unordered_set>
 
-#include "internal.h"
+#include "precompute_internal.h"
 #include "llama_model.h"
 #include "signals.h"
 #include "ucm/hash.h"

@@ -17,7 +17,7 @@
 
 #include "ucm/format/format.h"
 #include "ucm/format/repr_table.h"
-#include "repr_encode.h"
+#include "repr_encode_reference.h"
 #include "ucm/hash.h"
 #include "ucm/retrieval.h"
 #include "ucm/store.h"

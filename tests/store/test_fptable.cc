@@ -12,7 +12,7 @@
 
 #include "ucm/admin.h"
 #include "ucm/core/fptable.h"
-#include "ucm/core/fptable_file.h"
+#include "ucm/core/fptable_io.h"
 #include "ucm/core/index.h"
 #include "ucm/format/format.h"
 #include "ucm/hash.h"

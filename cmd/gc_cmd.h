@@ -1,4 +1,4 @@
-// cmd/gc.h: `ucm gc STORE [--max-bytes N] [--max-age D] [--namespace NAME] [--dry-run]
+// cmd/gc_cmd.h: `ucm gc STORE [--max-bytes N] [--max-age D] [--namespace NAME] [--dry-run]
 //                        [--unreferenced] [--verify] [--grace D] [--config FILE]
 //                        [--lease-ttl D] [--lease-wait D]`.
 #pragma once
@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 
 namespace ucm::cli {
 

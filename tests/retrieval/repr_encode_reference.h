@@ -1,4 +1,4 @@
-// tests/retrieval/repr_encode.h: a BLOCK_REPR payload encoder for tests, written from
+// tests/retrieval/repr_encode_reference.h: a BLOCK_REPR payload encoder for tests, written from
 // store_v1.md §4.3 independently of the library and of `ucm precompute`: known integer values
 // (exact in bf16 and fp16), sections in either order, optionally a wrong R0 length.
 #pragma once

@@ -1,5 +1,5 @@
-// cmd/common.cc: output helpers of the `ucm` binary.
-#include "common.h"
+// cmd/cli_common.cc: see cli_common.h.
+#include "cli_common.h"
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>

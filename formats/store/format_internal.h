@@ -1,4 +1,4 @@
-// formats/store/internal.h: magic numbers and message helpers shared by the format's .cc files.
+// formats/store/format_internal.h: magic numbers and message helpers shared by the format's .cc files.
 // Private to ucm_format_store.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// pipelines/generate/internal.h: helpers the entry points share (the setup itself: session.h).
+// pipelines/generate/generate_internal.h: helpers the entry points share (the setup itself: session.h).
 #pragma once
 #include <torch/torch.h>
 

@@ -1,4 +1,4 @@
-// cmd/bench_index.h: `ucm bench index` (docs/benchmarks.md, "index").
+// cmd/bench_index_cmd.h: `ucm bench index` (docs/benchmarks.md, "index").
 #pragma once
 #include <CLI/CLI.hpp>
 

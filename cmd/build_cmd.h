@@ -1,10 +1,10 @@
-// cmd/build.h: `ucm build STORE [--config FILE] [--rebuild-index]` (docs/cli.md).
+// cmd/build_cmd.h: `ucm build STORE [--config FILE] [--rebuild-index]` (docs/cli.md).
 #pragma once
 #include <CLI/CLI.hpp>
 
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 
 namespace ucm::cli {
 

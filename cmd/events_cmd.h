@@ -1,4 +1,4 @@
-// cmd/events.h: `ucm events STORE [--namespace NS] [--endpoint EP] [--replay-endpoint EP]
+// cmd/events_cmd.h: `ucm events STORE [--namespace NS] [--endpoint EP] [--replay-endpoint EP]
 //                [--topic T] [--medium M] [--poll D] [--batch-blocks N] [--buffer-batches N]
 //                [--run-for D]`: the store's blocks as vLLM KV events (ucm/admin_events.h).
 #pragma once
@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 
 namespace ucm::cli {
 

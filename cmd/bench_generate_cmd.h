@@ -1,4 +1,4 @@
-// cmd/bench_generate.h: `ucm bench generate` (docs/benchmarks.md, "generate").
+// cmd/bench_generate_cmd.h: `ucm bench generate` (docs/benchmarks.md, "generate").
 #pragma once
 #include <CLI/CLI.hpp>
 

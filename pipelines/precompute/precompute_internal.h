@@ -1,4 +1,4 @@
-// pipelines/precompute/internal.h: what the parts of `ucm precompute` share (internal).
+// pipelines/precompute/precompute_internal.h: what the parts of `ucm precompute` share (internal).
 //   precompute.cc      run_precompute: options, model, tokenizer, store, then the pipeline
 //   config.cc          YAML config, option checks, shard / layer parsing
 //   namespace_setup.cc the run's namespace and its r4_projection

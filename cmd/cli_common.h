@@ -1,4 +1,4 @@
-// cmd/common.h: helpers shared by the subcommands of the `ucm` binary.
+// cmd/cli_common.h: helpers shared by the subcommands of the `ucm` binary.
 // A subcommand's run function ends with finish(...); an error becomes CLI::RuntimeError(code),
 // which main() turns into the process exit code (ucm::admin::ExitCode, docs/cli.md).
 #pragma once

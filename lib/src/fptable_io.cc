@@ -1,5 +1,5 @@
-// lib/src/fptable_file.cc: see ucm/core/fptable_file.h; the file is formats/store/fptable.md.
-#include "ucm/core/fptable_file.h"
+// lib/src/fptable_io.cc: see ucm/core/fptable_io.h; the file is formats/store/fptable.md.
+#include "ucm/core/fptable_io.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-// cmd/precompute.h: `ucm precompute` (docs/precompute.md).
+// cmd/precompute_cmd.h: `ucm precompute` (docs/precompute.md).
 #pragma once
 #include <CLI/CLI.hpp>
 

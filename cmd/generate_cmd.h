@@ -1,4 +1,4 @@
-// cmd/generate.h: `ucm generate` (docs/generate.md).
+// cmd/generate_cmd.h: `ucm generate` (docs/generate.md).
 #pragma once
 #include <CLI/CLI.hpp>
 

@@ -1,4 +1,4 @@
-// cmd/sglang_pages.h: `ucm sglang-pages STORE --page-size P [--namespace NS]`: builds (or
+// cmd/sglang_pages_cmd.h: `ucm sglang-pages STORE --page-size P [--namespace NS]`: builds (or
 // rebuilds) a namespace's SGLang page alias table (store_v1.md §12.1; ucm/sglang_pages.h), so
 // SGLang servers (the ucm.sglang HiCache backend) find the stored blocks by their page keys.
 #pragma once
@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 
 namespace ucm::cli {
 

@@ -1,4 +1,4 @@
-// cmd/eval.h: `ucm eval retrieval` (docs/retrieval.md).
+// cmd/eval_cmd.h: `ucm eval retrieval` (docs/retrieval.md).
 #pragma once
 #include <CLI/CLI.hpp>
 

@@ -1,4 +1,4 @@
-// cmd/tokenize.h: `ucm tokenize` (docs/cli.md, docs/python.md).
+// cmd/tokenize_cmd.h: `ucm tokenize` (docs/cli.md, docs/python.md).
 #pragma once
 #include <CLI/CLI.hpp>
 

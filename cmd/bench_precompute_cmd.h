@@ -1,4 +1,4 @@
-// cmd/bench_precompute.h: `ucm bench precompute` (docs/benchmarks.md, "precompute").
+// cmd/bench_precompute_cmd.h: `ucm bench precompute` (docs/benchmarks.md, "precompute").
 #pragma once
 #include <CLI/CLI.hpp>
 

@@ -1,11 +1,11 @@
-// cmd/migrate.h: `ucm migrate SRC DST [--namespace NAME] [--dtype bf16|fp16]`,
+// cmd/migrate_cmd.h: `ucm migrate SRC DST [--namespace NAME] [--dtype bf16|fp16]`,
 //                `ucm migrate STORE --upgrade`.
 #pragma once
 #include <CLI/CLI.hpp>
 
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 
 namespace ucm::cli {
 

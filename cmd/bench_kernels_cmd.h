@@ -1,4 +1,4 @@
-// cmd/bench_kernels.h: `ucm bench kernels` (docs/benchmarks.md, "kernels").
+// cmd/bench_kernels_cmd.h: `ucm bench kernels` (docs/benchmarks.md, "kernels").
 #pragma once
 #include <CLI/CLI.hpp>
 

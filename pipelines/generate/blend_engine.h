@@ -1,4 +1,4 @@
-// pipelines/generate/blend.h: the CacheBlend prefill of the reference engine (docs/blend.md),
+// pipelines/generate/blend_engine.h: the CacheBlend prefill of the reference engine (docs/blend.md),
 // through libucm's C ABI only (ucm/ucm.h, ucm/blend.h).
 #pragma once
 #include <string>

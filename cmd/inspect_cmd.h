@@ -1,4 +1,4 @@
-// cmd/inspect.h: `ucm inspect STORE [--verify] [--block HASH] [--namespace NAME] [--docs]
+// cmd/inspect_cmd.h: `ucm inspect STORE [--verify] [--block HASH] [--namespace NAME] [--docs]
 // [--model DIR] [--audit [--sample N | --all] [--fix]]`. --audit needs libtorch: `ucm` hands it to
 // ucm-torch, which registers the runner (cmd/audit.cc).
 #pragma once
@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "common.h"
+#include "cli_common.h"
 
 namespace ucm::cli {
 

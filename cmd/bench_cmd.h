@@ -1,4 +1,4 @@
-// cmd/bench.h: the `ucm bench` command group (docs/benchmarks.md).
+// cmd/bench_cmd.h: the `ucm bench` command group (docs/benchmarks.md).
 #pragma once
 #include <CLI/CLI.hpp>
 

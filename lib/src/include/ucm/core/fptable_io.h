@@ -1,4 +1,4 @@
-// ucm/core/fptable_file.h: the lookup table (ucm/core/fptable.h) and its persisted file
+// ucm/core/fptable_io.h: the lookup table (ucm/core/fptable.h) and its persisted file
 // STORE/fptable (formats/store/fptable.md): rebuild from the index, journal replay, load (map +
 // check), save (tmp + rename), and the open procedure of fptable.md §4. Internal to libucm and
 // the admin commands.
