@@ -25,7 +25,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DIRS = ["cmd", "lib", "pipelines", "formats", "kernels", "scripts"]
-C_SUFFIXES = {".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".cu", ".cuh"}
+C_SUFFIXES = {".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".cu", ".cuh", ".inc"}
 EXEMPT = re.compile(r"^\s*(//|#)\s*long-function:\s*\S")
 
 
@@ -103,7 +103,7 @@ def c_functions(files):
     if not ctags:
         sys.exit("check_function_length: ctags not found: install Universal Ctags (apt install universal-ctags; "
                  "scripts/deps.sh does)")
-    cmd = [ctags, "-x", "--_xformat=%n\t%N\t%F", "--languages=C,C++", "--map-C++=+.cu", "--map-C++=+.cuh",
+    cmd = [ctags, "-x", "--_xformat=%n\t%N\t%F", "--languages=C,C++", "--map-C++=+.cu", "--map-C++=+.cuh", "--map-C++=+.inc",
            "--kinds-C=f", "--kinds-C++=f", "-o", "-"] + [str(f) for f in files]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     tags = {}
