@@ -219,6 +219,11 @@ class IndexBench {
     return st;
   }
   Status gc_child(const std::string& out);
+  // The store's writer lock, then its index as primary (the index is written directly).
+  Status open_index(std::unique_ptr<fmt::WriterLock>* lock, std::unique_ptr<Index>* ix) const {
+    Status st = fmt::WriterLock::Acquire(path_, lock);
+    return st.ok() ? Index::OpenPrimary(fmt::index_dir(path_), false, ix) : st;
+  }
 
   const IndexBenchOptions& o_;
   IndexBenchReport* r_;
@@ -247,10 +252,8 @@ Status IndexBench::build() {
   progress("hashing " + std::to_string(o_.blocks + o_.replay) + " blocks");
   make_chains(ns_, o_.blocks + o_.replay, o_.chain_len, d_.block_size, rng_, &hs_, &ps_);
   std::unique_ptr<fmt::WriterLock> lock;
-  Status st = fmt::WriterLock::Acquire(path_, &lock);
-  if (!st.ok()) return st;
   std::unique_ptr<Index> ix;
-  st = Index::OpenPrimary(fmt::index_dir(path_), false, &ix);
+  Status st = open_index(&lock, &ix);
   if (!st.ok()) return st;
   uint64_t next_id = 0;
   (void)ix->get_meta_u64(kMetaNextFileId, &next_id);
@@ -333,10 +336,8 @@ Status IndexBench::time_replay() {
   if (o_.replay == 0) return Status::OK();
   {
     std::unique_ptr<fmt::WriterLock> lock;
-    Status st = fmt::WriterLock::Acquire(path_, &lock);
-    if (!st.ok()) return st;
     std::unique_ptr<Index> ix;
-    st = Index::OpenPrimary(fmt::index_dir(path_), false, &ix);
+    Status st = open_index(&lock, &ix);
     if (!st.ok()) return st;
     st = write_blocks(*ix, ns_, d_, hs_, ps_, o_.blocks, o_.replay, o_.chain_len, rng_, path_, &file_, &file_off_,
                       nullptr);
