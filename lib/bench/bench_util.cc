@@ -3,11 +3,17 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
+#include <filesystem>
+#include <system_error>
 
+#include "ucm/bench/common.h"
+#include "ucm/fs.h"
 #include "ucm/hash.h"
 
 namespace ucm::bench {
@@ -81,6 +87,27 @@ NamespaceDesc payload_namespace(uint64_t block_bytes, const std::string& model_i
   }
   d.name = name;
   return d;
+}
+
+bool BenchTargets::all_pass() const {
+  return std::all_of(targets.begin(), targets.end(), [](const Target& t) { return t.pass; });
+}
+
+std::string bench_store_path(const BenchStore& s, const std::string& prefix) {
+  if (s.keep && !s.dir.empty()) return s.dir;
+  std::string base = s.dir;
+  if (base.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    base = (t && *t) ? t : ".";
+  }
+  return (std::filesystem::path(base) / (prefix + std::to_string(::getpid()))).string();
+}
+
+RemoveGuard::~RemoveGuard() {
+  if (armed && !path.empty()) {
+    std::error_code ec;
+    ucm::remove_tree(path, ec);
+  }
 }
 
 }  // namespace ucm::bench

@@ -174,22 +174,7 @@ Status write_blocks(Index& ix, const NamespaceId& ns, const NamespaceDesc& d, co
   return ix.write(b, true);
 }
 
-struct RemoveGuard {
-  std::string path;
-  bool armed = false;
-  ~RemoveGuard() {
-    if (armed) {
-      std::error_code ec;
-      ucm::remove_tree(path, ec);
-    }
-  }
-};
-
 }  // namespace
-
-bool IndexBenchReport::all_pass() const {
-  return std::all_of(targets.begin(), targets.end(), [](const Target& t) { return t.pass; });
-}
 
 namespace {
 
@@ -426,13 +411,7 @@ Status run_index_bench(const IndexBenchOptions& o, IndexBenchReport* r) {
   *r = IndexBenchReport{};
   r->blocks = o.blocks;
   r->block_bytes = o.block_bytes;
-  std::string base = o.dir;
-  if (base.empty()) {
-    const char* t = std::getenv("TMPDIR");
-    base = (t && *t) ? t : ".";
-  }
-  const std::string path =
-      o.keep && !o.dir.empty() ? o.dir : (fs::path(base) / ("ucm-bench-index-" + std::to_string(::getpid()))).string();
+  const std::string path = bench_store_path(o, "ucm-bench-index-");
   RemoveGuard guard{path, !o.keep};
   std::error_code ec;
   if (!o.keep && fs::exists(path, ec)) return Status::InvalidArgument(path + " already exists");

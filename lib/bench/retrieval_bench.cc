@@ -182,12 +182,6 @@ void time_scan(int policy, Synthetic& s, double min_s, RetrievalFigure* f) {
 
 }  // namespace
 
-bool RetrievalBenchReport::all_pass() const {
-  for (const auto& t : targets)
-    if (!t.pass) return false;
-  return true;
-}
-
 Status run_retrieval_bench(const RetrievalBenchOptions& o, RetrievalBenchReport* rep) {
   if (o.kv_heads == 0 || o.q_heads % o.kv_heads != 0 || o.q_heads == 0)
     return Status::InvalidArgument("bench retrieval: q_heads must be a positive multiple of kv_heads");
@@ -218,7 +212,7 @@ Status run_retrieval_bench(const RetrievalBenchOptions& o, RetrievalBenchReport*
       UCM_RETURN_IF_ERROR(time_select(pol, s, o.min_seconds, &f));
       rep->figures.push_back(f);
       if (pol == UCM_POLICY_ESA || pol == UCM_POLICY_QUEST) {
-        RetrievalTarget t;
+        Target t;
         t.name = f.policy + " scan @ " + std::to_string(c) + " blocks";
         t.rule = "scan >= 0.50 x memcpy";
         t.threshold = 0.5;

@@ -249,13 +249,6 @@ struct DeviceCache {
   int dev = 0;
 };
 
-StoreBenchRun::RemoveGuard::~RemoveGuard() {
-  if (armed && !path.empty()) {
-    std::error_code ec;
-    ucm::remove_tree(path, ec);
-  }
-}
-
 StoreBenchRun::UnlinkGuard::~UnlinkGuard() {
   if (!path.empty()) ::unlink(path.c_str());
 }
@@ -289,10 +282,6 @@ std::string StoreBenchReport::load_best_mode() const {
   if (b == load_deep.gbps() && b > 0) return "direct_io on, io_threads " + std::to_string(deep_queue_depth);
   return "direct_io on, io_threads " + std::to_string(io_threads);
 }
-bool StoreBenchReport::all_pass() const {
-  return std::all_of(targets.begin(), targets.end(), [](const Target& t) { return t.pass; });
-}
-
 std::string StoreBenchReport::to_json() const {
   using J = nlohmann::ordered_json;
   auto fig = [](const Figure& f) {
@@ -474,19 +463,13 @@ Status prepare(StoreBenchRun* b) {
   r->kept = o.keep;
 
   // ---- where
-  std::string base = o.dir;
-  if (base.empty()) {
-    const char* t = std::getenv("TMPDIR");
-    base = (t && *t) ? t : ".";
-  }
-  b->path = o.keep && !o.dir.empty() ? o.dir
-                                     : (fs::path(base) / ("ucm-bench-" + std::to_string(::getpid()))).string();
+  b->path = bench_store_path(o, "ucm-bench-");
   std::error_code ec;
   if (!o.keep) {
     if (fs::exists(b->path, ec)) {
       return Status::InvalidArgument(b->path + " already exists; remove it or pass another --store");
     }
-    fs::create_directories(base, ec);
+    fs::create_directories(fs::path(b->path).parent_path(), ec);
     b->guard.path = b->path;
     b->guard.armed = true;
   }

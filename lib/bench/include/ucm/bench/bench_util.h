@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ucm/bench/common.h"
 #include "ucm/namespace.h"
 #include "ucm/types.h"
 
@@ -26,5 +27,16 @@ void make_chains(const NamespaceId& ns, uint64_t n, uint32_t chain_len, uint32_t
 /// A bf16 namespace whose payload is exactly `block_bytes`: SmolLM2-135M's dims (30 layers x 16
 /// tokens x 3 KV heads x 64) for 368,640, else 1 layer x 16 tokens x 1 head x (block_bytes / 64).
 NamespaceDesc payload_namespace(uint64_t block_bytes, const std::string& model_id, const std::string& name);
+
+/// The store a bench writes: s.dir itself with s.keep (and a dir), else the temporary
+/// <dir, or $TMPDIR, or .>/<prefix><pid>.
+std::string bench_store_path(const BenchStore& s, const std::string& prefix);
+
+/// Removes the tree at `path` when it goes out of scope, if armed (the temporary store).
+struct RemoveGuard {
+  std::string path;
+  bool armed = false;
+  ~RemoveGuard();
+};
 
 }  // namespace ucm::bench

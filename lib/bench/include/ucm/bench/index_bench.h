@@ -27,11 +27,9 @@
 
 namespace ucm::bench {
 
-struct IndexBenchOptions {
-  /// With keep: the store itself (must be missing or empty). Without: parent of a temporary
-  /// store ucm-bench-index-<pid>, removed at the end. Empty: $TMPDIR, else ".".
-  std::string dir;
-  bool keep = false;
+/// dir, keep: with keep, the store itself (must be missing or empty); without, the parent of a
+/// temporary store ucm-bench-index-<pid>, removed at the end.
+struct IndexBenchOptions : BenchStore {
   uint64_t blocks = 1000000;
   uint64_t block_bytes = 368640;  ///< apparent payload per block (sparse files)
   uint32_t chain_len = 64;        ///< blocks per hash chain
@@ -54,7 +52,7 @@ struct ChildRun {
   std::string json;  ///< its stdout
 };
 
-struct IndexBenchReport {
+struct IndexBenchReport : BenchTargets {
   std::string store_path;
   uint64_t blocks = 0, block_bytes = 0;
   double build_s = 0;              ///< writing the index (no payloads)
@@ -74,8 +72,6 @@ struct IndexBenchReport {
   uint64_t gc_replayed = 0;        ///< entries the open after gc replayed
   double open_after_gc_s = 0;
   double lookups_per_s() const { return lookup.seconds > 0 ? lookup.count / lookup.seconds : 0; }
-  std::vector<Target> targets;
-  bool all_pass() const;
   std::string to_json() const;
   std::string to_text() const;
 };

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "ucm/bench/common.h"
 #include "ucm/status.h"
 
 namespace ucm::bench {
@@ -47,21 +48,11 @@ struct RetrievalFigure {
   double scan_gbps() const { return scan_us > 0 ? layer_bytes / scan_us / 1e3 : 0; }
 };
 
-struct RetrievalTarget {
-  std::string name;  ///< e.g. "quest scan @ 8192 blocks"
-  std::string rule;  ///< "scan >= 0.50 x memcpy"
-  double value = 0;  ///< measured ratio
-  double threshold = 0;
-  bool pass = false;
-};
-
-struct RetrievalBenchReport {
+struct RetrievalBenchReport : BenchTargets {
   RetrievalBenchOptions options;
   std::string isa;          ///< the kernels' build picked at load time ("x86-64-v4", ...)
   double memcpy_gbps = 0;   ///< bytes copied per second / 1e9
   std::vector<RetrievalFigure> figures;
-  std::vector<RetrievalTarget> targets;
-  bool all_pass() const;
   /// Every figure and target as one JSON object (units in key names: _us, _gbps, _bytes).
   std::string to_json() const;
   /// Human table.

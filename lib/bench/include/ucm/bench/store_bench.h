@@ -19,16 +19,15 @@
 #include <string>
 #include <vector>
 
+#include "ucm/bench/common.h"
 #include "ucm/status.h"
 
 namespace ucm::bench {
 
-struct StoreBenchOptions {
-  /// With keep: the store itself (created when missing or empty). Without keep: the parent of a
-  /// temporary store ucm-bench-<pid> that is removed at the end. Empty: $TMPDIR, else ".".
-  std::string dir;
-  /// Leave the store and its blocks (namespaces "bench" and "bench-lookup") in place.
-  bool keep = false;
+/// dir, keep: with keep, the store itself (created when missing or empty), left with its blocks
+/// (namespaces "bench" and "bench-lookup") in place; without, the parent of a temporary store
+/// ucm-bench-<pid> that is removed at the end.
+struct StoreBenchOptions : BenchStore {
   /// Blocks dumped and loaded; also the raw passes' I/O count. Payload bytes = blocks * block_bytes.
   uint64_t blocks = 16384;
   /// Payload bytes per block; default: SmolLM2-135M, bf16, 16 tokens (368,640). Must be a
@@ -68,15 +67,7 @@ struct Figure {
   double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
 };
 
-struct Target {
-  std::string name;       ///< "dump", "load", "lookup"
-  std::string rule;       ///< e.g. "dump >= 0.80 x raw sequential write"
-  double value = 0;       ///< the measured ratio (dump, load) or lookups/s
-  double threshold = 0;
-  bool pass = false;
-};
-
-struct StoreBenchReport {
+struct StoreBenchReport : BenchTargets {
   std::string store_path;
   bool kept = false;
   uint64_t blocks = 0, block_bytes = 0;
@@ -115,8 +106,6 @@ struct StoreBenchReport {
   double lookups_per_cpu_s() const { return lookup_cpu_s > 0 ? lookup.count / lookup_cpu_s : 0; }
   double dump_ratio() const;
   double load_ratio() const;
-  std::vector<Target> targets;
-  bool all_pass() const;
 
   /// Every figure, ratio and target, as one JSON object (units in key names: _s, _bytes, _gbps).
   std::string to_json() const;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ucm/bench/bench_util.h"
 #include "ucm/bench/raw_io.h"
 #include "ucm/bench/store_bench.h"
 #include "ucm/namespace.h"
@@ -30,18 +31,13 @@ struct DeviceCache;
 /// the scratch file is unlinked and the temporary store removed.
 struct StoreBenchRun {
   StoreBenchRun(const StoreBenchOptions& o, StoreBenchReport* r) : o(o), r(r) {}
-  struct RemoveGuard {  ///< removes the temporary store on every exit path unless disarmed
-    std::string path;
-    bool armed = false;
-    ~RemoveGuard();
-  };
   struct UnlinkGuard {  ///< unlinks the raw passes' scratch file
     std::string path;
     ~UnlinkGuard();
   };
   const StoreBenchOptions& o;
   StoreBenchReport* r;
-  RemoveGuard guard;
+  RemoveGuard guard;  ///< removes the temporary store on every exit path unless disarmed
   UnlinkGuard unlink_scratch;
   std::string path;     ///< the store
   std::string scratch;  ///< the raw passes' file, in the store's tmp/
