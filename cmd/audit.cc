@@ -9,7 +9,7 @@ void run_audit_command(const InspectCmdOptions& opt) {
   audit::AuditOptions o;
   o.store = opt.store;
   o.model_dir = opt.model;
-  o.ns = opt.ns;
+  o.ns = opt.o.ns;
   o.sample = opt.sample;
   o.all = opt.all;
   o.seed = opt.seed;

@@ -10,9 +10,7 @@ namespace ucm::cli {
 
 struct BuildCmdOptions {
   std::string store;
-  std::string config;
-  bool rebuild_index = false;
-  bool sharded = false;
+  admin::BuildOptions o;  ///< --config, --rebuild-index, --sharded
   CommonFlags common;
 };
 /// Adds the `build` subcommand to `app`; returns it.

@@ -12,14 +12,7 @@ namespace {
 std::atomic<bool> g_stop{false};
 void events_stop_signal(int) { g_stop.store(true); }
 
-}  // namespace
-
-CLI::App* setup_events(CLI::App& app) {
-  auto opt = std::make_shared<EventsCmdOptions>();
-  CLI::App* sub = app.add_subcommand(
-      "events", "Publish the store's blocks as vLLM KV events (BlockStored / BlockRemoved over ZeroMQ, vLLM's wire "
-                "format) for KV-aware routers: a snapshot, then what writers add and gc removes. Runs until SIGINT / "
-                "SIGTERM (or --run-for); read-only");
+void add_events_options(CLI::App* sub, EventsCmdOptions* opt) {
   sub->add_option("STORE", opt->store, "Store directory")->required();
   sub->add_option("--namespace", opt->ns, "Publish only this namespace (name or 32-hex id); default: all");
   sub->add_option("--endpoint", opt->endpoint,
@@ -41,23 +34,18 @@ CLI::App* setup_events(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 30));
   sub->add_option("--run-for", opt->run_for, "Stop after this long (30s, 10m); default: until SIGINT / SIGTERM");
-  add_common_flags(sub, &opt->common);
-  sub->callback([opt] { run_events(*opt); });
-  return sub;
 }
+
+}  // namespace
 
 void run_events(const EventsCmdOptions& opt) {
   admin::EventsOptions o;
   admin::EventsReport rep;
-  auto fail = [&](const Status& st) { finish("events", opt.common, st, rep, false); };
   uint64_t ms = 0;
-  Status st = admin::parse_duration(opt.poll, &ms);
-  if (!st.ok()) fail(Status::InvalidArgument("--poll: " + st.message()));
+  Status st = parse_option(admin::parse_duration, "--poll", opt.poll, &ms, true);
+  if (st.ok()) st = parse_option(admin::parse_duration, "--run-for", opt.run_for, &o.run_for_ms);
+  if (!st.ok()) finish("events", opt.common, st, rep, false);
   o.poll_ms = static_cast<uint32_t>(std::max<uint64_t>(ms, 10));
-  if (!opt.run_for.empty()) {
-    st = admin::parse_duration(opt.run_for, &o.run_for_ms);
-    if (!st.ok()) fail(Status::InvalidArgument("--run-for: " + st.message()));
-  }
   o.ns = opt.ns;
   o.endpoint = opt.endpoint;
   o.replay_endpoint = opt.replay_endpoint;
@@ -74,6 +62,13 @@ void run_events(const EventsCmdOptions& opt) {
   std::signal(SIGTERM, events_stop_signal);
   st = admin::publish_events(opt.store, o, &rep);
   finish("events", opt.common, st, rep, st.ok() || rep.batches > 0);
+}
+
+CLI::App* setup_events(CLI::App& app) {
+  return add_command(app, "events", run_events, add_events_options,
+                     "Publish the store's blocks as vLLM KV events (BlockStored / BlockRemoved over ZeroMQ, vLLM's "
+                     "wire format) for KV-aware routers: a snapshot, then what writers add and gc removes. Runs until "
+                     "SIGINT / SIGTERM (or --run-for); read-only");
 }
 
 }  // namespace ucm::cli

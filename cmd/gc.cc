@@ -5,12 +5,9 @@
 
 namespace ucm::cli {
 
-CLI::App* setup_gc(CLI::App& app) {
-  auto opt = std::make_shared<GcCmdOptions>();
-  CLI::App* sub = app.add_subcommand(
-      "gc", "Merge access logs, drop corrupt and orphan blocks, evict LRU / old / unreferenced "
-            "blocks, compact data files (takes the writer lock, or hands the removals to a live writer; safe while "
-            "readers load)");
+namespace {
+
+void add_gc_options(CLI::App* sub, GcCmdOptions* opt) {
   sub->add_option("STORE", opt->store, "Store directory")->required();
   sub->add_option("--max-bytes", opt->max_bytes,
                   "Evict least-recently-used blocks until payload+repr bytes <= N (10G, 512MiB)");
@@ -40,67 +37,34 @@ CLI::App* setup_gc(CLI::App& app) {
                   "heartbeat) and wait this long for its answer (default 30s; 0: no hand-off, exit 4 as busy)");
   sub->add_option("--config", opt->config, "YAML store settings; its gc: section gives defaults")
       ->check(CLI::ExistingFile);
-  add_common_flags(sub, &opt->common);
-  sub->callback([opt] { run_gc(*opt); });
-  return sub;
 }
+
+}  // namespace
 
 void run_gc(const GcCmdOptions& opt) {
   admin::GcOptions o;
   admin::GcReport rep;
-  auto fail = [&](const Status& st) { finish("gc", opt.common, st, rep, false); };
+  auto check = [&](const Status& st) {
+    if (!st.ok()) finish("gc", opt.common, st, rep, false);
+  };
   if (!opt.config.empty()) {
     admin::StoreConfig cfg;
-    Status st = admin::load_config(opt.config, &cfg);
-    if (!st.ok()) fail(st);
+    check(admin::load_config(opt.config, &cfg));
     o.max_bytes = cfg.gc_max_bytes;
     o.max_age_ms = cfg.gc_max_age_ms;
     o.grace_ms = cfg.gc_grace_ms;
     o.compact_dead_ratio = cfg.gc_compact_dead_ratio;
   }
-  if (!opt.max_bytes.empty()) {
-    uint64_t v;
-    Status st = admin::parse_bytes(opt.max_bytes, &v);
-    if (!st.ok()) fail(Status::InvalidArgument("--max-bytes: " + st.message()));
-    o.max_bytes = v;
-  }
-  if (!opt.max_age.empty()) {
-    uint64_t v;
-    Status st = admin::parse_duration(opt.max_age, &v);
-    if (!st.ok()) fail(Status::InvalidArgument("--max-age: " + st.message()));
-    o.max_age_ms = v;
-  }
-  if (!opt.grace.empty()) {
-    uint64_t v;
-    Status st = admin::parse_duration(opt.grace, &v);
-    if (!st.ok()) fail(Status::InvalidArgument("--grace: " + st.message()));
-    o.grace_ms = v;
-  }
-  if (!opt.memory_budget.empty()) {
-    uint64_t v;
-    Status st = admin::parse_bytes(opt.memory_budget, &v);
-    if (!st.ok()) fail(Status::InvalidArgument("--memory-budget: " + st.message()));
-    if (v < (16ull << 20)) fail(Status::InvalidArgument("--memory-budget: at least 16MiB"));
-    o.memory_budget = v;
-  }
-  if (!opt.lease_ttl.empty()) {
-    uint64_t v;
-    Status st = admin::parse_duration(opt.lease_ttl, &v);
-    if (!st.ok() || v < 1000) fail(Status::InvalidArgument("--lease-ttl: " + (st.ok() ? "at least 1s" : st.message())));
-    o.lease_ttl_ms = v;
-  }
-  if (!opt.lease_wait.empty()) {
-    uint64_t v;
-    Status st = admin::parse_duration(opt.lease_wait, &v);
-    if (!st.ok()) fail(Status::InvalidArgument("--lease-wait: " + st.message()));
-    o.lease_wait_ms = v;
-  }
-  if (!opt.writer_wait.empty()) {
-    uint64_t v;
-    Status st = admin::parse_duration(opt.writer_wait, &v);
-    if (!st.ok()) fail(Status::InvalidArgument("--writer-wait: " + st.message()));
-    o.writer_wait_ms = v;
-  }
+  check(parse_option(admin::parse_bytes, "--max-bytes", opt.max_bytes, &o.max_bytes));
+  check(parse_option(admin::parse_duration, "--max-age", opt.max_age, &o.max_age_ms));
+  check(parse_option(admin::parse_duration, "--grace", opt.grace, &o.grace_ms));
+  check(parse_option(admin::parse_bytes, "--memory-budget", opt.memory_budget, &o.memory_budget));
+  if (!opt.memory_budget.empty() && o.memory_budget < (16ull << 20))
+    check(Status::InvalidArgument("--memory-budget: at least 16MiB"));
+  check(parse_option(admin::parse_duration, "--lease-ttl", opt.lease_ttl, &o.lease_ttl_ms));
+  if (!opt.lease_ttl.empty() && o.lease_ttl_ms < 1000) check(Status::InvalidArgument("--lease-ttl: at least 1s"));
+  check(parse_option(admin::parse_duration, "--lease-wait", opt.lease_wait, &o.lease_wait_ms));
+  check(parse_option(admin::parse_duration, "--writer-wait", opt.writer_wait, &o.writer_wait_ms));
   o.ns = opt.ns;
   o.dry_run = opt.dry_run;
   o.unreferenced = opt.unreferenced;
@@ -109,6 +73,13 @@ void run_gc(const GcCmdOptions& opt) {
   Status st = admin::gc(opt.store, o, &rep);
   // A live writer that did not answer: the report says what was planned and asked, beside the error.
   finish("gc", opt.common, st, rep, st.ok() || rep.live_writer);
+}
+
+CLI::App* setup_gc(CLI::App& app) {
+  return add_command(app, "gc", run_gc, add_gc_options,
+                     "Merge access logs, drop corrupt and orphan blocks, evict LRU / old / unreferenced blocks, "
+                     "compact data files (takes the writer lock, or hands the removals to a live writer; safe while "
+                     "readers load)");
 }
 
 }  // namespace ucm::cli

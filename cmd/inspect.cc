@@ -9,22 +9,20 @@
 
 namespace ucm::cli {
 
-CLI::App* setup_inspect(CLI::App& app) {
-  auto opt = std::make_shared<InspectCmdOptions>();
-  CLI::App* sub = app.add_subcommand(
-      "inspect", "Show a store: format, namespaces, blocks, files, ages (read-only; safe while a "
-                 "writer runs)");
+namespace {
+
+void add_inspect_options(CLI::App* sub, InspectCmdOptions* opt) {
   sub->add_option("STORE", opt->store, "Store directory")->required();
-  sub->add_flag("--verify", opt->verify,
+  sub->add_flag("--verify", opt->o.verify,
                 "Read every block (KV and representations) and check checksums and header "
                 "fields; exit 3 when any is corrupt");
-  sub->add_option("--threads", opt->threads,
+  sub->add_option("--threads", opt->o.threads,
                   "--verify: reader threads (blocks read in chunks sorted by file and offset)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
-  sub->add_option("--block", opt->block, "Show one block's index record (32 hex digits)");
-  sub->add_option("--namespace", opt->ns, "Restrict to one namespace (name or 32-hex id)");
-  sub->add_flag("--docs", opt->docs, "List the document registry");
+  sub->add_option("--block", opt->o.block_hex, "Show one block's index record (32 hex digits)");
+  sub->add_option("--namespace", opt->o.ns, "Restrict to one namespace (name or 32-hex id)");
+  sub->add_flag("--docs", opt->o.docs, "List the document registry");
   sub->add_option("--model", opt->model,
                   "Model directory (its tokenizer.json): --block and --docs also show the text of the token "
                   "ids the block records hold (store_v1.md §3.2); --audit: the namespace's model");
@@ -49,12 +47,7 @@ CLI::App* setup_inspect(CLI::App& app) {
   sub->add_option("--compute-dtype", opt->compute_dtype,
                   "--audit: fp32 | bf16 | auto (bf16 compute drifts over the layers: keep fp32)")
       ->capture_default_str();
-  add_common_flags(sub, &opt->common);
-  sub->callback([opt] { run_inspect(*opt); });
-  return sub;
 }
-
-namespace {
 
 void (*g_audit_runner)(const InspectCmdOptions&) = nullptr;
 
@@ -131,18 +124,18 @@ void run_inspect(const InspectCmdOptions& opt) {
   if (opt.all || opt.fix || opt.tolerance > 0)
     finish("inspect", opt.common,
            Status::InvalidArgument("--all, --fix and --tolerance go with --audit"), admin::InspectReport{}, false);
-  admin::InspectOptions o;
-  o.verify = opt.verify;
-  o.block_hex = opt.block;
-  o.ns = opt.ns;
-  o.docs = opt.docs;
-  o.threads = opt.threads;
+  admin::InspectOptions o = opt.o;
   o.progress = make_progress("inspect", opt.common);
   admin::InspectReport rep;
   Status st = admin::inspect(opt.store, o, &rep);
   if (st.ok() && !opt.model.empty() && (!rep.block_json.empty() || rep.docs_run)) st = add_text(opt, &rep);
   // A verify that found corrupt blocks still prints the full report (listing them).
   finish("inspect", opt.common, st, rep, st.ok() || (rep.verified_run && rep.corrupt_total > 0));
+}
+
+CLI::App* setup_inspect(CLI::App& app) {
+  return add_command(app, "inspect", run_inspect, add_inspect_options,
+                     "Show a store: format, namespaces, blocks, files, ages (read-only; safe while a writer runs)");
 }
 
 }  // namespace ucm::cli

@@ -12,10 +12,7 @@ namespace ucm::cli {
 
 struct InspectCmdOptions {
   std::string store;
-  bool verify = false;
-  std::string block;
-  std::string ns;
-  bool docs = false;
+  admin::InspectOptions o;  ///< --verify, --block, --namespace, --docs, --threads
   std::string model;  ///< --model DIR: detokenize the ids of --block and --docs with DIR/tokenizer.json
   uint32_t threads = 8;
   // --audit (ucm/audit/audit.h)

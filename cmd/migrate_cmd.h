@@ -11,11 +11,7 @@ namespace ucm::cli {
 
 struct MigrateCmdOptions {
   std::string src, dst;
-  std::string ns;
-  std::string dtype;
-  bool upgrade = false;
-  bool to_sharded = false;
-  std::string shard_name;
+  admin::MigrateOptions o;  ///< --namespace, --dtype, --upgrade, --to-sharded, --shard-name
   CommonFlags common;
 };
 CLI::App* setup_migrate(CLI::App& app);

@@ -87,11 +87,7 @@ void run(const PrecomputeArgs& a) {
   if (sum.interrupted) throw CLI::RuntimeError(128 + (sum.signal > 0 ? sum.signal : SIGINT));
 }
 
-}  // namespace
-
-CLI::App* setup_precompute(CLI::App& app) {
-  auto a = std::make_shared<PrecomputeArgs>();
-  CLI::App* sub = app.add_subcommand("precompute", torch_description("", "precompute"));
+void add_precompute_options(CLI::App* sub, PrecomputeArgs* a) {
   auto add = [&](const std::string& flag, const std::string& name, auto* var, const std::string& help) {
     CLI::Option* o = sub->add_option(flag, *var, help);
     a->given.emplace_back(name, o);
@@ -151,9 +147,12 @@ CLI::App* setup_precompute(CLI::App& app) {
                 "the template's prefix then the document, tokenized apart, registered as chunk:<id> "
                 "(store_v1.md §4.4)");
   sub->add_flag("--strict", a->strict, "Malformed corpus lines and invalid UTF-8 are fatal (default: skipped)");
-  add_common_flags(sub, &a->common);
-  sub->callback([a] { run(*a); });
-  return sub;
+}
+
+}  // namespace
+
+CLI::App* setup_precompute(CLI::App& app) {
+  return add_command(app, "precompute", run, add_precompute_options, torch_description("", "precompute"));
 }
 
 }  // namespace ucm::cli

@@ -39,24 +39,16 @@ struct Report {
   }
 };
 
-}  // namespace
-
-CLI::App* setup_sglang_pages(CLI::App& app) {
-  auto opt = std::make_shared<SglangPagesCmdOptions>();
-  CLI::App* sub = app.add_subcommand(
-      "sglang-pages",
-      "Build a namespace's SGLang page alias table, so SGLang's HiCache (the ucm.sglang backend) "
-      "finds its blocks by page key (store_v1.md §12.1); takes the writer lock");
+void add_sglang_pages_options(CLI::App* sub, SglangPagesCmdOptions* opt) {
   sub->add_option("STORE", opt->store, "Store directory")->required()->check(CLI::ExistingDirectory);
   sub->add_option("--page-size", opt->page_size,
                   "SGLang's --page-size (tokens), a multiple of the namespace's block size")
       ->required()
       ->check(CLI::PositiveNumber);
   sub->add_option("--namespace", opt->ns, "Namespace name or 32-hex id (default: the store's only one)");
-  add_common_flags(sub, &opt->common);
-  sub->callback([opt] { run_sglang_pages(*opt); });
-  return sub;
 }
+
+}  // namespace
 
 void run_sglang_pages(const SglangPagesCmdOptions& opt) {
   Report rep;
@@ -89,6 +81,12 @@ void run_sglang_pages(const SglangPagesCmdOptions& opt) {
   }
   store.reset();
   finish("sglang-pages", opt.common, st, rep, st.ok());
+}
+
+CLI::App* setup_sglang_pages(CLI::App& app) {
+  return add_command(app, "sglang-pages", run_sglang_pages, add_sglang_pages_options,
+                     "Build a namespace's SGLang page alias table, so SGLang's HiCache (the ucm.sglang backend) "
+                     "finds its blocks by page key (store_v1.md §12.1); takes the writer lock");
 }
 
 }  // namespace ucm::cli

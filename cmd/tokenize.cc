@@ -52,14 +52,7 @@ void run(const TokenizeArgs& a) {
   }
 }
 
-}  // namespace
-
-CLI::App* setup_tokenize(CLI::App& app) {
-  auto a = std::make_shared<TokenizeArgs>();
-  CLI::App* sub = app.add_subcommand(
-      "tokenize",
-      "ucm's token ids of a corpus (template + document), as precompute hashes them; with --compare, whether a "
-      "server's ids (JSONL of {id, token_ids}) equal them, and where they first differ");
+void add_tokenize_options(CLI::App* sub, TokenizeArgs* a) {
   sub->add_option("--model", a->o.model_dir, "Model directory holding tokenizer.json");
   sub->add_option("--tokenizer", a->o.tokenizer_file, "tokenizer.json (default: MODEL/tokenizer.json)");
   sub->add_option("--corpus", a->o.corpus, "JSONL file or directory of text files (docs/corpus.md)")->required();
@@ -69,9 +62,14 @@ CLI::App* setup_tokenize(CLI::App& app) {
                   "JSONL of {\"id\", \"token_ids\"} (e.g. from `python -m ucm.tokenize`): compare per document; "
                   "exit 6 if any differs or is missing");
   sub->add_option("--limit", a->o.limit, "Stop after N documents (default all)");
-  add_common_flags(sub, &a->common);
-  sub->callback([a] { run(*a); });
-  return sub;
+}
+
+}  // namespace
+
+CLI::App* setup_tokenize(CLI::App& app) {
+  return add_command(app, "tokenize", run, add_tokenize_options,
+                     "ucm's token ids of a corpus (template + document), as precompute hashes them; with --compare, "
+                     "whether a server's ids (JSONL of {id, token_ids}) equal them, and where they first differ");
 }
 
 }  // namespace ucm::cli
