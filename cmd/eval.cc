@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "cli_common.h"
 #include "ucm/generate/eval.h"
@@ -15,19 +16,22 @@
 namespace ucm::cli {
 namespace {
 
-// "a,b,c" -> items; each parsed by `conv`. False on a bad item.
-template <class T, class F>
-bool split_list(const std::string& s, std::vector<T>* out, F conv) {
+// "a,b,c" -> items (double, uint32_t or std::string); InvalidArgument(`bad`) when there is none
+// or one does not parse.
+template <class T>
+Status split_list(const std::string& s, std::vector<T>* out, const std::string& bad) {
   out->clear();
   for (const std::string& item : split_comma(s)) {
     if (item.empty()) continue;
     try {
-      out->push_back(conv(item));
+      if constexpr (std::is_same_v<T, double>) out->push_back(std::stod(item));
+      else if constexpr (std::is_same_v<T, uint32_t>) out->push_back(uint32_t(std::stoul(item)));
+      else out->push_back(item);
     } catch (const std::exception&) {
-      return false;
+      return Status::InvalidArgument(bad);
     }
   }
-  return !out->empty();
+  return out->empty() ? Status::InvalidArgument(bad) : Status::OK();
 }
 
 void add_eval_retrieval(CLI::App* eval) {
@@ -63,13 +67,10 @@ void add_eval_retrieval(CLI::App* eval) {
   add_common_flags(c, &a->common);
   c->callback([a] {
     generate::EvalRetrievalResult r;
-    Status st;
-    auto to_d = [](const std::string& x) { return std::stod(x); };
-    auto to_s = [](const std::string& x) { return x; };
-    if (!split_list(a->budgets, &a->o.budgets, to_d)) st = Status::InvalidArgument("--budgets: expected numbers like 0.05,0.1");
-    if (st.ok() && !split_list(a->taus, &a->o.taus, to_d)) st = Status::InvalidArgument("--taus: expected numbers like 0.9,0.95");
-    if (st.ok() && !split_list(a->policies, &a->o.policies, to_s)) st = Status::InvalidArgument("--policies: empty");
-    if (st.ok() && !a->documents.empty()) (void)split_list(a->documents, &a->o.documents, to_s);
+    Status st = split_list(a->budgets, &a->o.budgets, "--budgets: expected numbers like 0.05,0.1");
+    if (st.ok()) st = split_list(a->taus, &a->o.taus, "--taus: expected numbers like 0.9,0.95");
+    if (st.ok()) st = split_list(a->policies, &a->o.policies, "--policies: empty");
+    if (st.ok() && !a->documents.empty()) (void)split_list(a->documents, &a->o.documents, "");
     if (st.ok()) st = generate::eval_retrieval(a->o, &r);
     finish("eval retrieval", a->common, st, r, st.ok());
   });
@@ -130,22 +131,15 @@ void add_eval_blend(CLI::App* eval) {
   add_common_flags(bl, &b->common);
   bl->callback([b] {
     generate::EvalBlendResult r;
-    Status st;
-    auto to_d = [](const std::string& x) { return std::stod(x); };
-    auto to_u = [](const std::string& x) { return uint32_t(std::stoul(x)); };
-    auto to_s = [](const std::string& x) { return x; };
     b->o.progress = b->common.progress || ::isatty(2);
-    if (!split_list(b->sizes, &b->o.sizes, to_u)) st = Status::InvalidArgument("--sizes: expected numbers like 2,4,8");
-    if (st.ok() && !split_list(b->ratios, &b->o.ratios, to_d))
-      st = Status::InvalidArgument("--ratios: expected numbers like 0,0.15");
-    if (st.ok() && !split_list(b->prompts, &b->o.prompts, to_u))
-      st = Status::InvalidArgument("--prompts: expected numbers like 2 or 2,8,2");
-    if (st.ok() && !split_list(b->decays, &b->o.position_decays, to_d))
-      st = Status::InvalidArgument("--position-decays: expected numbers like 0,128");
-    if (st.ok() && !split_list(b->selections, &b->o.selections, to_s))
-      st = Status::InvalidArgument("--selections: expected names like relevance,deviation");
-    if (st.ok() && b->o.from_csv.empty() && !split_list(b->documents, &b->o.documents, to_s))
-      st = Status::InvalidArgument("--documents: required (document files, comma-separated)");
+    Status st = split_list(b->sizes, &b->o.sizes, "--sizes: expected numbers like 2,4,8");
+    if (st.ok()) st = split_list(b->ratios, &b->o.ratios, "--ratios: expected numbers like 0,0.15");
+    if (st.ok()) st = split_list(b->prompts, &b->o.prompts, "--prompts: expected numbers like 2 or 2,8,2");
+    if (st.ok()) st = split_list(b->decays, &b->o.position_decays, "--position-decays: expected numbers like 0,128");
+    if (st.ok())
+      st = split_list(b->selections, &b->o.selections, "--selections: expected names like relevance,deviation");
+    if (st.ok() && b->o.from_csv.empty())
+      st = split_list(b->documents, &b->o.documents, "--documents: required (document files, comma-separated)");
     if (st.ok()) st = generate::eval_blend(b->o, &r);
     finish("eval blend", b->common, st, r, st.ok());
   });
