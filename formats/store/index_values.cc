@@ -104,22 +104,28 @@ bool parse_block_key(std::string_view k, NamespaceId* ns, BlockHash* h) {
   return true;
 }
 std::string ns_key(const NamespaceId& ns) { return std::string(reinterpret_cast<const char*>(ns.data()), 16); }
-std::string file_key(uint32_t id) {
-  std::string k(4, '\0');
-  put_be32(reinterpret_cast<uint8_t*>(k.data()), id);
+namespace {
+// A big-endian integer as a key (sorting as the integer does), and back (0 for a key of another size).
+template <class T>
+std::string be_key(T v) {
+  std::string k(sizeof(T), '\0');
+  auto* p = reinterpret_cast<uint8_t*>(k.data());
+  if constexpr (sizeof(T) == 4) put_be32(p, v);
+  else put_be64(p, v);
   return k;
 }
-uint32_t parse_file_key(std::string_view k) {
-  return k.size() == 4 ? get_be32(reinterpret_cast<const uint8_t*>(k.data())) : 0;
+template <class T>
+T parse_be_key(std::string_view k) {
+  if (k.size() != sizeof(T)) return 0;
+  const auto* p = reinterpret_cast<const uint8_t*>(k.data());
+  if constexpr (sizeof(T) == 4) return get_be32(p);
+  else return get_be64(p);
 }
-std::string journal_key(uint64_t seq) {
-  std::string k(8, '\0');
-  put_be64(reinterpret_cast<uint8_t*>(k.data()), seq);
-  return k;
-}
-uint64_t parse_journal_key(std::string_view k) {
-  return k.size() == 8 ? get_be64(reinterpret_cast<const uint8_t*>(k.data())) : 0;
-}
+}  // namespace
+std::string file_key(uint32_t id) { return be_key(id); }
+uint32_t parse_file_key(std::string_view k) { return parse_be_key<uint32_t>(k); }
+std::string journal_key(uint64_t seq) { return be_key(seq); }
+uint64_t parse_journal_key(std::string_view k) { return parse_be_key<uint64_t>(k); }
 std::string doc_key(const NamespaceId& ns, std::string_view id) { return ns_key(ns) + std::string(id); }
 
 void encode_access_record(const AccessRecord& r, uint8_t out[kAccessRecordSize]) {

@@ -15,22 +15,19 @@ using detail::kDataMagic;
 using detail::at;
 
 void encode_file_header(const FileHeader& h, uint8_t out[kPage]) {
-  std::memset(out, 0, kPage);
-  std::memcpy(out, kDataMagic, 8);
-  put_le32(out + 8, h.format_version);
-  put_le32(out + 12, h.file_id);
-  put_le64(out + 16, h.created_ms);
+  detail::encode_head(kDataMagic, {h.format_version, h.file_id, h.created_ms}, out, kPage);
   put_le64(out + 4088, xxh3(out, 4088));
 }
 
 Status decode_file_header(const uint8_t* p, const std::string& where, FileHeader* h) {
-  if (std::memcmp(p, kDataMagic, 8) != 0)
+  detail::Head head;
+  if (!detail::decode_head(kDataMagic, p, &head))
     return Status::Corruption("data file " + where + " has a bad header magic (not \"UCMDATA1\")");
   if (get_le64(p + 4088) != xxh3(p, 4088))
     return Status::Corruption("data file " + where + " header checksum mismatch");
-  h->format_version = get_le32(p + 8);
-  h->file_id = get_le32(p + 12);
-  h->created_ms = get_le64(p + 16);
+  h->format_version = head.format_version;
+  h->file_id = head.second;
+  h->created_ms = head.created_ms;
   if (h->format_version > kFormatVersion)
     return Status::Version("data file " + where + " has format version " +
                            std::to_string(h->format_version) + ", newer than this ucm supports (max " +

@@ -18,11 +18,7 @@ using detail::kSuperMagic;
 using detail::at;
 
 void encode_superblock(const Superblock& sb, uint8_t out[kSuperblockSize]) {
-  std::memset(out, 0, kSuperblockSize);
-  std::memcpy(out, kSuperMagic, 8);
-  put_le32(out + 8, sb.format_version);
-  put_le32(out + 12, sb.min_reader_version);
-  put_le64(out + 16, sb.created_ms);
+  detail::encode_head(kSuperMagic, {sb.format_version, sb.min_reader_version, sb.created_ms}, out, kSuperblockSize);
   std::memcpy(out + 24, sb.created_by.data(), std::min<size_t>(32, sb.created_by.size()));
   put_le64(out + 56, xxh3(out, 56));
 }
@@ -32,13 +28,14 @@ Status decode_superblock(const uint8_t* b, size_t len, const std::string& where,
     return Status::Corruption("superblock " + where + " is " + std::to_string(len) +
                               " bytes, expected 64; the store is damaged (ucm build --rebuild-index "
                               "cannot fix a superblock: restore it from a copy)");
-  if (std::memcmp(b, kSuperMagic, 8) != 0)
+  detail::Head head;
+  if (!detail::decode_head(kSuperMagic, b, &head))
     return Status::Corruption("superblock " + where + " has a bad magic (not \"UCMSTORE\")");
   if (get_le64(b + 56) != xxh3(b, 56))
     return Status::Corruption("superblock " + where + " checksum mismatch; the store is damaged");
-  sb->format_version = get_le32(b + 8);
-  sb->min_reader_version = get_le32(b + 12);
-  sb->created_ms = get_le64(b + 16);
+  sb->format_version = head.format_version;
+  sb->min_reader_version = head.second;
+  sb->created_ms = head.created_ms;
   const char* s = reinterpret_cast<const char*>(b + 24);
   sb->created_by.assign(s, strnlen(s, 32));
   return Status::OK();
