@@ -6,34 +6,19 @@
 
 namespace ucm::kernels {
 
-UCM_HD float mul_rn(float a, float b) {
+// name(a, b): on the device the intrinsic (rounded to nearest, never contracted), on the host a op b.
 #if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
+#define UCM_RN_OP(name, T, intrinsic, op) \
+  UCM_HD T name(T a, T b) { return intrinsic(a, b); }
 #else
-  return a * b;
+#define UCM_RN_OP(name, T, intrinsic, op) \
+  UCM_HD T name(T a, T b) { return a op b; }
 #endif
-}
-UCM_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-UCM_HD float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-UCM_HD double dadd_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
+UCM_RN_OP(mul_rn, float, __fmul_rn, *)
+UCM_RN_OP(add_rn, float, __fadd_rn, +)
+UCM_RN_OP(sub_rn, float, __fsub_rn, -)
+UCM_RN_OP(dadd_rn, double, __dadd_rn, +)
+#undef UCM_RN_OP
 
 UCM_HD bool is_nan(float x) { return x != x; }
 
