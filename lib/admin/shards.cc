@@ -214,14 +214,22 @@ Status migrate_sharded(const std::string& root, const std::string& dst, const Mi
   return Status::OK();
 }
 
+// *sharded: `path` is the root of a sharded store (store_v1.md §11). An upgrade left half done
+// is the error returned; any other error of root_kind is left to the single-store path to report.
+Status probe_sharded(const std::string& path, bool* sharded) {
+  fmt::RootKind k;
+  const Status st = fmt::root_kind(path, &k);
+  *sharded = st.ok() && k == fmt::RootKind::kSharded;
+  return fmt::interrupted_upgrade(st) ? st : Status::OK();
+}
+
 }  // namespace
 
 Status inspect(const std::string& path, const InspectOptions& opts, InspectReport* rep) {
-  fmt::RootKind k;
-  Status st = fmt::root_kind(path, &k);
-  if (st.ok() && k == fmt::RootKind::kSharded) return inspect_sharded(path, opts, rep);
-  if (fmt::interrupted_upgrade(st)) return st;
-  return inspect_single(path, opts, rep);
+  bool sharded = false;
+  const Status st = probe_sharded(path, &sharded);
+  if (!st.ok()) return st;
+  return sharded ? inspect_sharded(path, opts, rep) : inspect_single(path, opts, rep);
 }
 
 Status migrate(const std::string& src, const std::string& dst, const MigrateOptions& opts, MigrateReport* rep) {
@@ -230,10 +238,10 @@ Status migrate(const std::string& src, const std::string& dst, const MigrateOpti
     if (!dst.empty()) return Status::InvalidArgument("--to-sharded rewrites SRC in place; give no DST");
     return upgrade_to_sharded(src, opts.shard_name, rep);
   }
-  fmt::RootKind k;
-  Status st = fmt::root_kind(src, &k);
-  if (fmt::interrupted_upgrade(st)) return st;
-  if (st.ok() && k == fmt::RootKind::kSharded) {
+  bool sharded = false;
+  const Status st = probe_sharded(src, &sharded);
+  if (!st.ok()) return st;
+  if (sharded) {
     if (opts.upgrade)
       return Status::InvalidArgument(src + " is a sharded store: its shards are upgraded one by one with `ucm migrate " +
                                      src + "/shards/<name> --upgrade`");
@@ -243,11 +251,10 @@ Status migrate(const std::string& src, const std::string& dst, const MigrateOpti
 }
 
 Status gc(const std::string& path, const GcOptions& opts, GcReport* rep) {
-  fmt::RootKind k;
-  Status st = fmt::root_kind(path, &k);
-  if (st.ok() && k == fmt::RootKind::kSharded) return gc_sharded(path, opts, rep);
-  if (fmt::interrupted_upgrade(st)) return st;
-  return gc_single(path, opts, rep);
+  bool sharded = false;
+  const Status st = probe_sharded(path, &sharded);
+  if (!st.ok()) return st;
+  return sharded ? gc_sharded(path, opts, rep) : gc_single(path, opts, rep);
 }
 
 // ------------------------------------------------------------------ upgrade (§11.4)

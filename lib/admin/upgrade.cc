@@ -27,6 +27,20 @@ using json = nlohmann::json;
 
 namespace {
 
+// The last step of an upgrade to format version v: the index's meta, written with `b` (the
+// upgrade's other index changes), then the superblock, and readers must know v.
+Status commit_format_version(const std::string& path, Index& idx, Index::Batch& b, uint32_t v) {
+  b.put_meta_u32(kMetaFormatVersion, v);
+  Status st = idx.write(b, true);
+  if (!st.ok()) return st;
+  fmt::Superblock sb;
+  st = fmt::read_superblock(path, &sb);
+  if (!st.ok()) return st;
+  sb.format_version = v;
+  sb.min_reader_version = v;
+  return fmt::write_superblock(path, sb);
+}
+
 Status upgrade_1_to_2(const std::string& path, MigrateReport* rep) {
   std::unique_ptr<WriterIndex> w;
   Status st = WriterIndex::Open(path, &w);
@@ -92,15 +106,7 @@ Status upgrade_1_to_2(const std::string& path, MigrateReport* rep) {
     fr.state = fmt::FileState::kSealed;
     b.put_file(dw->file_id(), fr);
   }
-  b.put_meta_u32(kMetaFormatVersion, 2);
-  st = idx.write(b, true);
-  if (!st.ok()) return st;
-  fmt::Superblock sb;
-  st = fmt::read_superblock(path, &sb);
-  if (!st.ok()) return st;
-  sb.format_version = 2;
-  sb.min_reader_version = 2;
-  st = fmt::write_superblock(path, sb);
+  st = commit_format_version(path, idx, b, 2);
   if (!st.ok()) return st;
   rep->upgraded = true;
   rep->message = "upgraded store " + path + " from format version 1 to 2: " + std::to_string(rep->attachments) +
@@ -113,15 +119,7 @@ Status upgrade_2_to_4(const std::string& path, MigrateReport* rep) {
   Status st = WriterIndex::Open(path, &w);
   if (!st.ok()) return st;
   Index::Batch b;
-  b.put_meta_u32(kMetaFormatVersion, 4);
-  st = w->idx->write(b, true);
-  if (!st.ok()) return st;
-  fmt::Superblock sb;
-  st = fmt::read_superblock(path, &sb);
-  if (!st.ok()) return st;
-  sb.format_version = 4;
-  sb.min_reader_version = 4;
-  st = fmt::write_superblock(path, sb);
+  st = commit_format_version(path, *w->idx, b, 4);
   if (!st.ok()) return st;
   rep->upgraded = true;
   const std::string before = rep->message.empty() ? "" : rep->message + "; then ";
