@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "compute.h"
+#include "compute_report.h"
 #include "precompute_internal.h"
 #include "llama_model.h"
 #include "ucm/tok/tokenizer.h"
@@ -231,12 +232,7 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
   ComputeInfo compute;
   st = load_model(o, Resources{}, &model_owned, &m, &compute);
   if (!st.ok()) return st;
-  out->compute_dtype = compute.dtype;
-  out->compute_path = compute.path;
-  out->threads = compute.threads;
-  out->kernels = compute.kernels;
-  out->blas_core = compute.blas_core;
-  out->blas_core_replaced = compute.blas_core_replaced;
+  set_compute(compute, out);
   std::unique_ptr<tok::Tokenizer> tok_owned;
   const tok::Tokenizer* tk = nullptr;
   st = load_tokenizer(o, Resources{}, &tok_owned, &tk);

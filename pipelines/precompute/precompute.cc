@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "compute.h"
+#include "compute_report.h"
 #include "precompute_internal.h"
 #include "llama_model.h"
 #include "model_load.h"
@@ -83,12 +84,7 @@ Status run_precompute(const PrecomputeOptions& o, const Resources& res, Precompu
   ComputeInfo compute;
   st = load_model(o, res, &model_owned, &m, &compute);
   if (!st.ok()) return st;
-  sum->compute_dtype = compute.dtype;
-  sum->compute_path = compute.path;
-  sum->threads = compute.threads;
-  sum->kernels = compute.kernels;
-  sum->blas_core = compute.blas_core;
-  sum->blas_core_replaced = compute.blas_core_replaced;
+  set_compute(compute, sum);
   if (m->config().head_dim <= 0 || m->config().num_key_value_heads <= 0)
     return Status::InvalidArgument("model " + o.model_dir + " has no KV heads / head_dim");
   std::unique_ptr<tok::Tokenizer> tok_owned;
