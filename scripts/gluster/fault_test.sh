@@ -97,11 +97,14 @@ resume() {  # resume NODE SHARD OUTFILE: precompute --resume, retried while BUSY
   done
   return $rc
 }
-for _ in $(seq 1 600); do
-  [[ $(docs_of_shard precompute-0) -ge 2 ]] && break
-  kill -0 $W1 2>/dev/null || break
-  sleep 1
-done
+wait_docs() {  # wait_docs SHARD N PID: until SHARD has N registered documents or its writer PID is gone (10 min at most)
+  for _ in $(seq 1 600); do
+    [[ $(docs_of_shard "$1") -ge $2 ]] && break
+    kill -0 "$3" 2>/dev/null || break
+    sleep 1
+  done
+}
+wait_docs precompute-0 2 $W1
 A_KILLED=1
 if kill -0 $W1 2>/dev/null; then
   kill -9 $W1; wait $W1 2>/dev/null || true
@@ -113,11 +116,7 @@ check "A writer SIGKILLed mid-run" $A_KILLED "n1 had registered >= 2 documents a
 
 # ---- E: node n2 dies while writing (every process of the node and its mount gone); its shard
 # stays readable, and a worker on another node (n5) resumes that shard
-for _ in $(seq 1 600); do
-  [[ $(docs_of_shard precompute-1) -ge 3 ]] && break
-  kill -0 $W2 2>/dev/null || break
-  sleep 1
-done
+wait_docs precompute-1 3 $W2
 E_KILLED=1
 if kill -0 $W2 2>/dev/null; then
   "$C" node-kill n2 >>"$OUT/node.log" 2>&1
