@@ -10,7 +10,6 @@
 #include "ucm/core/c_struct.h"
 #include "ucm/format/format.h"
 #include "ucm/format/shards.h"
-#include "ucm/model/identity.h"
 #include "ucm/core/log.h"
 #include "ucm/events.h"
 #include "ucm/hash.h"
@@ -218,20 +217,6 @@ UCM_API int ucm_store_namespace_hash_seed(ucm_store_t* store, const uint8_t* ns,
     const ucm::NamespaceId seed = d.hash_seed();
     std::memcpy(seed_out, seed.data(), 16);
     return ok();
-  });
-}
-
-UCM_API int ucm_model_fingerprint(const char* model_dir, const char* options_json, char* desc_json, size_t desc_cap,
-                                  size_t* desc_len) {
-  return guarded("ucm_model_fingerprint", [&] {
-    if (!model_dir || !desc_len)
-      return fail(UCM_E_INVALID, "ucm_model_fingerprint: model_dir and desc_len must not be NULL");
-    ucm::model::FingerprintOptions o;
-    ucm::Status s = ucm::model::fingerprint_options_from_json(options_json ? options_json : "", &o);
-    std::string out;
-    if (s.ok()) s = ucm::model::model_fingerprint(model_dir, o, &out);
-    if (!s.ok()) return fail(s);
-    return sized_output("ucm_model_fingerprint", out, true, desc_json, desc_cap, desc_len);
   });
 }
 

@@ -25,21 +25,22 @@ Status StoreClient::open(const std::string& path, bool writer) {
 Status StoreClient::resolve_namespace(const std::string& name_or_id, const std::string& desc_json,
                                       bool register_missing) {
   found_ = false;
-  if (name_or_id.empty()) {
-    int rc = ucm_namespace_id(desc_json.c_str(), ns_.data());
-    if (rc != UCM_OK) return from_code(rc, "namespace descriptor");
+  int rc = UCM_OK;
+  if (!name_or_id.empty()) {  // asked for by name: always required
+    rc = ucm_store_namespace_find(store_, name_or_id.c_str(), ns_.data(), nullptr, 0, nullptr);
+    if (rc != UCM_OK) return from_code(rc, "namespace '" + name_or_id + "'");
+  } else {  // the one rule of store_v1.md §7.3 (blocks of this fingerprint's block size)
+    rc = ucm_store_namespace_match(store_, desc_json.c_str(), 0, nullptr, ns_.data(), nullptr);
+    if (rc == UCM_E_NOT_FOUND && writer_ && register_missing)
+      rc = ucm_store_namespace_create(store_, desc_json.c_str(), ns_.data());
+    if (rc == UCM_E_NOT_FOUND) {
+      rc = ucm_namespace_id(desc_json.c_str(), ns_.data());
+      if (rc != UCM_OK) return from_code(rc, "namespace descriptor");
+      seed_ = ns_;  // nothing is stored: every block misses; hashes are still well defined
+      return Status::OK();
+    }
+    if (rc != UCM_OK) return from_code(rc, "namespace of this model");
   }
-  const std::string key = name_or_id.empty() ? ns_hex() : name_or_id;
-  int rc = ucm_store_namespace_find(store_, key.c_str(), ns_.data(), nullptr, 0, nullptr);
-  if (rc == UCM_E_NOT_FOUND && !name_or_id.empty())
-    return from_code(rc, "namespace '" + name_or_id + "'");
-  if (rc == UCM_E_NOT_FOUND && writer_ && register_missing)
-    rc = ucm_store_namespace_register(store_, desc_json.c_str(), ns_.data());
-  if (rc == UCM_E_NOT_FOUND) {
-    seed_ = ns_;  // nothing is stored: every block misses; hashes are still well defined
-    return Status::OK();
-  }
-  if (rc != UCM_OK) return from_code(rc, "namespace " + key);
   found_ = true;
   return from_code(ucm_store_namespace_hash_seed(store_, ns_.data(), seed_.data()), "namespace hash seed");
 }

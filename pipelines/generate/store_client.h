@@ -31,9 +31,11 @@ class StoreClient {
 
   /// Opens `path` read-only, or read-write (creating the store when missing) when `writer`.
   Status open(const std::string& path, bool writer);
-  /// Resolves the namespace: `name_or_id` when not empty, else the id of `desc_json` (the
-  /// fingerprint precompute registers for this model and options). found() tells whether the
-  /// store holds it; a writer registers `desc_json` when it does not and `register_missing`.
+  /// Resolves the namespace: `name_or_id` when not empty (NotFound when absent), else the one
+  /// that suits `desc_json` (the fingerprint precompute registers for this model and options) by
+  /// the rule of store_v1.md §7.3 (ucm_store_namespace_match, block size equal). found() tells
+  /// whether the store holds one; a writer creates `desc_json`'s (ucm_store_namespace_create:
+  /// with its r4_projection) when it does not and `register_missing`.
   Status resolve_namespace(const std::string& name_or_id, const std::string& desc_json, bool register_missing);
   bool found() const { return found_; }
   const Hash16& ns() const { return ns_; }

@@ -1,105 +1,44 @@
 // pipelines/precompute/namespace_setup.cc: the namespace a precompute run writes (its
-// fingerprint from the model and options) and its r4_projection attachment.
+// fingerprint from the model and options, the rule of store_v1.md §7.3) and its attachments.
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "fingerprint.h"
 #include "precompute_internal.h"
 #include "llama_model.h"
-#include "ucm/precompute/repr.h"
+#include "ucm/namespace_match.h"
 #include "ucm/tok/tokenizer.h"
 
 namespace ucm::precompute {
-namespace {
-
-// Differences between two descriptors, for the namespace-mismatch message.
-std::string describe_diff(const NamespaceDesc& a, const NamespaceDesc& b) {
-  std::vector<std::string> d;
-  auto add = [&](const char* f, const std::string& x, const std::string& y) {
-    if (x != y) d.push_back(std::string(f) + " " + x + " (store) vs " + y + " (this run)");
-  };
-  add("weights_digest", a.weights_digest, b.weights_digest);
-  add("dtype", dtype_name(a.dtype), dtype_name(b.dtype));
-  add("block_size", std::to_string(a.block_size), std::to_string(b.block_size));
-  add("num_layers", std::to_string(a.num_layers), std::to_string(b.num_layers));
-  add("num_kv_heads", std::to_string(a.num_kv_heads), std::to_string(b.num_kv_heads));
-  add("head_dim", std::to_string(a.head_dim), std::to_string(b.head_dim));
-  add("layout", std::to_string(a.layout), std::to_string(b.layout));
-  add("hash_scheme", a.hash_scheme, b.hash_scheme);
-  std::string ea = a.extra_json, eb = b.extra_json;
-  try {
-    ea = nlohmann::json::parse(a.extra_json).dump();
-    eb = nlohmann::json::parse(b.extra_json).dump();
-  } catch (const std::exception&) {
-  }
-  add("extra", ea, eb);
-  std::string s;
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "; " : "") + d[i];
-  return s;
-}
-
-}  // namespace
-
 Status make_namespace(const model::LlamaModel& m, const PrecomputeOptions& o, NamespaceDesc* out) {
   return NamespaceDesc::from_json(model::namespace_desc_json(m, fingerprint_options(o)), out);
 }
 
 namespace detail {
 
-Status setup_namespace(Store* store, const model::LlamaModel& mdl, const PrecomputeOptions& o, PrecomputeSummary* sum,
+Status setup_namespace(Store* store, const model::LlamaModel& m, const PrecomputeOptions& o, PrecomputeSummary* sum,
                        NamespaceId* ns_out, NamespaceDesc* desc_out, std::vector<float>* proj_out) {
-  const model::LlamaModel* m = &mdl;
-  Status st;
-  // Namespace: reuse an identical fingerprint; refuse a same-model store with another fingerprint
-  // unless the user names the new namespace explicitly.
+  // Namespace (store_v1.md §7.3): reuse an identical fingerprint; refuse a same-model store with
+  // another fingerprint unless the user names the new namespace explicitly.
   NamespaceDesc desc;
-  st = make_namespace(*m, o, &desc);
-  if (!st.ok()) return st;
-  const NamespaceId want = desc.id();
-  bool exists = false;
-  std::vector<std::string> clashes;
-  for (const auto& e : store->namespaces()) {
-    if (e.id() == want) {
-      exists = true;
-    } else if (e.model_id == desc.model_id) {
-      clashes.push_back("'" + e.display_name() + "': " + describe_diff(e, desc));
-    }
-  }
-  if (!exists && !clashes.empty() && o.namespace_name.empty()) {
+  UCM_RETURN_IF_ERROR(make_namespace(m, o, &desc));
+  const NamespaceMatch found = match_namespace(store->namespaces(), desc, 0, o.store);
+  if (!found.exact && !found.same_model.empty() && o.namespace_name.empty()) {
     std::string msg = "store " + o.store + " already holds model " + desc.model_id +
                       " under a different namespace fingerprint (";
-    for (size_t i = 0; i < clashes.size(); ++i) msg += (i ? "; " : "") + clashes[i];
+    for (size_t i = 0; i < found.same_model.size(); ++i) msg += (i ? "; " : "") + found.same_model[i];
     msg += "); this run's namespace would be '" + desc.display_name() +
            "'. Use another store, or pass --namespace-name NAME to add it beside the existing one";
     return Status::InvalidArgument(msg);
   }
   NamespaceId ns{};
-  st = store->register_namespace(desc, &ns);
-  if (!st.ok()) return Status(st.code(), "registering namespace " + desc.display_name() + ": " + st.message());
+  std::vector<float> proj;
+  UCM_RETURN_IF_ERROR(create_namespace(store, desc, &ns, &proj));  // with its r4_projection
   sum->namespace_id = to_hex(ns);
   sum->namespace_name = desc.display_name();
   {
     NamespaceDesc got;
     if (store->get_namespace(ns, &got).ok() && !got.name.empty()) sum->namespace_name = got.name;
-  }
-
-  // R4 projection attachment (deterministic from the seed, which is part of the fingerprint).
-  const auto& c = m->config();
-  std::vector<float> proj = make_projection(uint32_t(c.num_hidden_layers), uint32_t(c.num_key_value_heads),
-                                            uint32_t(c.head_dim), o.hash_bits, o.projection_seed);
-  {
-    std::string have;
-    Status g = store->get_attachment(ns, "r4_projection", &have);
-    if (g.ok()) {
-      if (have.size() != proj.size() * 4 || std::memcmp(have.data(), proj.data(), have.size()) != 0)
-        return Status::Corruption("namespace " + sum->namespace_name +
-                                  ": stored r4_projection differs from the one its projection_seed generates");
-    } else if (g.code() == Code::kNotFound) {
-      st = store->put_attachment(ns, "r4_projection", proj.data(), proj.size() * sizeof(float));
-      if (!st.ok()) return Status(st.code(), "storing r4_projection: " + st.message());
-    } else {
-      return g;
-    }
   }
   *ns_out = ns;
   *desc_out = desc;

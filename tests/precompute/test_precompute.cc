@@ -19,6 +19,7 @@
 #include "ucm/admin.h"
 #include "ucm/hash.h"
 #include "ucm/precompute/precompute.h"
+#include "ucm/namespace_match.h"
 #include "ucm/precompute/repr.h"
 #include "ucm/store.h"
 #include "ucm/tok/tokenizer.h"
@@ -445,13 +446,45 @@ TEST_F(PrecomputeTest, TwoForwardPassesDifferOnlyByRounding) {
   EXPECT_LE(worst, 1e-4 * scale) << "more than rounding";
 }
 
+// The r4_projection recipe (store_v1.md §7.3) with LAPACK's QR (torch::linalg_qr, double): the
+// independent reference for libucm's Householder QR.
+std::vector<float> lapack_projection(uint32_t L, uint32_t H, uint32_t D, uint32_t B, uint64_t seed) {
+  std::vector<float> P(size_t{L} * H * D * B);
+  std::mt19937_64 rng(seed);
+  const double two_pi = 6.283185307179586476925286766559, inv53 = 1.0 / 9007199254740992.0;
+  std::vector<double> normals;
+  auto gauss = [&]() {
+    if (normals.empty()) {
+      const double u1 = double((rng() >> 11) + 1) * inv53, u2 = double(rng() >> 11) * inv53;
+      const double r = std::sqrt(-2.0 * std::log(u1));
+      normals = {r * std::sin(two_pi * u2), r * std::cos(two_pi * u2)};  // popped from the back: cos first
+    }
+    const double x = normals.back();
+    normals.pop_back();
+    return x;
+  };
+  torch::NoGradGuard ng;
+  for (uint32_t lh = 0; lh < L * H; ++lh)
+    for (uint32_t c = 0; c < (B + D - 1) / D; ++c) {
+      auto G = torch::empty({D, D}, torch::kFloat64);
+      for (int64_t i = 0; i < int64_t(D) * D; ++i) G.data_ptr<double>()[i] = gauss();
+      auto [Q, R] = torch::linalg_qr(G, "reduced");
+      auto sgn = torch::sign(torch::diagonal(R));
+      Q = (Q * torch::where(sgn == 0, torch::ones_like(sgn), sgn).unsqueeze(0)).contiguous();
+      for (uint32_t j = c * D; j < std::min(B, (c + 1) * D); ++j)
+        for (uint32_t d = 0; d < D; ++d)
+          P[(size_t{lh} * D + d) * B + j] = float(Q.data_ptr<double>()[size_t{d} * D + (j - c * D)]);
+    }
+  return P;
+}
+
 TEST_F(PrecomputeTest, ProjectionIsOrthogonalAndDeterministic) {
   auto s = open_ro(root_ / "storeA");
   NamespaceId ns = ns_of(s.get());
   std::string proj;
   ASSERT_TRUE(s->get_attachment(ns, "r4_projection", &proj).ok());
   const auto& c = model_->config();
-  auto P = make_projection(uint32_t(c.num_hidden_layers), uint32_t(c.num_key_value_heads), uint32_t(c.head_dim), 128,
+  auto P = ucm::r4_projection(uint32_t(c.num_hidden_layers), uint32_t(c.num_key_value_heads), uint32_t(c.head_dim), 128,
                            PrecomputeOptions{}.projection_seed);
   ASSERT_EQ(proj.size(), P.size() * 4);
   EXPECT_EQ(std::memcmp(proj.data(), P.data(), proj.size()), 0);
@@ -465,9 +498,22 @@ TEST_F(PrecomputeTest, ProjectionIsOrthogonalAndDeterministic) {
   }
   // The two column blocks are independent (not equal).
   EXPECT_GT((t.narrow(2, 0, D) - t.narrow(2, D, D)).abs().max().item<float>(), 0.1f);
+  // libucm's QR against LAPACK's (torch::linalg_qr, the generator before ucm 0.9.0) for the
+  // same normals: equal within the 1e-6 that create_namespace accepts (store_v1.md §7.3).
+  const auto ref = lapack_projection(uint32_t(c.num_hidden_layers), uint32_t(c.num_key_value_heads),
+                                     uint32_t(c.head_dim), 128, PrecomputeOptions{}.projection_seed);
+  ASSERT_EQ(ref.size(), P.size());
+  double worst = 0;
+  size_t differ = 0;
+  for (size_t i = 0; i < P.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(P[i]) - double(ref[i])));
+    differ += P[i] != ref[i];
+  }
+  std::printf("r4_projection vs LAPACK: %zu of %zu floats differ, max |diff| %.3g\n", differ, P.size(), worst);
+  EXPECT_LE(worst, 1e-6);
   // Different seed, different matrix.
-  auto P2 = make_projection(1, 1, uint32_t(D), 64, 7);
-  auto P3 = make_projection(1, 1, uint32_t(D), 64, 8);
+  auto P2 = ucm::r4_projection(1, 1, uint32_t(D), 64, 7);
+  auto P3 = ucm::r4_projection(1, 1, uint32_t(D), 64, 8);
   EXPECT_NE(P2, P3);
 }
 
@@ -544,7 +590,7 @@ TEST_F(PrecomputeTest, NamespaceMismatchIsAClearErrorAndLosesNothing) {
   Status st = run_precompute(o, Resources{model_, tok_}, &sum);
   ASSERT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("different namespace fingerprint"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("dtype bf16 (store) vs fp16 (this run)"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("dtype bf16 (store) vs fp16 (this model)"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("--namespace-name"), std::string::npos) << st.message();
   auto s = open_ro(root_ / "storeA");
   ASSERT_EQ(s->namespaces().size(), 1u);
@@ -628,7 +674,7 @@ TEST(PrecomputeRepr, EncoderMatchesLoops) {
   std::normal_distribution<float> g;
   std::vector<float> k(L * T * H * D);
   for (auto& x : k) x = g(rng);
-  auto P = make_projection(L, H, D, B, 5);
+  auto P = ucm::r4_projection(L, H, D, B, 5);
   std::vector<const float*> kp = {k.data(), k.data() + T * H * D};
   std::string out;
   encode_block_repr(ReprSpec{L, H, D, T, B, DType::kFP32}, kp.data(), H * D, nullptr, 0, P.data(), &out);
@@ -667,7 +713,7 @@ TEST(PrecomputeRepr, PayloadEncoderMatchesTheFp32Encoder) {
     const uint32_t L = sh.L, H = sh.H, D = sh.D, T = sh.T, B = sh.B;
     std::mt19937 rng(11);
     std::normal_distribution<float> g;
-    auto P = make_projection(L, H, D, B, 7);
+    auto P = ucm::r4_projection(L, H, D, B, 7);
     const size_t n = size_t{L} * T * H * D;
     std::vector<float> k32(n);
     for (auto& x : k32) x = g(rng) * 3;

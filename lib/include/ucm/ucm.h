@@ -213,6 +213,30 @@ UCM_API int ucm_namespace_id(const char* desc_json, uint8_t* id_out);
  * option: the message names the file or key; desc_cap too small). Added in ucm 0.9.0. */
 UCM_API int ucm_model_fingerprint(const char* model_dir, const char* options_json, char* desc_json, size_t desc_cap,
                                   size_t* desc_len);
+/* The namespace of the store that a model may read and write (store_v1.md §7.3, the one rule
+ * that precompute, the reference engine and the servers apply): one whose model_id,
+ * weights_digest, dtype, layers, KV heads, head dim, layout and hash scheme equal desc_json's
+ * (a descriptor from ucm_model_fingerprint), that is no LoRA adapter's, and whose block_size
+ * divides engine_block (the server's block or page size in tokens; 0 = equal to desc_json's
+ * block_size). desc_json's own id first, else the largest block_size, ties by name. It looks at
+ * the namespaces the handle lists now (a reader: ucm_store_refresh first to see new ones), or,
+ * when name_or_id is not NULL, at that namespace only (a server told which one to use: refused
+ * when it does not suit). ns_out: [16]; *exact_out (may be NULL): 1 when ns_out is desc_json's
+ * own id. Errors: UCM_E_NOT_FOUND when none suits (ucm_last_error() names desc_json's
+ * fingerprint and, for each namespace looked at, the fields that differ) or name_or_id is no
+ * namespace, UCM_E_INVALID (NULL store, desc_json or ns_out; a descriptor that does not
+ * validate). Thread-safe. Added in ucm 0.9.0. */
+UCM_API int ucm_store_namespace_match(ucm_store_t* store, const char* desc_json, uint32_t engine_block,
+                                      const char* name_or_id, uint8_t* ns_out, int* exact_out);
+/* Writer: creates the namespace of desc_json (or finds it: same id) with what `ucm precompute`
+ * gives a namespace (store_v1.md §7.3): its r4_projection attachment when extra.hash_bits > 0,
+ * generated from extra.projection_seed (a stored one is checked, not replaced). A server that
+ * saves into a store without a namespace for its model calls it with the descriptor of
+ * ucm_model_fingerprint; no `ucm` binary is needed. ns_out: [16] (may be NULL). Errors:
+ * UCM_E_INVALID (NULL store or desc_json, a descriptor that does not validate, a read-only
+ * handle), UCM_E_CORRUPTION (a stored r4_projection that differs from the
+ * seed's), UCM_E_BUSY / UCM_E_IO from the write. Added in ucm 0.9.0. */
+UCM_API int ucm_store_namespace_create(ucm_store_t* store, const char* desc_json, uint8_t* ns_out);
 /* Writer: registers a namespace from its descriptor JSON (store_v1.md §7). ns_out: [16]. */
 UCM_API int ucm_store_namespace_register(ucm_store_t* store, const char* desc_json, uint8_t* ns_out);
 /* A namespace attachment (e.g. "r4_projection") into buf[cap], a sized output ("Sized
