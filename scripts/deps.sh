@@ -32,14 +32,19 @@ if [ ! -x .venv/bin/python ]; then
   $PY -m venv .venv
 fi
 # gguf/safetensors: the model fetch; pytest: tests/python; transformers (no torch: tokenizers
-# only): `python -m ucm.tokenize` and the tokenizer tests, the server's tokenizer; wheel: the
-# packaging test builds lib/python's wheel without network (tests/python/test_packaging.py).
-if ! .venv/bin/python -c "import gguf, numpy, safetensors, pytest, transformers, wheel" 2>/dev/null; then
-  echo "deps: pip install gguf numpy safetensors pytest transformers wheel" >&2
-  .venv/bin/python -m pip install -q --disable-pip-version-check gguf numpy safetensors pytest "transformers>=5" wheel
+# only): `python -m ucm.tokenize` and the tokenizer tests, the server's tokenizer;
+# scikit-build-core: the packaging test builds lib/python's wheel (libucm inside) without network
+# (tests/python/test_packaging.py).
+if ! .venv/bin/python -c "import gguf, numpy, safetensors, pytest, transformers, scikit_build_core" 2>/dev/null; then
+  echo "deps: pip install gguf numpy safetensors pytest transformers scikit-build-core" >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check gguf numpy safetensors pytest "transformers>=5" \
+    "scikit-build-core>=0.10"
 fi
-# The ucm Python package (lib/python), editable: it loads build/lib/libucm.so of this checkout.
-if ! .venv/bin/python -c "import ucm, sys; sys.exit(0 if ucm.__file__.startswith('$PWD/lib/python') else 1)" 2>/dev/null; then
-  echo "deps: pip install -e lib/python" >&2
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e lib/python
+# The ucm Python package of this checkout, as source (a .pth file, not `pip install -e`, which
+# would build a second libucm): it loads build/lib/libucm.so of this checkout (ucm/_lib.py).
+site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+if [ "$(cat "$site/ucm-checkout.pth" 2>/dev/null)" != "$PWD/lib/python" ]; then
+  echo "deps: $site/ucm-checkout.pth -> $PWD/lib/python" >&2
+  .venv/bin/python -m pip uninstall -q -y ucm 2>/dev/null || true   # an earlier `pip install -e`
+  echo "$PWD/lib/python" > "$site/ucm-checkout.pth"
 fi

@@ -2,7 +2,8 @@
 the Python package (ucm.model: the vLLM connector, the SGLang backend, the golden-model scripts)
 and `ucm precompute` (the model runner) must get the same fingerprint for the same directory, and
 that fingerprint must be the one store_v1.md §7 specifies (computed here from the spec, with
-hashlib, independently of ucm)."""
+hashlib, independently of ucm). Servers find, or create, the namespace precompute registers by
+the one rule of store_v1.md §7.3 (ucm_store_namespace_match / _create)."""
 import hashlib
 import json
 import os
@@ -52,7 +53,7 @@ def test_the_fingerprint_is_the_one_the_spec_defines(model_dir):
     assert (o["dtype"], o["block_size"], o["extra"]["dense_layers"], o["name"]) == ("fp32", 128, [1, 3], "x")
 
 
-def test_precompute_registers_the_same_namespace(tmp_path, ucm_bin, model_dir):
+def test_precompute_and_servers_use_the_same_namespace(tmp_path, ucm_bin, model_dir):
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(json.dumps({"id": "d", "text": "The fingerprint of a model has one owner. " * 8}) + "\n")
     store = tmp_path / "store"
@@ -66,6 +67,20 @@ def test_precompute_registers_the_same_namespace(tmp_path, ucm_bin, model_dir):
     for k in ("model_id", "weights_digest", "dtype", "block_size", "num_layers", "num_kv_heads", "head_dim"):
         assert registered[k] == mine[k], k
     assert ucm.namespace_id(mine).hex() == registered["id"]
+    # The one rule (store_v1.md §7.3): what a server (vLLM block 16, SGLang page 64) finds is the
+    # namespace precompute registered; a server creating it in an empty store makes the same one,
+    # with the same r4_projection, in-process (no `ucm` binary).
+    with ucm.Store(str(store)) as s:
+        for engine_block in (16, 64):
+            assert s.match_namespace(mine, engine_block).id.hex() == registered["id"]
+        proj = s.attachment(registered["id"], "r4_projection")
+        with pytest.raises(ucm.NotFound, match="dtype bf16 \\(store\\) vs fp16"):
+            s.match_namespace(M.descriptor(str(model_dir), dtype="fp16"), 16)
+    with ucm.Store(str(tmp_path / "fresh"), "c") as f:
+        made = f.create_namespace(mine)
+        assert made.id.hex() == registered["id"]
+        assert f.attachment(made, "r4_projection") == proj
+        assert f.create_namespace(mine).id == made.id  # idempotent
 
 
 def test_any_decoder_family_and_clear_errors(tmp_path, model_dir):

@@ -66,6 +66,7 @@ def host_page(buf, layout, first):
 def store(ucm_bin, model_dir, tmp_path_factory):
     if not DOCS.is_dir():
         pytest.skip(f"no corpus at {DOCS}")
+    _MODEL["dir"] = str(model_dir)
     s = tmp_path_factory.mktemp("sgl") / "store"
     out = subprocess.run([ucm_bin, "precompute", "--model", str(model_dir), "--corpus", str(DOCS), "--corpus-suffix",
                           ".rst.txt", "--store", str(s), "--template", "configs/template_chat.txt", "--limit", "2",
@@ -87,9 +88,12 @@ def store(ucm_bin, model_dir, tmp_path_factory):
     return str(s), ns, [int(t) for t in ids]
 
 
-def backend(path, rank=0, size=1):
-    return UcmHiCacheStorage(SimpleNamespace(extra_config={"store": path}, is_mla_model=False, tp_rank=rank,
-                                             tp_size=size, model_name="SmolLM2-135M-Instruct"), {})
+_MODEL = {}  # the model directory of the store fixture: SGLang's model_name (its --model-path)
+
+
+def backend(path, rank=0, size=1, **extra):
+    return UcmHiCacheStorage(SimpleNamespace(extra_config={"store": path, **extra}, is_mla_model=False, tp_rank=rank,
+                                             tp_size=size, model_name=_MODEL["dir"]), {})
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -149,6 +153,31 @@ def test_a_pool_that_does_not_fit_makes_every_call_a_miss(store, caplog):
     keys = ucm.sglang.page_hashes(ids, P)[:2]
     assert be.batch_exists(keys) == 0 and be.batch_get_v1(keys, np.arange(2 * P)) == [False, False]
     be.close()
+
+
+def test_the_namespace_is_the_models_by_the_one_rule(store, tmp_path, caplog):
+    """store_v1.md §7.3: the pool's dtype and page size with the model's fingerprint pick the
+    namespace; a reader with none that suits misses, naming both fingerprints; a writer on an empty
+    store creates the namespace precompute registers (same id, same r4_projection)."""
+    path, ns, ids = store
+    be = backend(path, write=False)
+    hp, _ = pool(ns, "page_first", ns.num_kv_heads)
+    hp.dtype = "torch.float16"
+    with caplog.at_level("ERROR", logger="ucm.sglang"):
+        be.register_mem_pool_host(hp)
+    assert "dtype bf16 (store) vs fp16" in caplog.text and "weights_digest" in caplog.text
+    assert be.batch_exists(ucm.sglang.page_hashes(ids, P)[:1]) == 0
+    be.close()
+    fresh = backend(str(tmp_path / "fresh"))
+    hp, _ = pool(ns, "page_first", ns.num_kv_heads)
+    fresh.register_mem_pool_host(hp)
+    assert fresh.ns.id == ns.id
+    with ucm.Store(path) as s:
+        assert fresh.store.attachment(fresh.ns, "r4_projection") == s.attachment(ns, "r4_projection")
+    fresh.close()
+    with pytest.raises(ValueError, match="model_dir"):
+        UcmHiCacheStorage(SimpleNamespace(extra_config={"store": path}, is_mla_model=False, tp_rank=0, tp_size=1,
+                                          model_name="no-such/model"), {})
 
 
 def test_refusals_at_construction(store):

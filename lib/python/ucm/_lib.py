@@ -128,6 +128,8 @@ SIGNATURES = {
     "ucm_namespace_id": (_I, [C.c_char_p, u8p]),
     "ucm_model_fingerprint": (_I, [C.c_char_p, C.c_char_p, C.c_char_p, C.c_size_t, szp]),
     "ucm_store_namespace_register": (_I, [C.c_void_p, C.c_char_p, u8p]),
+    "ucm_store_namespace_match": (_I, [C.c_void_p, C.c_char_p, C.c_uint32, C.c_char_p, u8p, C.POINTER(C.c_int)]),
+    "ucm_store_namespace_create": (_I, [C.c_void_p, C.c_char_p, u8p]),
     "ucm_store_attachment_get": (_I, [C.c_void_p, u8p, C.c_char_p, C.c_void_p, C.c_size_t, szp]),
     "ucm_store_document_get": (_I, [C.c_void_p, u8p, C.c_char_p, C.c_char_p, C.c_size_t, u64p, u64p]),
     "ucm_hash_blocks": (_I, [u8p, u8p, u32p, C.c_size_t, C.c_uint32, u8p, C.c_size_t, szp]),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes as C
 import json
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from . import _lib as L
 from . import errors
@@ -52,3 +52,24 @@ def model_id(model_dir: str) -> str:
 def weights_digest(model_dir: str) -> str:
     """MD5 hex of the weights."""
     return fingerprint(model_dir)["weights_digest"]
+
+
+def model_dir_of(model_dir: Optional[str], name: Optional[str] = None) -> str:
+    """The local directory of a model (config.json and safetensors): ``model_dir`` when given,
+    else ``name`` when it is a directory (a server's --model-path), else ``name``'s snapshot in
+    the Hugging Face cache (a hub id such as "HuggingFaceTB/SmolLM2-135M-Instruct"; huggingface_hub,
+    local files only: nothing is downloaded). Raises ValueError saying what to set."""
+    if model_dir:
+        if not os.path.isdir(model_dir):
+            raise ValueError(f"model_dir {model_dir!r} is not a directory")
+        return model_dir
+    if name and os.path.isdir(name):
+        return name
+    if name:
+        try:
+            from huggingface_hub import snapshot_download
+            return snapshot_download(str(name), local_files_only=True)
+        except Exception:  # not installed, not a hub id, not in the cache
+            pass
+    raise ValueError(f"no model directory for model {name!r}: ucm computes the namespace's fingerprint from the "
+                     'model\'s files; set "model_dir" in the extra config')

@@ -16,11 +16,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _lib as L
-from . import errors
+from . import dtypes, errors
 from ._buffers import address, hashes_array, id16, u8ptr
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-DTYPE_CODE = {"bf16": L.DTYPE_BF16, "fp16": L.DTYPE_F16, "fp32": L.DTYPE_F32}
+DTYPE_BYTES = dtypes.BYTES
+DTYPE_CODE = dtypes.CODE
 _MODES = {"r": L.OPEN_READ_ONLY, "read_only": L.OPEN_READ_ONLY, "w": L.OPEN_READ_WRITE,
           "read_write": L.OPEN_READ_WRITE, "c": L.OPEN_CREATE, "create": L.OPEN_CREATE}
 
@@ -336,6 +336,31 @@ class Store:
         ns = np.zeros(16, dtype=np.uint8)
         L.check(L.lib().ucm_store_namespace_register(self._handle(), text.encode(), u8ptr(ns)),
                 "registering namespace")
+        return self.namespace(ns.tobytes())
+
+    def match_namespace(self, desc: Union[str, Dict[str, Any]], engine_block: int = 0,
+                        name: Optional[str] = None) -> Namespace:
+        """The namespace a model may read and write (store_v1.md §7.3, ucm_store_namespace_match):
+        desc is the model's descriptor (ucm.model.descriptor); engine_block the server's block or
+        page size in tokens, which the namespace's block_size must divide (0: equal to desc's);
+        name: that namespace only (name or 32-hex id), refused when it does not suit. Looks at what
+        the handle lists now (refresh() first for news). Raises ucm.NotFound naming desc's
+        fingerprint and each namespace's differing fields."""
+        text = desc if isinstance(desc, str) else json.dumps(desc)
+        ns = np.zeros(16, dtype=np.uint8)
+        L.check(L.lib().ucm_store_namespace_match(self._handle(), text.encode(), int(engine_block),
+                                                  name.encode() if name else None, u8ptr(ns), None),
+                "namespace of this model")
+        return self.namespace(ns.tobytes())
+
+    def create_namespace(self, desc: Union[str, Dict[str, Any]]) -> Namespace:
+        """Writers: the namespace of desc created as `ucm precompute` creates it, with its
+        r4_projection (store_v1.md §7.3, ucm_store_namespace_create); the existing one when its id
+        is there already. Raises ucm.InvalidArgument (read-only handle, bad descriptor),
+        ucm.Corruption (a stored projection of another seed)."""
+        text = desc if isinstance(desc, str) else json.dumps(desc)
+        ns = np.zeros(16, dtype=np.uint8)
+        L.check(L.lib().ucm_store_namespace_create(self._handle(), text.encode(), u8ptr(ns)), "creating namespace")
         return self.namespace(ns.tobytes())
 
     def attachment(self, ns: Any, name: str) -> bytes:

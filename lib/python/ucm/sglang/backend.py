@@ -26,9 +26,12 @@ Refused at construction, with a message: MLA models, no `store` in the extra con
 that neither divides nor is a multiple of the namespace's KV heads; hybrid models (host pools
 besides "kv": Mamba, SWA, ...) when SGLang attaches them (on_host_pools_registered).
 
-extra_config keys: "store" (path; or $UCM_STORE), "namespace" (name or 32-hex id; default: the
-store's namespace whose model matches, or its only one), "io_threads" (default 8), "write" (default
-true; false: read only), "shard" (the writer shard's name; default sglang-<host>-tp<rank>).
+extra_config keys: "store" (path; or $UCM_STORE), "model_dir" (the model's directory, whose
+fingerprint picks the namespace; default: SGLang's model_name when it is a directory or a hub id in
+the Hugging Face cache), "namespace" (name or 32-hex id; default: the one that suits the model,
+the pool's dtype and page size by the rule of store_v1.md §7.3, created by a writer when none
+does), "io_threads" (default 8), "write" (default true; false: read only), "shard" (the writer
+shard's name; default sglang-<host>-tp<rank>).
 """
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .. import errors
+from .. import dtypes, errors
+from ..model import descriptor, model_dir_of
 from ..store import Namespace, Store, hash_root, namespace_id
 from .host_layout import LAYOUTS, head_range, page_pointers, page_view
 from .pages import PageTable, keys_array
@@ -53,7 +57,6 @@ except Exception:  # pragma: no cover - depends on the environment
     _Base = object
 
 log = logging.getLogger("ucm.sglang")
-_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 class UcmHiCacheStorage(_Base):
@@ -73,8 +76,11 @@ class UcmHiCacheStorage(_Base):
         self.shard: Optional[str] = None
         self.store = self._open(path, int(extra.get("io_threads", 8)), bool(extra.get("write", True)),
                                 extra.get("shard"))
-        self.ns = self._pick_namespace(extra.get("namespace"), getattr(storage_config, "model_name", None))
-        self.heads = head_range(self.tp_rank, self.tp_size, self.ns.num_kv_heads)  # ValueError: refused
+        self._named = extra.get("namespace")
+        self._model_dir = model_dir_of(extra.get("model_dir"), getattr(storage_config, "model_name", None))
+        self._want = descriptor(self._model_dir)  # the model's fingerprint; the pool's dtype when it registers
+        self.ns: Optional[Namespace] = None       # by the rule of store_v1.md §7.3 when the pool registers
+        self.heads = head_range(self.tp_rank, self.tp_size, int(self._want["num_kv_heads"]))  # ValueError: refused
         self.table: Optional[PageTable] = None
         self.mem_pool_host = None
         self._geom: Optional[Tuple[str, int]] = None   # (layout, page_size) of the registered pool
@@ -87,13 +93,14 @@ class UcmHiCacheStorage(_Base):
         self._lock = threading.Lock()
         self.stats = {"exists_keys": 0, "exists_hits": 0, "get_pages": 0, "get_ok": 0, "set_pages": 0,
                       "set_written": 0, "errors": 0}
-        log.info("ucm.sglang: store %s%s, namespace %s, TP rank %d/%d: KV heads [%d, %d)", path,
-                 f" (writer shard {self.shard})" if self.shard else " (read only)", self.ns.name, self.tp_rank,
+        log.info("ucm.sglang: store %s%s, model %s, TP rank %d/%d: KV heads [%d, %d)", path,
+                 f" (writer shard {self.shard})" if self.shard else " (read only)", self._want["model_id"], self.tp_rank,
                  self.tp_size, self.heads[0], self.heads[1])
 
     # -- setup
     def _open(self, path: str, io_threads: int, write: bool, shard: Optional[str]) -> Store:
-        """A writer shard of its own when writing (store_v1.md §11), else read-only."""
+        """A writer shard of its own when writing (store_v1.md §11; a missing store is created
+        sharded), else read-only."""
         if write:
             host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip(".") or "host"
             base = (shard or os.environ.get("UCM_SHARD") or f"sglang-{host}-tp{self.tp_rank}")[:60]
@@ -101,7 +108,7 @@ class UcmHiCacheStorage(_Base):
             for i in range(1, 9):
                 name = base if i == 1 else f"{base}-{i}"
                 try:
-                    st = Store(path, "w", io_threads=io_threads, shard=name)
+                    st = Store(path, "c", io_threads=io_threads, shard=name)  # a missing store: created sharded
                     self.shard = name
                     return st
                 except errors.Busy as e:
@@ -111,23 +118,20 @@ class UcmHiCacheStorage(_Base):
                         last, path)
         return Store(path, "r", io_threads=io_threads, refresh_interval_ms=200)
 
-    def _pick_namespace(self, want: Optional[str], model_name: Optional[str]):
-        if want:
-            return self.store.namespace(want)
-        all_ns = [d for d in self.store.namespaces() if d.get("hash_scheme", "md5-chain-v1") == "md5-chain-v1"]
-        if model_name:
-            base = os.path.basename(str(model_name).rstrip("/"))
-            match = [d for d in all_ns if d.get("model_id") in (model_name, base)]
-            if len(match) == 1:
-                return self.store.namespace(match[0]["id"])
-        if len(all_ns) == 1:
-            return self.store.namespace(all_ns[0]["id"])
-        if not all_ns:
-            raise ValueError(f"ucm.sglang: {self.store.path} holds no namespace to serve: precompute the model "
-                             "into it first (`ucm precompute --sglang-page-size P`), whose namespace describes "
-                             "the KV this backend reads and writes")
-        raise ValueError(f"ucm.sglang: {len(all_ns)} namespaces in {self.store.path}: name one with "
-                         f'"namespace" in the extra config (`ucm inspect STORE` lists them)')
+    def _pick_namespace(self, dtype: str, page_size: int) -> Namespace:
+        """The namespace of this model in the pool's dtype whose block size divides the page size,
+        by the one rule (store_v1.md §7.3, ucm_store_namespace_match; "namespace" in the extra
+        config: that one, checked by the rule); a writer creates it when none suits
+        (ucm_store_namespace_create). ucm.NotFound names both fingerprints."""
+        want = {**self._want, "dtype": dtype}
+        try:
+            return self.store.match_namespace(want, page_size, self._named)
+        except errors.NotFound:
+            if self._named or self.shard is None:
+                raise
+        ns = self.store.create_namespace(want)
+        log.info("ucm.sglang: created namespace %s in %s", ns.name, self.store.path)
+        return ns
 
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
         self.mem_pool_host = mem_pool_host
@@ -153,19 +157,17 @@ class UcmHiCacheStorage(_Base):
 
     def _check_pool(self, pool: Any) -> None:
         layout, P = str(pool.layout), int(pool.page_size)
-        ns = self.ns
         if layout not in LAYOUTS:
             raise ValueError(f"host pool layout {layout!r}: ucm reads {', '.join(LAYOUTS)}")
+        dt = dtypes.from_torch(getattr(pool, "dtype", None) or dtypes.torch_name(self._want["dtype"]))
+        if dt is None:
+            raise ValueError(f"host pool dtype {pool.dtype}: ucm stores {', '.join(dtypes.TABLE)}")
+        self.ns = ns = self._pick_namespace(dt, P)
         want = {"layer_num": ns.num_layers, "head_num": self.heads[1] - self.heads[0], "head_dim": ns.head_dim}
         for attr, v in want.items():
             got = getattr(pool, attr, None)
             if got is not None and int(got) != v:
                 raise ValueError(f"host pool {attr} {got}, namespace {ns.name} (TP rank {self.tp_rank}) needs {v}")
-        dt = str(getattr(pool, "dtype", None) or "").replace("torch.", "")
-        if dt and dt != _DTYPES.get(ns.dtype, ns.dtype):
-            raise ValueError(f"host pool dtype {dt}, namespace {ns.name} holds {ns.dtype}")
-        if P % ns.block_size:
-            raise ValueError(f"page size {P} is not a multiple of the store's block size {ns.block_size}")
         try:
             self.table = PageTable(self.store, ns, P)
             log.info("ucm.sglang: %s pool, page size %d: %d pages of %d blocks listed", layout, P,

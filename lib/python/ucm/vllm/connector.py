@@ -5,13 +5,12 @@ kv_connector_module_path="ucm.vllm.connector", kv_role="kv_both", kv_connector_e
 kv_load_failure_policy="recompute")``; the extra config keys:
 
   store       the store directory (required)
-  namespace   name or id; default: the namespace whose fingerprint matches the engine (model id,
-              weights digest, dtype, layers, KV heads, head dim, a block size dividing vLLM's)
+  namespace   name or id; default: the namespace that suits the engine by store_v1.md §7.3 (model id,
+              weights digest, dtype, layers, KV heads, head dim, a block size dividing vLLM's); a
+              saving server creates it in a store without one
   io_threads  block I/O threads of the store handle (default 8)
   save        write the full blocks of new prompts (default: kv_role is kv_both or kv_producer)
   load        serve prompts from the store (default true)
-  ucm_bin     the `ucm` binary, used once to create the namespace when `save` finds none (default
-              $UCM_BIN, then `ucm` on PATH)
 
 Scheduler side (the engine process): the prompt's ids are hashed with the namespace's hash seed
 (ucm.hash_blocks, the same code as `ucm precompute`), looked up in the store's in-memory index (no
@@ -35,13 +34,10 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import socket
-import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -52,11 +48,12 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStat
 from vllm.distributed.kv_events import BlockStored, KVConnectorKVEvents
 
 import ucm
-from ucm.model import fingerprint
+from ucm import dtypes
+from ucm.model import descriptor, model_dir_of
 
 from . import events
 from .planner import LoadSpec, Planner, SaveSpec, bypass_reason, head_range
-from .lora import adapter_desc, adapter_digest, adapter_of, is_adapter_namespace
+from .lora import adapter_desc, adapter_digest, adapter_of
 from .validity import BlockValidity, StepReq
 from .save_queue import SaveQueue
 
@@ -68,8 +65,6 @@ if not log.handlers:  # vLLM configures only its own loggers: the connector's li
     log.setLevel(logging.INFO)
     log.propagate = False
 
-_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-_TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 @dataclass
@@ -132,7 +127,7 @@ class UcmConnector(KVConnectorBase_V1):
         mc = vllm_config.model_config
         pc = vllm_config.parallel_config
         self.engine_block = int(vllm_config.cache_config.block_size)
-        self.dtype = _DTYPES.get(mc.dtype)
+        self.dtype = dtypes.from_torch(mc.dtype)
         if self.dtype is None:
             raise ValueError(f"UcmConnector: model dtype {mc.dtype} has no ucm namespace dtype (bf16, fp16, fp32)")
         self.num_layers = mc.get_num_layers(pc)
@@ -140,11 +135,11 @@ class UcmConnector(KVConnectorBase_V1):
         self.head_dim = mc.get_head_size()
         self.tp_size = pc.tensor_parallel_size
         self.dp_rank = int(getattr(pc, "data_parallel_rank", 0) or 0)
-        self.model_dir = mc.model
+        self.model_dir = model_dir_of(get("model_dir", None), mc.model)
         self._refuse_unsupported(vllm_config, kv_cache_config)
         self.shard = None
         self.store = self._open_store(role, int(get("io_threads", 8)), get("shard", None))
-        self.ns = self._resolve_namespace(get("namespace", None), get("ucm_bin", None))
+        self.ns = self._resolve_namespace(get("namespace", None))
         self.T = self.ns.block_size
         self._adapters: Dict[tuple, dict] = {}        # (lora_name, lora_path) -> desc, id (lora.py)
         # KV events: only when vLLM publishes them (else nothing is collected)
@@ -250,23 +245,22 @@ class UcmConnector(KVConnectorBase_V1):
             return False
 
     # ------------------------------------------------------------------ startup checks
-    def _engine_fingerprint(self) -> dict:
-        fp = fingerprint(self.model_dir)
-        return {**fp, "dtype": self.dtype, "num_layers": self.num_layers, "num_kv_heads": self.total_kv_heads,
-                "head_dim": self.head_dim}
+    def _engine_desc(self) -> dict:
+        """The namespace descriptor of this engine's model in its KV dtype, from libucm (the one
+        owner: ucm_model_fingerprint); refused when vLLM's geometry is not config.json's."""
+        d = descriptor(self.model_dir, dtype=self.dtype)
+        eng = {"num_layers": self.num_layers, "num_kv_heads": self.total_kv_heads, "head_dim": self.head_dim}
+        bad = [f"{k} {d[k]} (config.json) vs {v} (vLLM)" for k, v in eng.items() if int(d[k]) != int(v)]
+        if bad:
+            raise ValueError(f"UcmConnector: {self.model_dir}: " + "; ".join(bad))
+        return d
 
-    def _mismatch(self, desc: dict, eng: dict) -> List[str]:
-        bad = [f"{k} {desc.get(k)!r} vs the engine's {eng[k]!r}" for k in
-               ("model_id", "weights_digest", "dtype", "num_layers", "num_kv_heads", "head_dim") if desc.get(k) != eng[k]]
-        bs = int(desc.get("block_size", 0))
-        if bs <= 0 or self.engine_block % bs != 0:
-            bad.append(f"block_size {bs} does not divide the engine's block size {self.engine_block}")
-        return bad
-
-    def _resolve_namespace(self, name: Optional[str], ucm_bin: Optional[str]) -> "ucm.Namespace":
-        """The store namespace this engine reads and writes; refuses, at startup, a store whose
-        namespaces were made by another model, dtype or geometry (naming both fingerprints)."""
-        eng = self._engine_fingerprint()
+    def _resolve_namespace(self, name: Optional[str]) -> "ucm.Namespace":
+        """The store namespace this engine reads and writes, by the rule of store_v1.md §7.3
+        (libucm's ucm_store_namespace_match: model, weights digest, dtype, geometry, a block size
+        dividing vLLM's); a saving worker creates it when none suits (ucm_store_namespace_create,
+        as `ucm precompute` would). Refuses at startup, naming both fingerprints."""
+        want = self._engine_desc()
         if self.store is None:  # a reader of a store that does not exist yet
             if not self.do_save:
                 raise ValueError(f"UcmConnector: store {self.store_path} does not exist")
@@ -275,62 +269,23 @@ class UcmConnector(KVConnectorBase_V1):
                 if os.path.exists(os.path.join(self.store_path, "UCMSTORE")):
                     break
             self.store = ucm.Store(self.store_path, mode="r", refresh_interval_ms=200)
-        if name:
-            ns = self.store.namespace(name)
-            bad = self._mismatch(ns.desc, eng)
-            if bad:
-                raise ValueError(f"UcmConnector: namespace {ns.name} of {self.store_path} does not match this engine: "
-                                 + "; ".join(bad) + f". Engine fingerprint: {eng}")
-            return ns
         # Who saves without being the writer (the scheduler, TP ranks > 0) waits for the writer.
-        waits = 1200 if self.do_save and self.shard is None else 1
+        waits = 1 if name or not self.do_save or self.shard is not None else 1200
         for attempt in range(waits):
-            listed = self.store.namespaces()
-            for d in listed:
-                if not is_adapter_namespace(d) and not self._mismatch(d, eng):
-                    return self.store.namespace(d["id"])
-            if attempt == 0 and self.shard is not None:
-                return self._create_namespace(ucm_bin, eng)
-            if waits > 1:  # the worker is creating it
-                time.sleep(0.25)
+            try:
+                return self.store.match_namespace(want, self.engine_block, name)
+            except ucm.NotFound as e:
+                if name:
+                    raise ValueError(f"UcmConnector: {e}") from None
+                if self.shard is not None:  # the writer: create it
+                    log.info("UcmConnector: %s; creating it", e)
+                    return self.store.create_namespace(want)
+                if attempt + 1 == waits:
+                    raise ValueError(f"UcmConnector: {e}. Precompute this model into it (`ucm precompute "
+                                     "--dtype ...`), or use another store") from None
+                time.sleep(0.25)  # the worker is creating it
                 self.store.refresh()
-        found = "; ".join(f"{d.get('name')}: model_id {d.get('model_id')!r}, weights_digest "
-                          f"{d.get('weights_digest')!r}, dtype {d.get('dtype')}, block_size {d.get('block_size')}, "
-                          f"layers {d.get('num_layers')}, kv heads {d.get('num_kv_heads')}, head_dim {d.get('head_dim')}"
-                          for d in listed) or "none"
-        raise ValueError(f"UcmConnector: store {self.store_path} has no namespace for this engine. Engine fingerprint: "
-                         f"model_id {eng['model_id']!r}, weights_digest {eng['weights_digest']!r}, dtype "
-                         f"{eng['dtype']}, layers {eng['num_layers']}, kv heads {eng['num_kv_heads']}, head_dim "
-                         f"{eng['head_dim']}, block size dividing {self.engine_block}. Store namespaces: {found}. "
-                         "Precompute this model into it (`ucm precompute --dtype ...`), or use another store")
-
-    def _create_namespace(self, ucm_bin: Optional[str], eng: dict) -> "ucm.Namespace":
-        """The namespace `ucm precompute` would register (same fingerprint, r4_projection), made by
-        running it on an empty corpus, so online and offline blocks share one namespace."""
-        ucm_bin = ucm_bin or os.environ.get("UCM_BIN") or shutil.which("ucm")
-        if not ucm_bin:
-            raise ValueError(f"UcmConnector: store {self.store_path} has no namespace for this engine and no `ucm` "
-                             "binary was found to create it (set ucm_bin or $UCM_BIN)")
-        def precompute(shard: str):
-            with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as empty:
-                return subprocess.run([ucm_bin, "precompute", "--model", self.model_dir, "--corpus", empty.name,
-                                       "--store", self.store_path, "--dtype", self.dtype, "--json"],
-                                      capture_output=True, text=True, env={**os.environ, "UCM_SHARD": shard})
-        # A sharded store: precompute registers the namespace in a shard of its own while this
-        # handle keeps its shard (closing it first would let another server take the name). A
-        # single-writer store (precompute gets BUSY: this handle is its writer): close, run, reopen.
-        p = precompute(f"{self.shard}-ns"[:64])
-        if p.returncode == 4:
-            self.store.close()
-            p = precompute(self.shard)
-        if p.returncode != 0:
-            raise ValueError(f"UcmConnector: creating the namespace with {ucm_bin} precompute failed: {p.stderr[-2000:]}")
-        import json
-        name = json.loads(p.stdout)["namespace"]
-        if not self.store.closed:
-            self.store.close()   # reopened below so that it lists the new shard and namespace
-        self.store = self._open_store(KVConnectorRole.WORKER, self._io_threads, self.shard)
-        return self.store.namespace(name)
+        raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ scheduler side
     def _adapter(self, key: tuple) -> dict:
@@ -430,7 +385,7 @@ class UcmConnector(KVConnectorBase_V1):
             l = _layer_index(name)
             self._kv[l] = kv
             if self._gpu is not None:
-                self._gpu[l] = gpu_layout.describe(kv, self.engine_block, self.head_dim, _TORCH[self.ns.dtype],
+                self._gpu[l] = gpu_layout.describe(kv, self.engine_block, self.head_dim, dtypes.to_torch(self.ns.dtype),
                                                    name=name)
                 continue
             if kv.device.type != "cpu":
@@ -449,7 +404,7 @@ class UcmConnector(KVConnectorBase_V1):
         if sorted(self._kv) != list(range(self.num_layers)):
             raise ValueError(f"UcmConnector: KV caches for layers {sorted(self._kv)}, expected 0..{self.num_layers - 1}")
         first = self._kv[0]
-        if first.dtype != _TORCH[self.ns.dtype]:
+        if first.dtype != dtypes.to_torch(self.ns.dtype):
             raise ValueError(f"UcmConnector: the engine's KV cache is {first.dtype}, namespace {self.ns.name} holds "
                              f"{self.ns.dtype}")
         tp_rank = 0
@@ -558,7 +513,7 @@ class UcmConnector(KVConnectorBase_V1):
             bad = [good] if good < n else []
             n_tok = 0
         else:
-            staging = torch.empty(shape, dtype=_TORCH[ns.dtype])
+            staging = torch.empty(shape, dtype=dtypes.to_torch(ns.dtype))
             status = self.store.load(ns, ld.hashes[first:], staging,
                                      heads=(h0, h1) if (h0, h1) != (0, self.total_kv_heads) else None)
             bad = np.flatnonzero(status != 0)
@@ -718,7 +673,7 @@ class UcmConnector(KVConnectorBase_V1):
         e0, e1 = tok0 // eb, (tok1 + eb - 1) // eb
         try:
             blocks = torch.tensor(sv.block_ids[e0:e1], dtype=torch.int64)
-            local = torch.empty((n, L, 2, T, h1 - h0, D), dtype=_TORCH[self.ns.dtype])
+            local = torch.empty((n, L, 2, T, h1 - h0, D), dtype=dtypes.to_torch(self.ns.dtype))
             off = tok0 - e0 * eb
             if self._gpu is not None:  # gathered through the K/V views on the device, one copy per layer
                 from . import gpu_layout

@@ -58,7 +58,3 @@ def adapter_desc(base: Dict[str, Any], name: str, digest: str) -> Dict[str, Any]
     d["extra"] = {"lora": {"name": name, "digest": digest}}
     d["name"] = f"{base.get('name', base.get('model_id', 'ns'))}/lora-{name}"[:200]
     return d
-
-
-def is_adapter_namespace(desc: Dict[str, Any]) -> bool:
-    return isinstance(desc.get("extra"), dict) and "lora" in desc["extra"]

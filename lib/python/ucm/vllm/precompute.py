@@ -38,6 +38,7 @@ def main(argv: List[str] = None) -> int:
     from vllm.inputs import TokensPrompt
 
     import ucm
+    from ucm import dtypes
     from ucm.tokenize import read_corpus, read_template
 
     t0 = time.time()
@@ -49,16 +50,13 @@ def main(argv: List[str] = None) -> int:
                   kv_load_failure_policy="recompute"))
     tok = llm.get_tokenizer()
     pre, suf = read_template(a.template)
-    from ucm.model import fingerprint
+    from ucm.model import descriptor
     store = ucm.Store(a.store)
-    fp = fingerprint(a.model)
-    dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[a.dtype]
-    ns = None
-    for d in store.namespaces():  # the connector made or found it: the one of this model and dtype
-        if (d["model_id"], d["weights_digest"], d["dtype"]) == (fp["model_id"], fp["weights_digest"], dtype):
-            ns = store.namespace(d["id"])
-    if ns is None:
-        print("ucm.vllm.precompute: the connector registered no namespace", file=sys.stderr)
+    engine_block = int(llm.llm_engine.vllm_config.cache_config.block_size)
+    try:  # the namespace the connector made or found (the rule of store_v1.md §7.3)
+        ns = store.match_namespace(descriptor(a.model, dtype=dtypes.from_torch(a.dtype)), engine_block)
+    except ucm.NotFound as e:
+        print(f"ucm.vllm.precompute: the connector registered no namespace: {e}", file=sys.stderr)
         return 1
     done = skipped = tokens = 0
     sp = SamplingParams(temperature=0.0, max_tokens=1)
