@@ -10,6 +10,7 @@
 #include <random>
 
 #include "store_blocks.h"
+#include "temp_dir.h"
 #include "ucm/format/format.h"
 #include "ucm/hash.h"
 #include "ucm/sglang_keys.h"
@@ -22,10 +23,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string tmpdir(const std::string& tag) {
-  std::string p = (fs::temp_directory_path() / ("ucm_sglpages_" + tag + "_" + std::to_string(::getpid()))).string();
+std::string tmpdir(const std::string& tag) { return test::tmpdir("ucm_sglpages_", tag); }
+
+// Closes a page table and its store (C ABI), then removes the store at p.
+void close_and_remove(ucm_sglang_pages_t* pages, ucm_store_t* st, const std::string& p) {
+  ucm_sglang_pages_close(pages);
+  ucm_store_close(st);
   fs::remove_all(p);
-  return p;
 }
 
 BlockHash bh(uint8_t v) {
@@ -180,9 +184,7 @@ TEST(SglangPages, BuiltFromDocumentsAndLookedUpThroughTheCAbi) {
   EXPECT_EQ(present, (std::vector<uint8_t>{1, 1, 1, 1, 0, 0}));
   for (size_t i = 0; i < 8; ++i) EXPECT_EQ(std::memcmp(blocks.data() + i * 16, a[i].data(), 16), 0) << i;
   EXPECT_EQ(blocks[4 * 32], 0xee);  // a page not listed: untouched
-  ucm_sglang_pages_close(pages);
-  ucm_store_close(st);
-  fs::remove_all(p);
+  close_and_remove(pages, st, p);
 }
 
 TEST(SglangPages, APageIsPresentOnlyWhenAllItsBlocksAre) {
@@ -219,9 +221,7 @@ TEST(SglangPages, APageIsPresentOnlyWhenAllItsBlocksAre) {
   EXPECT_EQ(present[0], 1);
   EXPECT_EQ(present[1], 0);
   EXPECT_EQ(prefix, 1u);
-  ucm_sglang_pages_close(pages);
-  ucm_store_close(st);
-  fs::remove_all(p);
+  close_and_remove(pages, st, p);
 }
 
 // Strided paged loads: every (layer, K/V) page of a block lands in a host buffer laid out as

@@ -20,21 +20,26 @@
 #include "ucm/store.h"
 #include "ucm/ucm.h"
 #include "store_blocks.h"
+#include "temp_dir.h"
 
 using namespace ucm;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  explicit TempDir(const std::string& tag) {
-    path = (fs::temp_directory_path() / ("ucm_shard_" + tag + "_" + std::to_string(::getpid()))).string();
-    fs::remove_all(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string sub(const std::string& n) const { return path + "/" + n; }
+struct TempDir : test::TaggedTempDir {
+  explicit TempDir(const std::string& tag) : TaggedTempDir("ucm_shard_", tag) {}
 };
+
+/// `ucm build --sharded` of a new root; its report.
+admin::BuildReport build_sharded(const std::string& root) {
+  admin::BuildOptions bo;
+  bo.sharded = true;
+  admin::BuildReport br;
+  Status s = admin::build(root, bo, &br);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return br;
+}
 
 NamespaceDesc small_ns() { return test::test_ns("test-model", 3, 4, 8); }  // 6144-byte payloads
 std::vector<uint8_t> payload_for(const BlockHash& h, size_t n) { return test::block_payload(h, n); }
@@ -57,53 +62,30 @@ Status dump_chain(Store* s, const NamespaceId& ns, const BlockHash& parent, cons
 }
 
 std::unique_ptr<Store> open_rw(const std::string& root, const std::string& shard, bool create = true) {
-  OpenOptions o;
-  o.mode = OpenOptions::Mode::kReadWrite;
-  o.create_if_missing = create;
-  o.shard = shard;
-  o.io_threads = 2;
-  std::unique_ptr<Store> s;
-  Status st = Store::Open(root, o, &s);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return s;
+  return test::open_test_store(root, /*rw=*/true, create, 2, shard);
 }
 
 std::unique_ptr<Store> open_ro(const std::string& root, uint32_t refresh_ms = 0) {
   OpenOptions o;
   o.io_threads = 2;
   o.refresh_interval_ms = refresh_ms;
-  std::unique_ptr<Store> s;
-  Status st = Store::Open(root, o, &s);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return s;
+  return test::open_with(root, o);
 }
 
 /// Loads every block and compares it with its derived payload; returns how many matched.
 size_t load_and_check(Store* s, const NamespaceId& ns, const std::vector<BlockHash>& hs, std::vector<Status>* st = nullptr) {
-  const size_t n = small_ns().payload_bytes();
-  std::vector<std::vector<uint8_t>> buf(hs.size(), std::vector<uint8_t>(n, 0));
-  LoadDest d;
-  for (auto& b : buf) d.ptrs.push_back(b.data());
-  auto t = s->load(ns, hs.data(), hs.size(), d);
-  (void)t->wait();
-  if (st) *st = t->block_status();
+  const test::CheckedLoad r = test::load_checked(s, ns, hs, small_ns().payload_bytes());
+  if (st) *st = r.status;
   size_t ok = 0;
   for (size_t i = 0; i < hs.size(); ++i)
-    if (t->block_status()[i].ok()) {
-      EXPECT_EQ(buf[i], payload_for(hs[i], n)) << "block " << i << " loaded wrong bytes";
-      ok += buf[i] == payload_for(hs[i], n);
+    if (r.status[i].ok()) {
+      EXPECT_TRUE(r.payload_ok[i]) << "block " << i << " loaded wrong bytes";
+      ok += r.payload_ok[i];
     }
   return ok;
 }
 
-size_t present_count(Store* s, const NamespaceId& ns, const std::vector<BlockHash>& hs) {
-  std::vector<uint8_t> p(hs.size());
-  size_t prefix = 0;
-  EXPECT_TRUE(s->lookup(ns, hs.data(), hs.size(), p.data(), &prefix).ok());
-  size_t c = 0;
-  for (auto x : p) c += x;
-  return c;
-}
+using test::present_count;
 
 NamespaceId reg(Store* s) {
   NamespaceId id{};
@@ -111,16 +93,42 @@ NamespaceId reg(Store* s) {
   return id;
 }
 
+/// Writers of shards `older` and `newer` register the namespace (in that order); `older` dumps a
+/// 2-block chain (seed `seed`) from the root, then, `pause_ms` later, `newer` one (seed `seed + 1`).
+NamespaceId dump_two_shards(const std::string& root, const std::string& older, const std::string& newer,
+                            int pause_ms, uint32_t seed, std::vector<BlockHash>* older_chain,
+                            std::vector<BlockHash>* newer_chain) {
+  auto a = open_rw(root, older), b = open_rw(root, newer);
+  const NamespaceId ns = reg(a.get());
+  reg(b.get());
+  *older_chain = chain_from(root_hash(ns), 2, seed);
+  EXPECT_TRUE(dump_chain(a.get(), ns, root_hash(ns), *older_chain).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+  *newer_chain = chain_from(root_hash(ns), 2, seed + 1);
+  EXPECT_TRUE(dump_chain(b.get(), ns, root_hash(ns), *newer_chain).ok());
+  return ns;
+}
+
+/// dump_two_shards() into the store "store" of a test's temp dir `tag`.
+struct TwoShards {
+  TempDir t;
+  std::string root;
+  NamespaceId ns{};
+  std::vector<BlockHash> older, newer;
+  TwoShards(const std::string& tag, const std::string& older_shard, const std::string& newer_shard, int pause_ms,
+            uint32_t seed)
+      : t(tag), root(t.sub("store")) {
+    ns = dump_two_shards(root, older_shard, newer_shard, pause_ms, seed, &older, &newer);
+  }
+};
+
 }  // namespace
 
 TEST(Sharded, WritersGetOwnShardsAndReadersSeeTheUnion) {
   TempDir t("union");
   const std::string root = t.sub("store");
-  admin::BuildOptions bo;
-  bo.sharded = true;
-  admin::BuildReport br;
-  ASSERT_TRUE(admin::build(root, bo, &br).ok());
-  EXPECT_TRUE(br.created);
+  EXPECT_TRUE(build_sharded(root).created);
+  ASSERT_FALSE(HasFailure());
   // A root is refused by single-store code with a message naming what it is.
   fmt::Superblock sb;
   Status v = fmt::read_superblock(root, &sb);
@@ -271,20 +279,9 @@ TEST(Sharded, GcKeepsChainsThatStartInAnotherShardAndRemovesTrueOrphans) {
 }
 
 TEST(Sharded, MaxBytesEvictsInOneOrderAcrossShards) {
-  TempDir t("order");
-  const std::string root = t.sub("store");
-  NamespaceId ns;
-  std::vector<BlockHash> old_chain, new_chain;
-  {
-    auto a = open_rw(root, "a"), b = open_rw(root, "b");
-    ns = reg(a.get());
-    reg(b.get());
-    old_chain = chain_from(root_hash(ns), 2, 21);
-    ASSERT_TRUE(dump_chain(a.get(), ns, root_hash(ns), old_chain).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    new_chain = chain_from(root_hash(ns), 2, 22);
-    ASSERT_TRUE(dump_chain(b.get(), ns, root_hash(ns), new_chain).ok());
-  }
+  const TwoShards two("order", "a", "b", 30, 21);
+  ASSERT_FALSE(HasFailure());
+  const auto& [t, root, ns, old_chain, new_chain] = two;
   // Each shard alone is within the budget; the store is not. Per-shard gc would evict nothing.
   uint64_t two_blocks = 0;
   {
@@ -345,20 +342,9 @@ TEST(Sharded, GcLeaseIsExclusiveAndAnExpiredOneIsTakenOver) {
 }
 
 TEST(Sharded, GcRetiresAnEmptyShardWhoseWriterIsGone) {
-  TempDir t("retire");
-  const std::string root = t.sub("store");
-  NamespaceId ns;
-  std::vector<BlockHash> keep, gone;
-  {
-    auto a = open_rw(root, "a"), dead = open_rw(root, "dead-node");
-    ns = reg(a.get());
-    reg(dead.get());
-    gone = chain_from(root_hash(ns), 2, 31);
-    ASSERT_TRUE(dump_chain(dead.get(), ns, root_hash(ns), gone).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-    keep = chain_from(root_hash(ns), 2, 32);
-    ASSERT_TRUE(dump_chain(a.get(), ns, root_hash(ns), keep).ok());
-  }
+  const TwoShards two("retire", "dead-node", "a", 2500, 31);
+  ASSERT_FALSE(HasFailure());
+  const auto& [t, root, ns, gone, keep] = two;
   auto rd = open_ro(root);
   EXPECT_EQ(present_count(rd.get(), ns, gone), 2u);
   admin::GcOptions go;
@@ -535,10 +521,8 @@ TEST(Sharded, GcLeavesAShardWhoseWriterHeartbeatMovesEvenWithoutItsFlock) {
 TEST(Sharded, AWriteIntoANamespaceOfAnotherShardAdoptsItsDescriptor) {
   TempDir t("adopt");
   const std::string root = t.sub("store");
-  admin::BuildOptions bo;
-  bo.sharded = true;
-  admin::BuildReport br;
-  ASSERT_TRUE(admin::build(root, bo, &br).ok());
+  build_sharded(root);
+  ASSERT_FALSE(HasFailure());
   NamespaceId ns{};
   {
     auto a = open_rw(root, "node-a");

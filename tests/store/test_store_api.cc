@@ -20,17 +20,14 @@
 #include "ucm/hash.h"
 #include "ucm/store.h"
 #include "store_blocks.h"
+#include "temp_dir.h"
 
 using namespace ucm;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string tmpdir(const std::string& tag) {
-  std::string p = (fs::temp_directory_path() / ("ucm_api_" + tag + "_" + std::to_string(::getpid()))).string();
-  fs::remove_all(p);
-  return p;
-}
+std::string tmpdir(const std::string& tag) { return test::tmpdir("ucm_api_", tag); }
 
 NamespaceDesc small_ns() { return test::test_ns("test-model", 3, 4, 8); }  // payload: 6144 bytes
 using test::block_payload;
@@ -39,23 +36,51 @@ std::vector<BlockHash> chain(const NamespaceId& ns, size_t blocks, uint32_t seed
   return test::random_chain(root_hash(ns), blocks, seed);
 }
 
-Status dump_blocks(Store* s, const NamespaceId& ns, const NamespaceDesc& d, const std::vector<BlockHash>& hs,
-                   std::vector<std::vector<uint8_t>>* keep) {
+/// Dump items of hs with their payloads (kept in *keep): each block's parent is the block before
+/// it, the first one's `first_parent`; with `one_parent`, every block's is `first_parent`.
+std::vector<DumpItem> dump_items(const std::vector<BlockHash>& hs, const BlockHash& first_parent,
+                                 const NamespaceDesc& d, std::vector<std::vector<uint8_t>>* keep,
+                                 bool one_parent = false) {
   std::vector<DumpItem> items(hs.size());
   keep->resize(hs.size());
   for (size_t i = 0; i < hs.size(); ++i) {
     (*keep)[i] = payload_for(hs[i], d.payload_bytes());
     items[i].hash = hs[i];
-    items[i].parent = i ? hs[i - 1] : root_hash(ns);
+    items[i].parent = i && !one_parent ? hs[i - 1] : first_parent;
     items[i].token_count = 16;
     items[i].kv = (*keep)[i].data();
   }
+  return items;
+}
+
+Status dump_blocks(Store* s, const NamespaceId& ns, const NamespaceDesc& d, const std::vector<BlockHash>& hs,
+                   std::vector<std::vector<uint8_t>>* keep) {
+  const std::vector<DumpItem> items = dump_items(hs, root_hash(ns), d, keep);
   return s->dump(ns, items.data(), items.size())->wait();
 }
 
 std::unique_ptr<Store> open_store(const std::string& p, bool rw, bool create = false) {
   return test::open_test_store(p, rw, create, 4);
 }
+
+/// A new store at tmpdir(tag), open read-write, with small_ns() registered, and a chain `hs` of
+/// `blocks` blocks (seed `seed`) of it, not stored.
+struct NewStore {
+  std::string p;
+  std::unique_ptr<Store> s;
+  NamespaceDesc d = small_ns();
+  NamespaceId ns{};
+  std::vector<BlockHash> hs;
+  std::vector<std::vector<uint8_t>> keep;  ///< the payloads dump() wrote
+  NewStore(const std::string& tag, size_t blocks, uint32_t seed) : p(tmpdir(tag)), s(open_store(p, true, true)) {
+    EXPECT_TRUE(s && s->register_namespace(d, &ns).ok());
+    hs = chain(ns, blocks, seed);
+  }
+  /// Dumps `which` as a chain from the root (their payloads in `keep`).
+  Status dump(const std::vector<BlockHash>& which) {
+    return s ? dump_blocks(s.get(), ns, d, which, &keep) : Status::IOError("no store");
+  }
+};
 
 // Expected destination bytes of heads [h0,h1) for block payload p (layout §4.2).
 std::vector<uint8_t> slice_heads(const std::vector<uint8_t>& p, const NamespaceDesc& d, uint32_t h0, uint32_t h1) {
@@ -99,6 +124,32 @@ bool read_byte(int fd, int timeout_s = 20) {
   }
   return false;
 }
+
+/// spawn_child(role, store) with two pipes: the child writes a byte to `up` at each of its steps
+/// and reads `down` (the test's ends here).
+struct ChildProc {
+  pid_t pid = -1;
+  int up = -1, down = -1;
+  ChildProc(const std::string& role, const std::string& store) {
+    int u[2], d[2];
+    if (::pipe2(u, O_CLOEXEC) != 0 || ::pipe2(d, O_CLOEXEC) != 0) {
+      ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+      return;
+    }
+    pid = spawn_child(role, store, u[1], d[0]);
+    ::close(u[1]);
+    ::close(d[0]);
+    up = u[0];
+    down = d[1];
+  }
+  /// Closes `down` (the child's cue to end) and waits for it: whether it exited with 0.
+  bool finish() {
+    ::close(down);
+    int wst = 0;
+    ::waitpid(pid, &wst, 0);
+    return WIFEXITED(wst) && WEXITSTATUS(wst) == 0;
+  }
+};
 
 }  // namespace
 
@@ -272,42 +323,30 @@ TEST(StoreOpen, HalfCreatedStoresAreFinishedAndLeftoversRemoved) {
 TEST(StoreOpen, SecondWriterIsBusyAndNamesThePid) {
   std::string p = tmpdir("busy");
   open_store(p, true, true).reset();
-  int up[2], down[2];
-  ASSERT_EQ(::pipe2(up, O_CLOEXEC), 0);
-  ASSERT_EQ(::pipe2(down, O_CLOEXEC), 0);
-  pid_t pid = spawn_child("locker", p, up[1], down[0]);
-  ::close(up[1]);
-  ::close(down[0]);
-  ASSERT_TRUE(read_byte(up[0]));
+  ChildProc child("locker", p);
+  ASSERT_TRUE(read_byte(child.up));
   std::unique_ptr<Store> s;
   OpenOptions rw;
   rw.mode = OpenOptions::Mode::kReadWrite;
   Status st = Store::Open(p, rw, &s);
   EXPECT_EQ(st.code(), Code::kBusy);
-  EXPECT_NE(st.message().find("locked by pid " + std::to_string(pid) + " on host "), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("locked by pid " + std::to_string(child.pid) + " on host "), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("wait for it or stop it"), std::string::npos);
   // Readers are fine alongside the writer.
   EXPECT_TRUE(open_store(p, false));
-  ::close(down[1]);
-  int wst = 0;
-  ::waitpid(pid, &wst, 0);
-  EXPECT_TRUE(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+  EXPECT_TRUE(child.finish());
   EXPECT_TRUE(open_store(p, true));  // lock released
   fs::remove_all(p);
 }
 
 TEST(StoreIO, DumpLookupLoadRoundTrip) {
-  std::string p = tmpdir("rt");
-  auto s = open_store(p, true, true);
-  NamespaceDesc d = small_ns();
-  NamespaceId ns;
-  ASSERT_TRUE(s->register_namespace(d, &ns).ok());
+  NewStore n("rt", 8, 1);
+  ASSERT_FALSE(HasFailure());
+  auto& [p, s, d, ns, hs, keep] = n;
   NamespaceId ns2;
   ASSERT_TRUE(s->register_namespace(d, &ns2).ok());  // idempotent
   EXPECT_EQ(ns, ns2);
-  auto hs = chain(ns, 8, 1);
-  std::vector<std::vector<uint8_t>> keep;
-  ASSERT_TRUE(dump_blocks(s.get(), ns, d, hs, &keep).ok());
+  ASSERT_TRUE(n.dump(hs).ok());
 
   std::vector<uint8_t> present(10);
   size_t prefix = 0;
@@ -468,25 +507,14 @@ TEST(StoreIO, DumpLookupLoadRoundTrip) {
 // Task::block_written: 1 for the blocks a dump wrote, 0 for those it found present (stored
 // before, or repeated within the call).
 TEST(StoreIO, DumpReportsPerBlockWhetherItWrote) {
-  std::string p = tmpdir("written");
-  auto s = open_store(p, true, true);
-  NamespaceDesc d = small_ns();
-  NamespaceId ns;
-  ASSERT_TRUE(s->register_namespace(d, &ns).ok());
-  auto hs = chain(ns, 4, 11);
-  std::vector<std::vector<uint8_t>> keep;
-  ASSERT_TRUE(dump_blocks(s.get(), ns, d, {hs[0], hs[1]}, &keep).ok());
+  NewStore n("written", 4, 11);
+  auto& [p, s, d, ns, hs, keep] = n;
+  ASSERT_TRUE(n.dump({hs[0], hs[1]}).ok());
   // hs[1] is stored, hs[2] new, hs[2] again within the call, hs[3] new.
   std::vector<BlockHash> again = {hs[1], hs[2], hs[2], hs[3]};
-  std::vector<std::vector<uint8_t>> pl(again.size());
-  std::vector<DumpItem> items(again.size());
-  for (size_t i = 0; i < again.size(); ++i) {
-    pl[i] = payload_for(again[i], d.payload_bytes());
-    items[i].hash = again[i];
-    items[i].parent = hs[0];  // any parent: not checked by dump
-    items[i].token_count = 16;
-    items[i].kv = pl[i].data();
-  }
+  std::vector<std::vector<uint8_t>> pl;
+  // (any parent: not checked by dump)
+  const std::vector<DumpItem> items = dump_items(again, hs[0], d, &pl, /*one_parent=*/true);
   auto t = s->dump(ns, items.data(), items.size());
   ASSERT_TRUE(t->wait().ok());
   EXPECT_EQ(t->block_written(), (std::vector<uint8_t>{0, 1, 0, 1}));
@@ -504,12 +532,9 @@ TEST(StoreIO, DumpReportsPerBlockWhetherItWrote) {
 
 // put_documents: many documents in one index write; each readable, replacing earlier entries.
 TEST(StoreIO, PutDocumentsRegistersABatch) {
-  std::string p = tmpdir("docs");
-  auto s = open_store(p, true, true);
-  NamespaceDesc d = small_ns();
-  NamespaceId ns;
-  ASSERT_TRUE(s->register_namespace(d, &ns).ok());
-  auto hs = chain(ns, 2, 12);
+  NewStore n("docs", 2, 12);
+  ASSERT_FALSE(HasFailure());
+  auto& [p, s, d, ns, hs, keep] = n;
   std::vector<DocumentEntry> docs;
   for (int i = 0; i < 5; ++i) docs.push_back(DocumentEntry{"doc" + std::to_string(i), hs[0], hs[1], 2, 32, "src", 0, ""});
   docs.push_back(DocumentEntry{"doc0", hs[0], hs[1], 2, 33, "later", 0, ""});  // replaces the first
@@ -542,14 +567,9 @@ TEST(StoreIO, DumpUnregisteredNamespaceIsInvalid) {
 }
 
 TEST(StoreIO, CorruptTruncatedAndMissingFilesAreNeverServed) {
-  std::string p = tmpdir("corrupt");
-  auto s = open_store(p, true, true);
-  NamespaceDesc d = small_ns();
-  NamespaceId ns;
-  ASSERT_TRUE(s->register_namespace(d, &ns).ok());
-  auto hs = chain(ns, 4, 11);
-  std::vector<std::vector<uint8_t>> keep;
-  ASSERT_TRUE(dump_blocks(s.get(), ns, d, hs, &keep).ok());
+  NewStore n("corrupt", 4, 11);
+  auto& [p, s, d, ns, hs, keep] = n;
+  ASSERT_TRUE(n.dump(hs).ok());
   BlockInfo b1, b3;
   ASSERT_TRUE(s->get_block(ns, hs[1], &b1).ok());
   ASSERT_TRUE(s->get_block(ns, hs[3], &b3).ok());
@@ -612,14 +632,9 @@ TEST(StoreReaders, SeeWriterCommitsAfterRefreshAndWithin5s) {
   o.refresh_interval_ms = 1000;
   std::unique_ptr<Store> r;
   ASSERT_TRUE(Store::Open(p, o, &r).ok());
-  int up[2], down[2];
-  ASSERT_EQ(::pipe2(up, O_CLOEXEC), 0);
-  ASSERT_EQ(::pipe2(down, O_CLOEXEC), 0);
-  pid_t pid = spawn_child("writer", p, up[1], down[0]);
-  ::close(up[1]);
-  ::close(down[0]);
+  ChildProc child("writer", p);
   auto hs = chain(ns, 6, 99);
-  ASSERT_TRUE(read_byte(up[0]));  // first 3 blocks committed
+  ASSERT_TRUE(read_byte(child.up));  // first 3 blocks committed
   ASSERT_TRUE(r->refresh().ok());
   size_t prefix = 0;
   ASSERT_TRUE(r->lookup(ns, hs.data(), 6, nullptr, &prefix).ok());
@@ -628,8 +643,8 @@ TEST(StoreReaders, SeeWriterCommitsAfterRefreshAndWithin5s) {
   ASSERT_TRUE(r->load(ns, &hs[2], 1, LoadDest{LoadDest::Kind::kContiguous, {}, {dst.data()}})->wait().ok());
   EXPECT_EQ(dst, payload_for(hs[2], dst.size()));
   char c = 'g';
-  ASSERT_EQ(::write(down[1], &c, 1), 1);
-  ASSERT_TRUE(read_byte(up[0]));  // next 3 committed; no explicit refresh from here on
+  ASSERT_EQ(::write(child.down, &c, 1), 1);
+  ASSERT_TRUE(read_byte(child.up));  // next 3 committed; no explicit refresh from here on
   auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
     ASSERT_TRUE(r->lookup(ns, hs.data(), 6, nullptr, &prefix).ok());
@@ -639,10 +654,7 @@ TEST(StoreReaders, SeeWriterCommitsAfterRefreshAndWithin5s) {
   EXPECT_EQ(prefix, 6u);
   ASSERT_TRUE(r->load(ns, &hs[5], 1, LoadDest{LoadDest::Kind::kContiguous, {}, {dst.data()}})->wait().ok());
   EXPECT_EQ(dst, payload_for(hs[5], dst.size()));
-  ::close(down[1]);
-  int wst = 0;
-  ::waitpid(pid, &wst, 0);
-  EXPECT_TRUE(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+  EXPECT_TRUE(child.finish());
   r.reset();
   // The reader's private secondary dir is gone.
   EXPECT_TRUE(fs::is_empty(fmt::readers_dir(p)));

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "store_blocks.h"
+#include "temp_dir.h"
 #include "ucm/format/format.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
@@ -21,11 +22,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string tmpdir(const std::string& tag) {
-  std::string p = (fs::temp_directory_path() / ("ucm_corrupt_" + tag + "_" + std::to_string(::getpid()))).string();
-  fs::remove_all(p);
-  return p;
-}
+// The store directory of a test, removed when the test ends (after the handles it declares later).
+struct TempDir : test::TaggedTempDir {
+  explicit TempDir(const std::string& tag) : TaggedTempDir("ucm_corrupt_", tag) {}
+};
+
+// The namespace of every test here: 2 layers, 2 KV heads, head_dim 8.
+NamespaceDesc m_ns() { return test::test_ns("m", 2, 2, 8); }
+
+// A test's store directory `p` (removed at the end) with namespace d = m_ns(): its id and the
+// chain that fill() writes.
+struct Case {
+  TempDir t;
+  std::string p;
+  NamespaceDesc d = m_ns();
+  NamespaceId ns{};
+  std::vector<BlockHash> hs;
+  explicit Case(const std::string& tag) : t(tag), p(t.path) {}
+};
 
 Status dump(Store* s, const NamespaceId& ns, const NamespaceDesc& d, const std::vector<BlockHash>& hs, size_t from,
             size_t to) {
@@ -47,18 +61,21 @@ Status dump(Store* s, const NamespaceId& ns, const NamespaceDesc& d, const std::
 /// block that loaded has its payload's bytes.
 std::vector<Code> load_all(Store* s, const NamespaceId& ns, const NamespaceDesc& d, const std::vector<BlockHash>& hs,
                            bool* bytes_ok) {
-  std::vector<std::vector<uint8_t>> dst(hs.size(), std::vector<uint8_t>(d.payload_bytes()));
-  LoadDest ld;
-  for (auto& v : dst) ld.ptrs.push_back(v.data());
-  auto t = s->load(ns, hs.data(), hs.size(), ld);
-  (void)t->wait();
-  std::vector<Code> out;
+  const test::CheckedLoad r = test::load_checked(s, ns, hs, d.payload_bytes());
   *bytes_ok = true;
-  for (size_t i = 0; i < hs.size(); ++i) {
-    out.push_back(t->block_status()[i].code());
-    if (out.back() == Code::kOk && dst[i] != test::block_payload(hs[i], d.payload_bytes())) *bytes_ok = false;
-  }
-  return out;
+  for (size_t i = 0; i < hs.size(); ++i)
+    if (r.code(i) == Code::kOk && !r.payload_ok[i]) *bytes_ok = false;
+  return r.codes();
+}
+
+/// Registers d in w and dumps a chain of `n` blocks (seed `seed`) from its root into *hs; *info
+/// gets block `info_of`'s BlockInfo.
+void fill(Store* w, const NamespaceDesc& d, size_t n, uint32_t seed, NamespaceId* ns, std::vector<BlockHash>* hs,
+          size_t info_of, BlockInfo* info) {
+  ASSERT_TRUE(w->register_namespace(d, ns).ok());
+  *hs = test::random_chain(root_hash(*ns), n, seed);
+  ASSERT_TRUE(dump(w, *ns, d, *hs, 0, n).ok());
+  ASSERT_TRUE(w->get_block(*ns, (*hs)[info_of], info).ok());
 }
 
 void flip_payload_byte(const std::string& store, const BlockInfo& b) {
@@ -97,16 +114,15 @@ size_t files_in(const std::string& dir) {
 }  // namespace
 
 TEST(CorruptBlocks, AReadersLoadHandsThemToTheWriterWhichRemovesThemAndTheNextSaveServes) {
-  const std::string p = tmpdir("single");
+  const TempDir t("single");
+  const std::string& p = t.path;
   auto w = test::open_test_store(p, true, true);
   ASSERT_TRUE(w);
-  const NamespaceDesc d = test::test_ns("m", 2, 2, 8);
+  const NamespaceDesc d = m_ns();
   NamespaceId ns;
-  ASSERT_TRUE(w->register_namespace(d, &ns).ok());
-  const auto hs = test::random_chain(root_hash(ns), 4, 7);
-  ASSERT_TRUE(dump(w.get(), ns, d, hs, 0, 4).ok());
+  std::vector<BlockHash> hs;
   BlockInfo b1;
-  ASSERT_TRUE(w->get_block(ns, hs[1], &b1).ok());
+  ASSERT_NO_FATAL_FAILURE(fill(w.get(), d, 4, 7, &ns, &hs, 1, &b1));
   flip_payload_byte(p, b1);
 
   auto r = test::open_test_store(p, false);
@@ -149,24 +165,13 @@ TEST(CorruptBlocks, AReadersLoadHandsThemToTheWriterWhichRemovesThemAndTheNextSa
   EXPECT_EQ(load_all(w.get(), ns, d, hs, &bytes_ok)[1], Code::kCorruption);
   ASSERT_TRUE(eventually([&] { return !present(w.get(), ns, hs[1]); }));
   EXPECT_TRUE(eventually([&] { return has_metric(w.get(), "ucm_corrupt_blocks_removed_total 1"); }));
-  r.reset();
-  w.reset();
-  fs::remove_all(p);
 }
 
 TEST(CorruptBlocks, WithoutALiveWriterTheRequestWaitsForTheNextOne) {
-  const std::string p = tmpdir("later");
-  const NamespaceDesc d = test::test_ns("m", 2, 2, 8);
-  NamespaceId ns;
-  std::vector<BlockHash> hs;
+  Case c("later");
+  auto& [t, p, d, ns, hs] = c;
   BlockInfo b0;
-  {
-    auto w = test::open_test_store(p, true, true);
-    ASSERT_TRUE(w->register_namespace(d, &ns).ok());
-    hs = test::random_chain(root_hash(ns), 2, 9);
-    ASSERT_TRUE(dump(w.get(), ns, d, hs, 0, 2).ok());
-    ASSERT_TRUE(w->get_block(ns, hs[0], &b0).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(fill(test::open_test_store(p, true, true).get(), d, 2, 9, &ns, &hs, 0, &b0));
   flip_payload_byte(p, b0);
   {
     auto r = test::open_test_store(p, false);
@@ -177,22 +182,15 @@ TEST(CorruptBlocks, WithoutALiveWriterTheRequestWaitsForTheNextOne) {
   auto w = test::open_test_store(p, true);
   ASSERT_TRUE(eventually([&] { return !present(w.get(), ns, hs[0]); }));
   EXPECT_TRUE(present(w.get(), ns, hs[1]));
-  w.reset();
-  fs::remove_all(p);
 }
 
 TEST(CorruptBlocks, AWriterClosedRightAfterItsLoadRemovesThemAtClose) {
-  const std::string p = tmpdir("close");
-  const NamespaceDesc d = test::test_ns("m", 2, 2, 8);
-  NamespaceId ns;
-  std::vector<BlockHash> hs;
+  Case c("close");
+  auto& [t, p, d, ns, hs] = c;
   {
     auto w = test::open_test_store(p, true, true);
-    ASSERT_TRUE(w->register_namespace(d, &ns).ok());
-    hs = test::random_chain(root_hash(ns), 2, 13);
-    ASSERT_TRUE(dump(w.get(), ns, d, hs, 0, 2).ok());
     BlockInfo b0;
-    ASSERT_TRUE(w->get_block(ns, hs[0], &b0).ok());
+    ASSERT_NO_FATAL_FAILURE(fill(w.get(), d, 2, 13, &ns, &hs, 0, &b0));
     flip_payload_byte(p, b0);
     bool bytes_ok = false;
     EXPECT_EQ(load_all(w.get(), ns, d, hs, &bytes_ok)[0], Code::kCorruption);
@@ -200,16 +198,15 @@ TEST(CorruptBlocks, AWriterClosedRightAfterItsLoadRemovesThemAtClose) {
   auto r = test::open_test_store(p, false);
   EXPECT_FALSE(present(r.get(), ns, hs[0]));
   EXPECT_TRUE(present(r.get(), ns, hs[1]));
-  r.reset();
-  fs::remove_all(p);
 }
 
 TEST(CorruptBlocks, AShardedReaderHandsABlockToTheShardThatHoldsIt) {
-  const std::string p = tmpdir("sharded");
+  const TempDir t("sharded");
+  const std::string& p = t.path;
   auto a = test::open_test_store(p, true, true, 2, "a");
   auto b = test::open_test_store(p, true, false, 2, "b");
   ASSERT_TRUE(a && b);
-  const NamespaceDesc d = test::test_ns("m", 2, 2, 8);
+  const NamespaceDesc d = m_ns();
   NamespaceId ns;
   ASSERT_TRUE(a->register_namespace(d, &ns).ok());
   ASSERT_TRUE(b->register_namespace(d, &ns).ok());
@@ -224,7 +221,4 @@ TEST(CorruptBlocks, AShardedReaderHandsABlockToTheShardThatHoldsIt) {
   EXPECT_TRUE(bytes_ok);
   ASSERT_TRUE(eventually([&] { return !present(b.get(), ns, hs[2]); })) << "shard b's writer never removed it";
   EXPECT_TRUE(present(b.get(), ns, hs[1]));
-  a.reset();
-  b.reset();
-  fs::remove_all(p);
 }

@@ -17,16 +17,14 @@
 #include "ucm/core/ns_value.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
+#include "store_blocks.h"
+#include "temp_dir.h"
 
 using namespace ucm;
 namespace fs = std::filesystem;
 
 namespace {
-std::string tmpdir(const char* tag) {
-  std::string p = (fs::temp_directory_path() / ("ucm_fmt_" + std::string(tag) + "_" + std::to_string(::getpid()))).string();
-  fs::remove_all(p);
-  return p;
-}
+std::string tmpdir(const char* tag) { return test::tmpdir("ucm_fmt_", tag); }
 NamespaceId seq_ns() {
   NamespaceId ns;
   for (int i = 0; i < 16; ++i) ns[i] = uint8_t(i);
@@ -84,12 +82,8 @@ TEST(HashChain, FixedVectorFromPythonHashlib) {
 }
 
 TEST(Namespace, IdIsStableAndIgnoresName) {
-  NamespaceDesc d;
-  d.model_id = "SmolLM2-135M-Instruct";
+  NamespaceDesc d = test::test_ns("SmolLM2-135M-Instruct", 30, 3, 64);
   d.weights_digest = "abc";
-  d.num_layers = 30;
-  d.num_kv_heads = 3;
-  d.head_dim = 64;
   d.extra_json = R"({"hash_bits":128,"dense_layers":[0,1]})";
   EXPECT_EQ(d.canonical_json(),
             R"({"block_size":16,"dtype":"bf16","extra":{"dense_layers":[0,1],"hash_bits":128},"hash_scheme":"md5-chain-v1",)"
@@ -188,12 +182,8 @@ TEST(Document, FromJsonRejectsBadCounters) {
 
 // The namespace index value (§5.2): the descriptor with blocks, bytes, record and attachments.
 TEST(NsIndexValue, RoundTripKeepsTheDescriptorAndRejectsBadShapes) {
-  NamespaceDesc d;
-  d.model_id = "m";
+  NamespaceDesc d = test::test_ns("m", 2, 1, 4);
   d.weights_digest = "w";
-  d.num_layers = 2;
-  d.num_kv_heads = 1;
-  d.head_dim = 4;
   NsIndexValue v = NsIndexValue::Fresh(d.to_json(), 3, 8192);
   v.add_counters(5, 100);
   v.add_counters(-1, -20);
