@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "capi_store.h"
+#include "store_blocks.h"
 #include "ucm/format/format.h"
 #include "ucm/format/repr_table.h"
 #include "repr_encode_reference.h"
@@ -32,49 +34,26 @@ namespace {
 // "nor4" (R0/R1 only) and "plain" (no representations). Blocks 0..4 of "bf" and 0..1 of "hf" carry
 // representations; block 3 of "bf" has a section table whose R0 length is wrong; block 5 of "bf"
 // has none.
-class ReprLoad : public ::testing::Test {
+class ReprLoad : public ucm::test::CApiStoreTest {
  protected:
-  void SetUp() override {
-    static int n = 0;
-    path = (fs::temp_directory_path() / ("ucm_reprload_" + std::to_string(::getpid()) + "_" + std::to_string(n++))).string();
-    fs::remove_all(path);
-    ucm::OpenOptions o;
-    o.mode = ucm::OpenOptions::Mode::kReadWrite;
-    o.create_if_missing = true;
-    o.io_threads = 2;
-    std::unique_ptr<ucm::Store> s;
-    ASSERT_TRUE(ucm::Store::Open(path, o, &s).ok());
-    bf = reg(s.get(), "bf", ucm::DType::kBF16, R"({"hash_bits":16,"dense_layers":[1,70],"repr":["R0","R1","R4"]})");
-    hf = reg(s.get(), "hf", ucm::DType::kFP16, R"({"hash_bits":16,"dense_layers":[],"repr":["R0","R1","R4"]})");
-    nor4 = reg(s.get(), "nor4", ucm::DType::kBF16, R"({"repr":["R0","R1"]})");
-    plain = reg(s.get(), "plain", ucm::DType::kBF16, R"({})");
-    dump(s.get(), bf, ucm::DType::kBF16, 6, [](size_t i) { return i == 5 ? -1 : i == 3 ? 1 : 0; });
-    dump(s.get(), hf, ucm::DType::kFP16, 2, [](size_t) { return 0; });
-    dump(s.get(), nor4, ucm::DType::kBF16, 1, [](size_t) { return -1; });
+  ReprLoad() : CApiStoreTest("ucm_reprload_") {}
+  void write(ucm::Store* s) override {
+    bf = reg(s, "bf", ucm::DType::kBF16, R"({"hash_bits":16,"dense_layers":[1,70],"repr":["R0","R1","R4"]})");
+    hf = reg(s, "hf", ucm::DType::kFP16, R"({"hash_bits":16,"dense_layers":[],"repr":["R0","R1","R4"]})");
+    nor4 = reg(s, "nor4", ucm::DType::kBF16, R"({"repr":["R0","R1"]})");
+    plain = reg(s, "plain", ucm::DType::kBF16, R"({})");
+    dump(s, bf, ucm::DType::kBF16, 6, [](size_t i) { return i == 5 ? -1 : i == 3 ? 1 : 0; });
+    dump(s, hf, ucm::DType::kFP16, 2, [](size_t) { return 0; });
+    dump(s, nor4, ucm::DType::kBF16, 1, [](size_t) { return -1; });
     // Remember where block 4's representation record is, to damage it later.
     ucm::BlockInfo bi;
     ASSERT_TRUE(s->get_block(bf, hashes[bf][4], &bi).ok());
     repr4_file = ucm::fmt::data_file_path(path, bi.repr_file);
     repr4_payload = bi.repr_offset + ucm::fmt::kPage;
-    s.reset();
-    ucm_store_open_params p = ucm_store_default_open_params();
-    p.io_threads = 2;
-    p.refresh_interval_ms = 0;
-    ASSERT_EQ(ucm_store_open(path.c_str(), &p, &ro), UCM_OK) << ucm_last_error();
-  }
-  void TearDown() override {
-    ucm_store_close(ro);
-    fs::remove_all(path);
   }
   ucm::NamespaceId reg(ucm::Store* s, const char* name, ucm::DType dt, const char* extra) {
-    ucm::NamespaceDesc d;
-    d.model_id = std::string("m-") + name;
+    ucm::NamespaceDesc d = ucm::test::test_ns(std::string("m-") + name, sh.L, sh.H, sh.D, sh.T, dt);
     d.weights_digest = "00";
-    d.dtype = dt;
-    d.block_size = sh.T;
-    d.num_layers = sh.L;
-    d.num_kv_heads = sh.H;
-    d.head_dim = sh.D;
     d.extra_json = extra;
     d.name = name;
     ucm::NamespaceId id{};
@@ -109,11 +88,10 @@ class ReprLoad : public ::testing::Test {
   const uint8_t* hs(const ucm::NamespaceId& ns) { return reinterpret_cast<const uint8_t*>(hashes[ns].data()); }
 
   Shape sh;
-  std::string path, repr4_file;
+  std::string repr4_file;
   uint64_t repr4_payload = 0;
   ucm::NamespaceId bf{}, hf{}, nor4{}, plain{};
   std::map<ucm::NamespaceId, std::vector<ucm::BlockHash>> hashes;
-  ucm_store_t* ro = nullptr;
 };
 
 // Loads n blocks of ns into fresh buffers (sentinel-filled) and returns the per-block codes.

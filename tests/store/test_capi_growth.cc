@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "capi_store.h"
+#include "store_blocks.h"
 #include "ucm/blend.h"
 #include "ucm/core/c_struct.h"
 #include "ucm/hash.h"
@@ -40,6 +42,11 @@ template <class S>
 struct Guarded {
   S s;
   unsigned char guard[64];
+  /// Every byte 0xAB (what the library must neither read nor write), then s.struct_size = n.
+  void reset(size_t n) {
+    std::memset(static_cast<void*>(this), 0xAB, sizeof *this);
+    s.struct_size = static_cast<decltype(s.struct_size)>(n);
+  }
 };
 
 bool guard_intact(const unsigned char* p, size_t n) {
@@ -52,27 +59,12 @@ bool error_names_struct_size() { return std::string(ucm_last_error()).find("stru
 
 // One namespace "g" (bf16, L=2 H=2 D=8 T=4, R0/R1/R4 with B=16) with one block, a `rope`
 // attachment, an r4_projection attachment and a document entry.
-class Growth : public ::testing::Test {
+class Growth : public ucm::test::CApiStoreTest {
  protected:
-  void SetUp() override {
-    static int n = 0;
-    path = (fs::temp_directory_path() / ("ucm_growth_" + std::to_string(::getpid()) + "_" + std::to_string(n++)))
-               .string();
-    fs::remove_all(path);
-    ucm::OpenOptions o;
-    o.mode = ucm::OpenOptions::Mode::kReadWrite;
-    o.create_if_missing = true;
-    o.io_threads = 2;
-    std::unique_ptr<ucm::Store> s;
-    ASSERT_TRUE(ucm::Store::Open(path, o, &s).ok());
-    ucm::NamespaceDesc d;
-    d.model_id = "growth";
+  Growth() : CApiStoreTest("ucm_growth_") {}
+  void write(ucm::Store* s) override {
+    ucm::NamespaceDesc d = ucm::test::test_ns("growth", L, H, D, T);
     d.weights_digest = "00";
-    d.dtype = ucm::DType::kBF16;
-    d.block_size = T;
-    d.num_layers = L;
-    d.num_kv_heads = H;
-    d.head_dim = D;
     d.extra_json = R"({"hash_bits":16,"repr":["R0","R1","R4"]})";
     d.name = "g";
     ASSERT_TRUE(s->register_namespace(d, &ns).ok());
@@ -97,15 +89,6 @@ class Growth : public ::testing::Test {
     e.tokens = T;
     e.source = kSource;
     ASSERT_TRUE(s->put_document(ns, e).ok());
-    s.reset();
-    ucm_store_open_params p = ucm_store_default_open_params();
-    p.io_threads = 2;
-    p.refresh_interval_ms = 0;
-    ASSERT_EQ(ucm_store_open(path.c_str(), &p, &ro), UCM_OK) << ucm_last_error();
-  }
-  void TearDown() override {
-    ucm_store_close(ro);
-    fs::remove_all(path);
   }
   ucm_repr_info info() {
     ucm_repr_info i{};
@@ -114,11 +97,9 @@ class Growth : public ::testing::Test {
     return i;
   }
 
-  std::string path;
   ucm::NamespaceId ns{};
   ucm::BlockHash hash{};
   std::vector<uint8_t> payload;
-  ucm_store_t* ro = nullptr;
 };
 
 }  // namespace
@@ -326,23 +307,20 @@ TEST_F(Growth, RetrievalStructsPreviousSizeShortAndNewer) {
 
 TEST_F(Growth, ReprInfoIsWrittenUpToTheCallersSize) {
   Guarded<ucm_repr_info> g;
-  std::memset(&g, 0xAB, sizeof g);
-  g.s.struct_size = sizeof(ucm_repr_info);
+  g.reset(sizeof(ucm_repr_info));
   ASSERT_EQ(ucm_store_repr_info(ro, ns.data(), &g.s), UCM_OK) << ucm_last_error();
   EXPECT_EQ(g.s.num_layers, L);
   EXPECT_EQ(g.s.hash_bits, 16u);
   EXPECT_EQ(g.s.dtype, UCM_DTYPE_BF16);
   EXPECT_TRUE(guard_intact(g.guard, sizeof g.guard));
   // A newer caller's larger struct: this library writes its own fields only, and keeps the size.
-  std::memset(&g, 0xAB, sizeof g);
-  g.s.struct_size = sizeof(ucm_repr_info) + 16;
+  g.reset(sizeof(ucm_repr_info) + 16);
   ASSERT_EQ(ucm_store_repr_info(ro, ns.data(), &g.s), UCM_OK) << ucm_last_error();
   EXPECT_EQ(g.s.struct_size, sizeof(ucm_repr_info) + 16);
   EXPECT_EQ(g.s.head_dim, D);
   EXPECT_TRUE(guard_intact(g.guard, sizeof g.guard));
   // Below the minimum: UCM_E_INVALID and nothing written.
-  std::memset(&g, 0xAB, sizeof g);
-  g.s.struct_size = offsetof(ucm_repr_info, dense_layers);
+  g.reset(offsetof(ucm_repr_info, dense_layers));
   EXPECT_EQ(ucm_store_repr_info(ro, ns.data(), &g.s), UCM_E_INVALID);
   EXPECT_TRUE(error_names_struct_size()) << ucm_last_error();
   EXPECT_TRUE(guard_intact(reinterpret_cast<unsigned char*>(&g) + 4, sizeof g - 4));
@@ -350,21 +328,18 @@ TEST_F(Growth, ReprInfoIsWrittenUpToTheCallersSize) {
 
 TEST_F(Growth, RopeParamsAreWrittenUpToTheCallersSize) {
   Guarded<ucm_rope_params> g;
-  std::memset(&g, 0xAB, sizeof g);
-  g.s.struct_size = sizeof(ucm_rope_params);
+  g.reset(sizeof(ucm_rope_params));
   ASSERT_EQ(ucm_store_rope_params(ro, ns.data(), &g.s), UCM_OK) << ucm_last_error();
   EXPECT_EQ(g.s.head_dim, D);
   EXPECT_EQ(g.s.theta, 100000.0);
   EXPECT_EQ(g.s.scaling, UCM_ROPE_SCALING_NONE);
   EXPECT_EQ(g.s.struct_size, sizeof(ucm_rope_params));
   EXPECT_TRUE(guard_intact(g.guard, sizeof g.guard));
-  std::memset(&g, 0xAB, sizeof g);
-  g.s.struct_size = sizeof(ucm_rope_params) + 8;
+  g.reset(sizeof(ucm_rope_params) + 8);
   ASSERT_EQ(ucm_store_rope_params(ro, ns.data(), &g.s), UCM_OK) << ucm_last_error();
   EXPECT_EQ(g.s.struct_size, sizeof(ucm_rope_params) + 8);
   EXPECT_TRUE(guard_intact(g.guard, sizeof g.guard));
-  std::memset(&g, 0xAB, sizeof g);
-  g.s.struct_size = 8;
+  g.reset(8);
   EXPECT_EQ(ucm_store_rope_params(ro, ns.data(), &g.s), UCM_E_INVALID);
   EXPECT_TRUE(guard_intact(reinterpret_cast<unsigned char*>(&g) + 4, sizeof g - 4));
 }
@@ -374,14 +349,12 @@ TEST(GrowthRetrieval, ParamsLoadWritesUpToTheCallersSize) {
       (fs::temp_directory_path() / ("ucm_growth_" + std::to_string(::getpid()) + ".yaml")).string();
   { std::ofstream(f) << "sink_blocks: 3\n"; }
   Guarded<ucm_retriever_params> g;
-  std::memset(&g, 0xAB, sizeof g);
-  g.s.struct_size = sizeof(ucm_retriever_params);
+  g.reset(sizeof(ucm_retriever_params));
   ASSERT_EQ(ucm_retriever_params_load(f.c_str(), &g.s), UCM_OK) << ucm_last_error();
   EXPECT_EQ(g.s.sink_blocks, 3u);
   EXPECT_EQ(g.s.local_blocks, ucm_retriever_default_params().local_blocks);
   EXPECT_TRUE(guard_intact(g.guard, sizeof g.guard));
-  std::memset(&g, 0xAB, sizeof g);
-  g.s.struct_size = 0;  // not set: the caller must say how much it has
+  g.reset(0);  // not set: the caller must say how much it has
   EXPECT_EQ(ucm_retriever_params_load(f.c_str(), &g.s), UCM_E_INVALID);
   EXPECT_TRUE(error_names_struct_size()) << ucm_last_error();
   EXPECT_TRUE(guard_intact(reinterpret_cast<unsigned char*>(&g) + 4, sizeof g - 4));
