@@ -22,6 +22,7 @@
 #include "events_follow.h"
 #include "events_wire.h"
 #include "store_blocks.h"
+#include "temp_dir.h"
 #include "ucm/admin.h"
 #include "ucm/admin_events.h"
 #include "ucm/hash.h"
@@ -34,13 +35,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  explicit TempDir(const std::string& tag) {
-    path = (fs::temp_directory_path() / ("ucm-events-" + tag + "-" + std::to_string(::getpid()))).string();
-    fs::remove_all(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : test::TaggedTempDir {
+  explicit TempDir(const std::string& tag) : TaggedTempDir("ucm-events-", tag) {}
 };
 
 NamespaceDesc tiny_ns() { return test::test_ns("events", 1, 1, 8); }  // 512-byte payloads
@@ -84,6 +80,18 @@ void dump(Store* s, const NamespaceId& ns, const Chain& c, size_t from, size_t t
   ASSERT_TRUE(st.ok()) << st.ToString();
 }
 
+// A writer of `p` (or of its shard) registers the namespace, makes a chain of `blocks` blocks (seed
+// `seed`) from its root into *c and dumps the first `dumped` of them.
+NamespaceId start_chain(const std::string& p, size_t blocks, uint32_t seed, size_t dumped, Chain* c,
+                        const std::string& shard = "") {
+  NamespaceId ns{};
+  auto s = open_rw(p, shard);
+  EXPECT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
+  *c = make_chain(root_hash(ns), blocks, seed);
+  dump(s.get(), ns, *c, 0, dumped);
+  return ns;
+}
+
 // Every block hash published as stored (in order) and removed, with the ids each came with.
 struct Seen {
   std::vector<BlockHash> stored, removed;
@@ -111,6 +119,21 @@ void collect(const std::vector<KvEvent>& evs, Seen* seen) {
   }
 }
 
+// A follower of a store, the events of its snapshot and what they published.
+struct Followed {
+  std::unique_ptr<StoreFollower> f;
+  std::vector<KvEvent> evs;
+  Seen seen;
+};
+
+// Opens a follower of store `p` (namespace `name`, "" for its only one) and takes its snapshot in
+// events of at most `batch` blocks.
+void follow(const std::string& p, const std::string& name, size_t batch, Followed* out) {
+  ASSERT_TRUE(StoreFollower::Open(p, name, &out->f).ok());
+  ASSERT_TRUE(out->f->snapshot(&out->evs, batch).ok());
+  collect(out->evs, &out->seen);
+}
+
 size_t pos(const std::vector<BlockHash>& v, const BlockHash& h) {
   return static_cast<size_t>(std::find(v.begin(), v.end(), h) - v.begin());
 }
@@ -130,12 +153,9 @@ TEST(Events, SnapshotInChainOrderWithTheWritersIds) {
     dump(s.get(), ns, a, 0, 12);
     dump(s.get(), ns, c, 0, 3, /*no_ids=*/true);
   }
-  std::unique_ptr<StoreFollower> f;
-  ASSERT_TRUE(StoreFollower::Open(dir.path, "", &f).ok());
-  std::vector<KvEvent> evs;
-  ASSERT_TRUE(f->snapshot(&evs, 5).ok());
-  Seen seen;
-  collect(evs, &seen);
+  Followed fl;
+  ASSERT_NO_FATAL_FAILURE(follow(dir.path, "", 5, &fl));
+  auto& [f, evs, seen] = fl;
   EXPECT_EQ(seen.stored.size(), 16u);  // a and b; c has no ids
   EXPECT_EQ(f->stats().without_tokens, 3u);
   EXPECT_EQ(f->published(), 16u);
@@ -159,20 +179,12 @@ TEST(Events, SnapshotInChainOrderWithTheWritersIds) {
 
 TEST(Events, FollowsAddsAndGcRemovalsAndRescansATrimmedJournal) {
   TempDir dir("follow");
-  NamespaceId ns{};
-  Chain a = make_chain(BlockHash{}, 0, 0);
-  {
-    auto s = open_rw(dir.path);
-    ASSERT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
-    a = make_chain(root_hash(ns), 8, 7);
-    dump(s.get(), ns, a, 0, 4);
-  }
-  std::unique_ptr<StoreFollower> f;
-  ASSERT_TRUE(StoreFollower::Open(dir.path, "", &f).ok());
-  std::vector<KvEvent> evs;
-  ASSERT_TRUE(f->snapshot(&evs, 64).ok());
-  Seen seen;
-  collect(evs, &seen);
+  Chain a;
+  const NamespaceId ns = start_chain(dir.path, 8, 7, 4, &a);
+  ASSERT_FALSE(HasFailure());
+  Followed fl;
+  ASSERT_NO_FATAL_FAILURE(follow(dir.path, "", 64, &fl));
+  auto& [f, evs, seen] = fl;
   ASSERT_EQ(seen.stored.size(), 4u);
 
   {  // a writer adds the rest of the chain while the follower runs
@@ -223,25 +235,17 @@ TEST(Events, FollowsAddsAndGcRemovalsAndRescansATrimmedJournal) {
 
 TEST(Events, ShardedStoreBlockHeldByTwoShardsIsPublishedOnce) {
   TempDir dir("sharded");
-  NamespaceId ns{};
-  Chain a = make_chain(BlockHash{}, 0, 0);
-  {
-    auto s = open_rw(dir.path, "one");
-    ASSERT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
-    a = make_chain(root_hash(ns), 4, 11);
-    dump(s.get(), ns, a, 0, 4);
-  }
+  Chain a;
+  NamespaceId ns = start_chain(dir.path, 4, 11, 4, &a, "one");
+  ASSERT_FALSE(HasFailure());
   {
     auto s = open_rw(dir.path, "two");
     ASSERT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
     dump(s.get(), ns, a, 0, 2);
   }
-  std::unique_ptr<StoreFollower> f;
-  ASSERT_TRUE(StoreFollower::Open(dir.path, tiny_ns().display_name(), &f).ok());
-  std::vector<KvEvent> evs;
-  ASSERT_TRUE(f->snapshot(&evs, 64).ok());
-  Seen seen;
-  collect(evs, &seen);
+  Followed fl;
+  ASSERT_NO_FATAL_FAILURE(follow(dir.path, tiny_ns().display_name(), 64, &fl));
+  auto& [f, evs, seen] = fl;
   EXPECT_EQ(seen.stored.size(), 4u);
   EXPECT_EQ(f->stats().shards, 2u);
 
@@ -316,14 +320,9 @@ TEST(Events, BatchLayoutIsVllmsKVEventBatch) {
 // publisher on a taken port fails with IOError.
 TEST(Events, PublishesVllmFramesAndAnswersReplay) {
   TempDir dir("zmq");
-  NamespaceId ns{};
-  Chain a = make_chain(BlockHash{}, 0, 0);
-  {
-    auto s = open_rw(dir.path);
-    ASSERT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
-    a = make_chain(root_hash(ns), 6, 21);
-    dump(s.get(), ns, a, 0, 3);
-  }
+  Chain a;
+  const NamespaceId ns = start_chain(dir.path, 6, 21, 3, &a);
+  ASSERT_FALSE(HasFailure());
   std::atomic<bool> stop{false};
   std::promise<std::pair<std::string, std::string>> ready;
   admin::EventsOptions o;

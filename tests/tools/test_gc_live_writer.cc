@@ -19,6 +19,8 @@
 
 #include "cli_run.h"
 #include "store_blocks.h"
+#include "temp_dir.h"
+#include "tools_test_util.h"
 #include "ucm/admin.h"
 #include "ucm/format/format.h"
 #include "ucm/hash.h"
@@ -33,13 +35,8 @@ namespace {
 NamespaceDesc tiny_ns() { return test::test_ns("gc-live", 1, 1, 8); }  // 512-byte payloads
 constexpr uint64_t kBlock = 512;
 
-struct TempDir {
-  std::string path;
-  explicit TempDir(const std::string& tag) {
-    path = (fs::temp_directory_path() / ("ucm-gclive-" + tag + "-" + std::to_string(::getpid()))).string();
-    fs::remove_all(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : test::TaggedTempDir {
+  explicit TempDir(const std::string& tag) : TaggedTempDir("ucm-gclive-", tag) {}
 };
 
 std::unique_ptr<Store> open_rw(const std::string& p, const std::string& shard = "") {
@@ -64,18 +61,10 @@ Status dump(Store* s, const NamespaceId& ns, const BlockHash& parent, const std:
 
 /// Per block: OK with the derived payload, NOT_FOUND, or anything else (a failure of the test).
 std::vector<Code> load_codes(Store* s, const NamespaceId& ns, const std::vector<BlockHash>& hs) {
-  const size_t n = tiny_ns().payload_bytes();
-  std::vector<std::vector<uint8_t>> dst(hs.size(), std::vector<uint8_t>(n, 0xEE));
-  LoadDest ld;
-  for (auto& v : dst) ld.ptrs.push_back(v.data());
-  auto t = s->load(ns, hs.data(), hs.size(), ld);
-  (void)t->wait();
-  std::vector<Code> out;
-  for (size_t i = 0; i < hs.size(); ++i) {
-    Code c = t->block_status()[i].code();
-    if (c == Code::kOk && dst[i] != test::block_payload(hs[i], n)) c = Code::kInternal;  // wrong bytes
-    out.push_back(c);
-  }
+  const test::CheckedLoad r = test::load_checked(s, ns, hs, tiny_ns().payload_bytes());
+  std::vector<Code> out = r.codes();
+  for (size_t i = 0; i < hs.size(); ++i)
+    if (out[i] == Code::kOk && !r.payload_ok[i]) out[i] = Code::kInternal;  // wrong bytes
   return out;
 }
 
@@ -90,10 +79,21 @@ std::vector<BlockHash> cat(std::initializer_list<const std::vector<BlockHash>*> 
 void expect_verified_clean(const std::string& p) {
   admin::InspectOptions io;
   io.verify = true;
-  admin::InspectReport ir;
-  Status s = admin::inspect(p, io, &ir);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(ir.corrupt_total, 0u);
+  EXPECT_EQ(test::must_inspect(p, io).corrupt_total, 0u);
+}
+
+/// Loads of `gone` through s are NOT_FOUND misses; those of `kept` are OK with their payloads.
+void expect_served(Store* s, const NamespaceId& ns, const std::vector<BlockHash>& gone,
+                   const std::vector<BlockHash>& kept) {
+  EXPECT_EQ(count(load_codes(s, ns, gone), Code::kNotFound), gone.size());
+  EXPECT_EQ(count(load_codes(s, ns, kept), Code::kOk), kept.size());
+}
+
+/// expect_served() through a new read-only handle of p; once it is closed, p verifies clean.
+void expect_reader_served(const std::string& p, const NamespaceId& ns, const std::vector<BlockHash>& gone,
+                          const std::vector<BlockHash>& kept) {
+  expect_served(test::open_test_store(p, false).get(), ns, gone, kept);
+  expect_verified_clean(p);
 }
 
 bool wait_for(const std::function<bool()>& f, int ms) {
@@ -109,6 +109,28 @@ NamespaceId reg(Store* s) {
   EXPECT_TRUE(s->register_namespace(tiny_ns(), &ns).ok());
   return ns;
 }
+
+/// A writer of store (or shard) `p` registers the namespace and dumps a chain of `blocks` random
+/// blocks (seed `seed`) from its root, then closes; *hs gets their hashes.
+NamespaceId fill(const std::string& p, size_t blocks, uint32_t seed, std::vector<BlockHash>* hs,
+                 const std::string& shard = "") {
+  auto w = open_rw(p, shard);
+  const NamespaceId ns = reg(w.get());
+  *hs = test::random_chain(root_hash(ns), blocks, seed);
+  EXPECT_TRUE(dump(w.get(), ns, root_hash(ns), *hs).ok());
+  return ns;
+}
+
+/// A test's store (or shard root) `p` in its temp dir, after fill().
+struct Filled {
+  TempDir t;
+  std::string p;
+  std::vector<BlockHash> hs;
+  NamespaceId ns{};
+  Filled(const std::string& tag, size_t blocks, uint32_t seed, const std::string& shard = "") : t(tag), p(t.path) {
+    ns = fill(p, blocks, seed, &hs, shard);
+  }
+};
 
 }  // namespace
 
@@ -206,10 +228,8 @@ TEST(GcLiveWriter, SingleStoreWriterAppliesTheRemovals) {
   ASSERT_TRUE(dump(w.get(), ns, e.back(), f).ok());
   ASSERT_TRUE(r->refresh().ok());
   const auto gone = cat({&a, &b}), kept = cat({&c, &d, &e, &f});
-  EXPECT_EQ(count(load_codes(r.get(), ns, gone), Code::kNotFound), gone.size());
-  EXPECT_EQ(count(load_codes(r.get(), ns, kept), Code::kOk), kept.size());
-  EXPECT_EQ(count(load_codes(w.get(), ns, gone), Code::kNotFound), gone.size());  // the writer's own loads
-  EXPECT_EQ(count(load_codes(w.get(), ns, kept), Code::kOk), kept.size());
+  expect_served(r.get(), ns, gone, kept);
+  expect_served(w.get(), ns, gone, kept);  // the writer's own loads
   std::vector<uint8_t> present(gone.size());
   size_t prefix = 0;
   ASSERT_TRUE(w->lookup(ns, gone.data(), gone.size(), present.data(), &prefix).ok());
@@ -289,14 +309,9 @@ TEST(GcLiveWriter, ShardedStoreHandsTheBusyShardToItsWriter) {
   // The live writer keeps serving: its loads and a fresh reader's see c, not a or b.
   const auto d = test::random_chain(c.back(), 2, 14);
   ASSERT_TRUE(dump(live.get(), ns, c.back(), d).ok());
-  auto r = test::open_test_store(root, false);
   const auto gone = cat({&a, &b}), kept = cat({&c, &d});
-  EXPECT_EQ(count(load_codes(r.get(), ns, gone), Code::kNotFound), gone.size());
-  EXPECT_EQ(count(load_codes(r.get(), ns, kept), Code::kOk), kept.size());
-  EXPECT_EQ(count(load_codes(live.get(), ns, gone), Code::kNotFound), gone.size());
-  EXPECT_EQ(count(load_codes(live.get(), ns, kept), Code::kOk), kept.size());
-  r.reset();
-  expect_verified_clean(root);
+  expect_served(live.get(), ns, gone, kept);
+  expect_reader_served(root, ns, gone, kept);
 }
 
 // (c) A garbage request and one of an unknown version are refused (renamed .bad) and change
@@ -349,16 +364,9 @@ TEST(GcLiveWriter, MalformedAndExpiredRequestsAreNotApplied) {
 // of an older ucm): gc withdraws its request after --writer-wait, reports it, exits 4 (busy);
 // --writer-wait 0 keeps the old behaviour (busy at once, no plan).
 TEST(GcLiveWriter, AWriterThatDoesNotAnswerLeavesGcBusy) {
-  TempDir t("silent");
-  const std::string p = t.path;
-  NamespaceId ns;
-  std::vector<BlockHash> hs;
-  {
-    auto w = open_rw(p);
-    ns = reg(w.get());
-    hs = test::random_chain(root_hash(ns), 4, 31);
-    ASSERT_TRUE(dump(w.get(), ns, root_hash(ns), hs).ok());
-  }
+  const Filled f("silent", 4, 31);
+  ASSERT_FALSE(HasFailure());
+  const auto& [t, p, hs, ns] = f;
   std::unique_ptr<fmt::WriterLock> lock;  // held, never polling
   ASSERT_TRUE(fmt::WriterLock::Acquire(p, &lock).ok());
   admin::GcOptions go;
@@ -398,25 +406,15 @@ TEST(GcLiveWriter, AWriterThatDoesNotAnswerLeavesGcBusy) {
   EXPECT_NE(bad.err.find("--writer-wait"), std::string::npos) << bad.err;
 #endif
   lock.reset();
-  auto r = test::open_test_store(p, false);
-  EXPECT_EQ(count(load_codes(r.get(), ns, hs), Code::kOk), hs.size());
-  r.reset();
-  expect_verified_clean(p);
+  expect_reader_served(p, ns, {}, hs);
 }
 
 // A shard whose writer lost its flock but still beats: planned read-only like a held one; no
 // handle polls there, so the shard stays busy and nothing in it changes.
 TEST(GcLiveWriter, ABeatingShardWithoutAPollingWriterStaysBusy) {
-  TempDir t("beat");
-  const std::string root = t.path;
-  NamespaceId ns;
-  std::vector<BlockHash> hs;
-  {
-    auto a = open_rw(root, "a");
-    ns = reg(a.get());
-    hs = test::random_chain(root_hash(ns), 3, 41);
-    ASSERT_TRUE(dump(a.get(), ns, root_hash(ns), hs).ok());
-  }
+  const Filled f("beat", 3, 41, "a");
+  ASSERT_FALSE(HasFailure());
+  const auto& [t, root, hs, ns] = f;
   std::atomic<bool> stop{false};
   const std::string lock = fmt::lock_path(fmt::shard_path(root, "a"));
   std::thread beat([&] {
@@ -440,23 +438,15 @@ TEST(GcLiveWriter, ABeatingShardWithoutAPollingWriterStaysBusy) {
   ASSERT_EQ(rep.shards.size(), 1u);
   EXPECT_EQ(rep.shards[0].state.rfind("busy", 0), 0u) << rep.shards[0].state;
   EXPECT_EQ(rep.shards[0].handoff.outcome, "no answer: withdrawn");
-  auto r = test::open_test_store(root, false);
-  EXPECT_EQ(count(load_codes(r.get(), ns, hs), Code::kOk), hs.size());
+  expect_served(test::open_test_store(root, false).get(), ns, {}, hs);
 }
 
 // A request a writer claimed (.work) and did not finish (it was killed) is applied by the next
 // writer of the store: removals are idempotent.
 TEST(GcLiveWriter, AClaimedRequestOfAKilledWriterIsAppliedByTheNext) {
-  TempDir t("claimed");
-  const std::string p = t.path;
-  NamespaceId ns;
-  std::vector<BlockHash> hs;
-  {
-    auto w = open_rw(p);
-    ns = reg(w.get());
-    hs = test::random_chain(root_hash(ns), 4, 51);
-    ASSERT_TRUE(dump(w.get(), ns, root_hash(ns), hs).ok());
-  }
+  const Filled f("claimed", 4, 51);
+  ASSERT_FALSE(HasFailure());
+  const auto& [t, p, hs, ns] = f;
   fmt::GcRequest rq;
   rq.created_ms = fmt::now_ms();
   rq.expires_ms = rq.created_ms + 60000;

@@ -51,11 +51,8 @@ class StoreFixture : public ::testing::Test {
     fs::remove(fs::path(path) / "expected.json");
     std::ifstream f(from / "expected.json");
     want = json::parse(f);
-    admin::BuildOptions bo;
-    bo.rebuild_index = true;
     admin::BuildReport br;
-    Status st = admin::build(path, bo, &br);
-    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_NO_FATAL_FAILURE(rebuild_index(path, &br));
     EXPECT_EQ(br.blocks_indexed, 3u);
     EXPECT_EQ(br.corrupt_records, 0u);
     EXPECT_EQ(br.namespaces, 1u);
@@ -108,11 +105,28 @@ class StoreFixture : public ::testing::Test {
     EXPECT_EQ(docs[0].last_block, hashes[2]);
     admin::InspectOptions io;
     io.verify = true;
-    admin::InspectReport ir;
-    ASSERT_TRUE(admin::inspect(path, io, &ir).ok());
+    const admin::InspectReport ir = must_inspect(path, io);
     EXPECT_GE(ir.blocks, 3u);  // the script's 3, and any a test added
     EXPECT_EQ(ir.verified, ir.blocks);
     EXPECT_TRUE(ir.corrupt.empty());
+  }
+
+  // The superblock says format `version`, for readers of `min_reader` and later.
+  void expect_format(uint32_t version, uint32_t min_reader, const std::string& why = "") {
+    fmt::Superblock sb;
+    ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
+    EXPECT_EQ(sb.format_version, version) << why;
+    EXPECT_EQ(sb.min_reader_version, min_reader) << why;
+  }
+
+  // `ucm migrate --upgrade` of the store: *again is its report when the store was upgraded
+  // already (nothing to do), else the upgrade's (which must upgrade).
+  void upgrade(admin::MigrateReport* mr, bool again = false) {
+    admin::MigrateOptions mo;
+    mo.upgrade = true;
+    Status st = admin::migrate(path, "", mo, mr);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(mr->upgraded, !again);
   }
 
   TempDir dir;
@@ -126,10 +140,7 @@ class StoreFixture : public ::testing::Test {
 
 TEST_F(StoreFixture, CurrentFormatBuiltFromTheSpecDecodes) {
   load("store_v4");
-  fmt::Superblock sb;
-  ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
-  EXPECT_EQ(sb.format_version, 4u);
-  EXPECT_EQ(sb.min_reader_version, 4u);
+  expect_format(4, 4);
   check_contents();
   // The token ids the script wrote (§3.2), block by block and as chains; the rebuilt index flags
   // the blocks that hold them (§5.3 bit 1).
@@ -169,10 +180,7 @@ TEST_F(StoreFixture, CurrentFormatBuiltFromTheSpecDecodes) {
 
 TEST_F(StoreFixture, Version2IsWrittenWithoutIdsThenUpgradedTo4) {
   load("store_v2");
-  fmt::Superblock sb;
-  ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
-  EXPECT_EQ(sb.format_version, 2u);
-  EXPECT_EQ(sb.min_reader_version, 2u);
+  expect_format(2, 2);
   check_contents();
   NamespaceDesc d;
   // Dumps one block of ids first_token.. after `parent`, with its ids; *h gets its hash.
@@ -213,15 +221,9 @@ TEST_F(StoreFixture, Version2IsWrittenWithoutIdsThenUpgradedTo4) {
       EXPECT_EQ(v, 2u) << e.path() << ": a data file of a version-2 store must say 2 (§3.1)";
     }
   }
-  admin::MigrateOptions mo;
-  mo.upgrade = true;
   admin::MigrateReport mr;
-  Status st = admin::migrate(path, "", mo, &mr);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_TRUE(mr.upgraded);
-  ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
-  EXPECT_EQ(sb.format_version, 4u);
-  EXPECT_EQ(sb.min_reader_version, 4u) << "readers older than format 4 must refuse the upgraded store";
+  ASSERT_NO_FATAL_FAILURE(upgrade(&mr));
+  expect_format(4, 4, "readers older than format 4 must refuse the upgraded store");
   check_contents();
   BlockHash h4{};
   dump_after(h3, 600, '\x33', &h4);
@@ -236,8 +238,7 @@ TEST_F(StoreFixture, Version2IsWrittenWithoutIdsThenUpgradedTo4) {
     EXPECT_EQ(w->chain_tokens(ns, h4, &t).code(), Code::kNotSupported);
   }
   admin::MigrateReport again;
-  ASSERT_TRUE(admin::migrate(path, "", mo, &again).ok());
-  EXPECT_FALSE(again.upgraded);
+  upgrade(&again, /*again=*/true);
 }
 
 TEST_F(StoreFixture, Version1IsReadableRefusedByWritersAndUpgraded) {
@@ -253,29 +254,19 @@ TEST_F(StoreFixture, Version1IsReadableRefusedByWritersAndUpgraded) {
     EXPECT_EQ(st.code(), Code::kNotSupported) << st.ToString();
     EXPECT_NE(st.message().find("ucm migrate " + path + " --upgrade"), std::string::npos) << st.message();
   }
-  admin::MigrateOptions mo;
-  mo.upgrade = true;
   admin::MigrateReport mr;
-  Status st = admin::migrate(path, "", mo, &mr);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_TRUE(mr.upgraded);
+  ASSERT_NO_FATAL_FAILURE(upgrade(&mr));
   EXPECT_EQ(mr.attachments, 1u);
-  fmt::Superblock sb;
-  ASSERT_TRUE(fmt::read_superblock(path, &sb).ok());
-  EXPECT_EQ(sb.format_version, 4u) << "1 -> 2 -> 4 in one run";
-  EXPECT_EQ(sb.min_reader_version, 4u) << "a version-1 reader must refuse the upgraded store";
+  expect_format(4, 4, "1 -> 2 -> 4 in one run; a version-1 reader must refuse the upgraded store");
   check_contents();
   EXPECT_TRUE(open_store(path, true)) << "writable after the upgrade";
   // The attachment is now a named record: a rebuild from the data files finds it by its name.
-  admin::BuildOptions bo;
-  bo.rebuild_index = true;
   admin::BuildReport br;
-  ASSERT_TRUE(admin::build(path, bo, &br).ok());
+  ASSERT_NO_FATAL_FAILURE(rebuild_index(path, &br));
   check_contents();
   // Upgrading again does nothing.
   admin::MigrateReport again;
-  ASSERT_TRUE(admin::migrate(path, "", mo, &again).ok());
-  EXPECT_FALSE(again.upgraded);
+  ASSERT_NO_FATAL_FAILURE(upgrade(&again, /*again=*/true));
   EXPECT_NE(again.message.find("nothing to upgrade"), std::string::npos) << again.message;
 }
 

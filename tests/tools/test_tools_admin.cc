@@ -21,13 +21,6 @@ namespace {
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-InspectReport must_inspect(const std::string& p, InspectOptions o = {}) {
-  InspectReport r;
-  Status st = inspect(p, o, &r);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return r;
-}
-
 GcReport must_gc(const std::string& p, GcOptions o) {
   GcReport r;
   Status st = gc(p, o, &r);
@@ -36,19 +29,9 @@ GcReport must_gc(const std::string& p, GcOptions o) {
 }
 
 size_t present_prefix(Store* s, const NamespaceId& ns, const std::vector<BlockHash>& hs) {
-  std::vector<uint8_t> present(hs.size());
   size_t prefix = 0;
-  EXPECT_TRUE(s->lookup(ns, hs.data(), hs.size(), present.data(), &prefix).ok());
+  lookup_present(s, ns, hs, &prefix);
   return prefix;
-}
-
-size_t present_count(Store* s, const NamespaceId& ns, const std::vector<BlockHash>& hs) {
-  std::vector<uint8_t> present(hs.size());
-  size_t prefix = 0;
-  EXPECT_TRUE(s->lookup(ns, hs.data(), hs.size(), present.data(), &prefix).ok());
-  size_t n = 0;
-  for (auto p : present) n += p;
-  return n;
 }
 
 /// Sum of the apparent sizes of the files in data/.
@@ -118,16 +101,32 @@ class AdminStore : public ::testing::Test {
     ASSERT_TRUE(s->register_namespace(desc_b, &ns_b).ok());
     chain_a = dump_chain(s.get(), ns_a, desc_a, 100, 3, true);
     chain_b = dump_chain(s.get(), ns_b, desc_b, 500, 2, false);
-    DocumentEntry doc;
-    doc.id = "doc-a";
-    doc.first_block = chain_a.hashes.front();
-    doc.last_block = chain_a.hashes.back();
-    doc.blocks = 3;
+    DocumentEntry doc = document_of("doc-a", chain_a);
     doc.tokens = 12;
     doc.source = "a.rst";
     ASSERT_TRUE(s->put_document(ns_a, doc).ok());
     ASSERT_TRUE(s->put_attachment(ns_a, "r4_projection", "PROJ", 4).ok());
   }
+  /// Appends chain_a's payloads, as `s` loads them, to *out; ASSERTs each block loads.
+  void load_chain_a(Store* s, std::vector<std::string>* out) {
+    for (auto& h : chain_a.hashes) {
+      std::string block;
+      ASSERT_TRUE(load_block(s, ns_a, desc_a, h, &block).ok());
+      out->push_back(block);
+    }
+  }
+  /// Removes the index and rebuilds it from the data files into *br: `blocks` blocks, both
+  /// namespaces, doc-a, nothing corrupt.
+  void expect_index_rebuilt(size_t blocks, BuildReport* br) {
+    fs::remove_all(path + "/index");
+    ASSERT_NO_FATAL_FAILURE(rebuild_index(path, br));
+    EXPECT_EQ(br->blocks_indexed, blocks);
+    EXPECT_EQ(br->namespaces, 2u);
+    EXPECT_EQ(br->documents, 1u);
+    EXPECT_EQ(br->corrupt_records, 0u);
+  }
+  /// The same through a read-only handle of its own.
+  void load_chain_a(std::vector<std::string>* out) { load_chain_a(open_store(path, false).get(), out); }
   TempDir dir;
   std::string path;
   NamespaceDesc desc_a, desc_b;
@@ -497,14 +496,7 @@ TEST_F(AdminStore, GcRemovesOrphansAndUnreferenced) {
 
 TEST_F(AdminStore, GcCompactionReclaimsAndKeepsDataLoadable) {
   std::vector<std::string> before;
-  {
-    auto s = open_store(path, false);
-    for (auto& h : chain_a.hashes) {
-      std::string out;
-      ASSERT_TRUE(load_block(s.get(), ns_a, desc_a, h, &out).ok());
-      before.push_back(out);
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(load_chain_a(&before));
   // Evict namespace b and 0 of a: the data file's dead ratio stays low. Evict more: make b
   // big first so that its removal leaves a mostly dead file.
   {
@@ -530,11 +522,9 @@ TEST_F(AdminStore, GcCompactionReclaimsAndKeepsDataLoadable) {
   // Data still loads byte-identical (namespace record, attachment, document relocated too).
   {
     auto s = open_store(path, false);
-    for (size_t i = 0; i < 3; ++i) {
-      std::string out;
-      ASSERT_TRUE(load_block(s.get(), ns_a, desc_a, chain_a.hashes[i], &out).ok());
-      EXPECT_EQ(out, before[i]);
-    }
+    std::vector<std::string> after;
+    ASSERT_NO_FATAL_FAILURE(load_chain_a(s.get(), &after));
+    EXPECT_EQ(after, before);
     std::string att;
     ASSERT_TRUE(s->get_attachment(ns_a, "r4_projection", &att).ok());
     EXPECT_EQ(att, "PROJ");
@@ -558,17 +548,10 @@ TEST_F(AdminStore, GcCompactionReclaimsAndKeepsDataLoadable) {
   v.verify = true;
   EXPECT_EQ(must_inspect(path, v).verified, 3u);
   // Rebuild after compaction still finds everything.
-  fs::remove_all(path + "/index");
-  BuildOptions bo;
-  bo.rebuild_index = true;
-  BuildReport br;
-  ASSERT_TRUE(build(path, bo, &br).ok());
   // Both old files were compacted and unlinked: the evicted blocks are gone for good, while
   // the relocated blocks, namespace records, attachment and document are all found.
-  EXPECT_EQ(br.blocks_indexed, 3u);
-  EXPECT_EQ(br.namespaces, 2u);
-  EXPECT_EQ(br.documents, 1u);
-  EXPECT_EQ(br.corrupt_records, 0u);
+  BuildReport br;
+  ASSERT_NO_FATAL_FAILURE(expect_index_rebuilt(3, &br));
   auto s = open_store(path, false);
   EXPECT_EQ(present_count(s.get(), ns_a, chain_a.hashes), 3u);
   for (const auto& h : chain_a.hashes) {  // the rebuilt index flags the records with ids (§5.3)
@@ -579,11 +562,9 @@ TEST_F(AdminStore, GcCompactionReclaimsAndKeepsDataLoadable) {
   std::string att;
   ASSERT_TRUE(s->get_attachment(ns_a, "r4_projection", &att).ok());
   EXPECT_EQ(att, "PROJ");
-  for (size_t i = 0; i < 3; ++i) {
-    std::string out;
-    ASSERT_TRUE(load_block(s.get(), ns_a, desc_a, chain_a.hashes[i], &out).ok());
-    EXPECT_EQ(out, before[i]);
-  }
+  std::vector<std::string> after;
+  ASSERT_NO_FATAL_FAILURE(load_chain_a(s.get(), &after));
+  EXPECT_EQ(after, before);
 }
 
 TEST_F(AdminStore, GcHousekeeping) {
@@ -607,31 +588,14 @@ TEST_F(AdminStore, GcHousekeeping) {
 
 TEST_F(AdminStore, RebuildIndexRestoresEverything) {
   std::vector<std::string> before;
-  {
-    auto s = open_store(path, false);
-    for (auto& h : chain_a.hashes) {
-      std::string out;
-      ASSERT_TRUE(load_block(s.get(), ns_a, desc_a, h, &out).ok());
-      before.push_back(out);
-    }
-  }
-  fs::remove_all(path + "/index");
-  BuildOptions bo;
-  bo.rebuild_index = true;
+  ASSERT_NO_FATAL_FAILURE(load_chain_a(&before));
   BuildReport br;
-  Status st = build(path, bo, &br);
-  ASSERT_TRUE(st.ok()) << st.ToString();
-  EXPECT_EQ(br.blocks_indexed, 5u);
-  EXPECT_EQ(br.namespaces, 2u);
-  EXPECT_EQ(br.documents, 1u);
-  EXPECT_EQ(br.corrupt_records, 0u);
+  ASSERT_NO_FATAL_FAILURE(expect_index_rebuilt(5, &br));
   EXPECT_TRUE(br.moved_index_to.empty());
   auto s = open_store(path, false);
-  for (size_t i = 0; i < 3; ++i) {
-    std::string out;
-    ASSERT_TRUE(load_block(s.get(), ns_a, desc_a, chain_a.hashes[i], &out).ok());
-    EXPECT_EQ(out, before[i]);
-  }
+  std::vector<std::string> after;
+  ASSERT_NO_FATAL_FAILURE(load_chain_a(s.get(), &after));
+  EXPECT_EQ(after, before);
   EXPECT_EQ(present_count(s.get(), ns_b, chain_b.hashes), 2u);
   DocumentEntry doc;
   ASSERT_TRUE(s->get_document(ns_a, "doc-a", &doc).ok());
@@ -644,7 +608,7 @@ TEST_F(AdminStore, RebuildIndexRestoresEverything) {
   s.reset();
   // With an index present, it is moved aside.
   BuildReport br2;
-  ASSERT_TRUE(build(path, bo, &br2).ok());
+  ASSERT_NO_FATAL_FAILURE(rebuild_index(path, &br2));
   EXPECT_NE(br2.moved_index_to.find("tmp/index.broken-"), std::string::npos);
   EXPECT_TRUE(fs::exists(br2.moved_index_to));
 }
@@ -969,12 +933,7 @@ TEST_F(AdminStore, GcUnregistersDocumentsThatLoseBlocks) {
   // A second, intact document in ns_b.
   {
     auto s = open_store(path, true);
-    DocumentEntry d;
-    d.id = "doc-b";
-    d.first_block = chain_b.hashes.front();
-    d.last_block = chain_b.hashes.back();
-    d.blocks = 2;
-    ASSERT_TRUE(s->put_document(ns_b, d).ok());
+    ASSERT_TRUE(s->put_document(ns_b, document_of("doc-b", chain_b)).ok());
   }
   // Spoil the middle block of doc-a (one payload byte): a verify gc removes it and its child.
   ASSERT_TRUE(spoil_payload_byte(path, ns_a, chain_a.hashes[1]));
@@ -1002,10 +961,8 @@ TEST_F(AdminStore, GcUnregistersDocumentsThatLoseBlocks) {
     EXPECT_EQ(s->get_document(ns_a, "doc-a", &e).code(), Code::kNotFound);
   }
   // Rebuilding the index from the data files keeps it out (its DOCUMENT record is still there).
-  BuildOptions bo;
-  bo.rebuild_index = true;
   BuildReport br;
-  ASSERT_TRUE(build(path, bo, &br).ok());
+  ASSERT_NO_FATAL_FAILURE(rebuild_index(path, &br));
   EXPECT_EQ(br.documents, 1u);
   EXPECT_EQ(br.incomplete_documents, 1u);
   {

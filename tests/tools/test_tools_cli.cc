@@ -168,12 +168,7 @@ void make_store(const std::string& s, NamespaceId* ns_out = nullptr, Chain* chai
   auto st = open_store(s, true, true);
   ASSERT_TRUE(st->register_namespace(desc, &ns).ok());
   Chain c = dump_chain(st.get(), ns, desc, 1, 3);
-  DocumentEntry doc;
-  doc.id = "doc";
-  doc.first_block = c.hashes.front();
-  doc.last_block = c.hashes.back();
-  doc.blocks = 3;
-  ASSERT_TRUE(st->put_document(ns, doc).ok());
+  ASSERT_TRUE(st->put_document(ns, document_of("doc", c)).ok());
   if (ns_out) *ns_out = ns;
   if (chain_out) *chain_out = c;
 }

@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <initializer_list>
+#include <utility>
 
 #include "admin_internal.h"
 #include "tools_test_util.h"
@@ -12,22 +14,23 @@
 using namespace ucm;
 using namespace ucm::admin;
 
+namespace {
+
+// Each text of `cases` parses with `parse` to its value.
+void expect_parses(Status (*parse)(const std::string&, uint64_t*),
+                   std::initializer_list<std::pair<const char*, uint64_t>> cases) {
+  for (const auto& [text, want] : cases) {
+    uint64_t v = want + 1;  // (each parse must write its value)
+    ASSERT_TRUE(parse(text, &v).ok()) << text;
+    EXPECT_EQ(v, want) << text;
+  }
+}
+
+}  // namespace
+
 TEST(ParseBytes, Units) {
-  uint64_t v = 0;
-  ASSERT_TRUE(parse_bytes("1000", &v).ok());
-  EXPECT_EQ(v, 1000u);
-  ASSERT_TRUE(parse_bytes("10G", &v).ok());
-  EXPECT_EQ(v, 10'000'000'000ull);
-  ASSERT_TRUE(parse_bytes("512MiB", &v).ok());
-  EXPECT_EQ(v, 512ull << 20);
-  ASSERT_TRUE(parse_bytes("1.5KiB", &v).ok());
-  EXPECT_EQ(v, 1536u);
-  ASSERT_TRUE(parse_bytes("2tib", &v).ok());
-  EXPECT_EQ(v, 2ull << 40);
-  ASSERT_TRUE(parse_bytes(" 7 kB ", &v).ok());
-  EXPECT_EQ(v, 7000u);
-  ASSERT_TRUE(parse_bytes("0", &v).ok());
-  EXPECT_EQ(v, 0u);
+  expect_parses(parse_bytes, {{"1000", 1000u}, {"10G", 10'000'000'000ull}, {"512MiB", 512ull << 20},
+                              {"1.5KiB", 1536u}, {"2tib", 2ull << 40}, {" 7 kB ", 7000u}, {"0", 0u}});
 }
 
 TEST(ParseBytes, Errors) {
@@ -41,27 +44,9 @@ TEST(ParseBytes, Errors) {
 }
 
 TEST(ParseDuration, Units) {
-  uint64_t ms = 0;
-  ASSERT_TRUE(parse_duration("500ms", &ms).ok());
-  EXPECT_EQ(ms, 500u);
-  ASSERT_TRUE(parse_duration("45s", &ms).ok());
-  EXPECT_EQ(ms, 45000u);
-  ASSERT_TRUE(parse_duration("15m", &ms).ok());
-  EXPECT_EQ(ms, 900000u);
-  ASSERT_TRUE(parse_duration("12h", &ms).ok());
-  EXPECT_EQ(ms, 12ull * 3600 * 1000);
-  ASSERT_TRUE(parse_duration("30d", &ms).ok());
-  EXPECT_EQ(ms, 30ull * 86400 * 1000);
-  ASSERT_TRUE(parse_duration("1w", &ms).ok());
-  EXPECT_EQ(ms, 7ull * 86400 * 1000);
-  ASSERT_TRUE(parse_duration("1h30m", &ms).ok());
-  EXPECT_EQ(ms, 5400000u);
-  ASSERT_TRUE(parse_duration("60", &ms).ok());
-  EXPECT_EQ(ms, 60000u);
-  ASSERT_TRUE(parse_duration("0", &ms).ok());
-  EXPECT_EQ(ms, 0u);
-  ASSERT_TRUE(parse_duration("1.5s", &ms).ok());
-  EXPECT_EQ(ms, 1500u);
+  expect_parses(parse_duration, {{"500ms", 500u}, {"45s", 45000u}, {"15m", 900000u}, {"12h", 12ull * 3600 * 1000},
+                                 {"30d", 30ull * 86400 * 1000}, {"1w", 7ull * 86400 * 1000}, {"1h30m", 5400000u},
+                                 {"60", 60000u}, {"0", 0u}, {"1.5s", 1500u}});
 }
 
 TEST(ParseDuration, Errors) {

@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "ucm/admin.h"
 #include "ucm/format/format.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
 #include "ucm/store.h"
+#include "store_blocks.h"
 
 namespace ucm::test {
 
@@ -53,10 +55,23 @@ inline std::unique_ptr<Store> open_store(const std::string& path, bool rw, bool 
   o.io_threads = 2;
   o.direct_io = false;
   o.refresh_interval_ms = 0;
-  std::unique_ptr<Store> s;
-  Status st = Store::Open(path, o, &s);
+  return open_with(path, o);
+}
+
+/// admin::inspect of `p` with `o`; EXPECTs success.
+inline admin::InspectReport must_inspect(const std::string& p, const admin::InspectOptions& o = {}) {
+  admin::InspectReport r;
+  Status st = admin::inspect(p, o, &r);
   EXPECT_TRUE(st.ok()) << st.ToString();
-  return s;
+  return r;
+}
+
+/// `ucm build --rebuild-index` of the store at `p` into *br; ASSERTs success.
+inline void rebuild_index(const std::string& p, admin::BuildReport* br) {
+  admin::BuildOptions bo;
+  bo.rebuild_index = true;
+  Status st = admin::build(p, bo, br);
+  ASSERT_TRUE(st.ok()) << st.ToString();
 }
 
 /// Deterministic payload of a block: bytes derived from the hash.
@@ -97,6 +112,16 @@ inline Chain dump_chain(Store* s, const NamespaceId& ns, const NamespaceDesc& d,
   Status st = t->wait();
   EXPECT_TRUE(st.ok()) << st.ToString();
   return c;
+}
+
+/// The registry entry of a document `id` whose blocks are chain c's (first to last).
+inline DocumentEntry document_of(const std::string& id, const Chain& c) {
+  DocumentEntry d;
+  d.id = id;
+  d.first_block = c.hashes.front();
+  d.last_block = c.hashes.back();
+  d.blocks = static_cast<uint32_t>(c.hashes.size());
+  return d;
 }
 
 /// Loads one block (all heads) into a string; the Status of the block.
