@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "reference.h"
+#include "retriever_util.h"
 #include "ucm/retrieval.h"
 
 using reftest::Request;
@@ -49,18 +50,18 @@ struct Ramp {
   }
 };
 
-ucm_retriever_params esa() {
-  ucm_retriever_params p = ucm_retriever_default_params();
-  p.policy = UCM_POLICY_ESA;
+ucm_retriever_params esa() { return reftest::policy_params(UCM_POLICY_ESA); }
+
+// ESA with windows of `sink` and `local` blocks and a budget of `top_k` blocks.
+ucm_retriever_params esa(uint32_t sink, uint32_t local, uint32_t top_k) {
+  ucm_retriever_params p = esa();
+  p.sink_blocks = sink;
+  p.local_blocks = local;
+  p.top_k = top_k;
   return p;
 }
 
-ucm_retriever_t* make(const ucm_retriever_params& p, const Request& R) {
-  const ucm_repr_info info = R.info();
-  ucm_retriever_t* r = nullptr;
-  EXPECT_EQ(ucm_retriever_create(&p, &info, R.proj.data(), &r), UCM_OK) << ucm_last_error();
-  return r;
-}
+ucm_retriever_t* make(const ucm_retriever_params& p, const Request& R) { return reftest::make_retriever(p, R); }
 
 std::vector<uint32_t> range(uint32_t a, uint32_t b) {
   std::vector<uint32_t> v;
@@ -107,21 +108,14 @@ TEST(RetrievalApi, WindowsAndBudget) {
 TEST(RetrievalApi, EqualScoresPreferLowerIndices) {
   Ramp m;
   std::fill(m.R.r0.begin(), m.R.r0.end(), 1.0f);  // every block scores the same
-  ucm_retriever_params p = esa();
-  p.sink_blocks = p.local_blocks = 0;
-  p.top_k = 5;
-  ucm_retriever_t* r = make(p, m.R);
+  ucm_retriever_t* r = make(esa(0, 0, 5), m.R);
   EXPECT_EQ(m.select(r, 32), range(0, 5));
   ucm_retriever_free(r);
 }
 
 TEST(RetrievalApi, InvalidBlocksAreAlwaysSelected) {
   Ramp m;
-  ucm_retriever_params p = esa();
-  p.sink_blocks = 1;
-  p.local_blocks = 1;
-  p.top_k = 4;
-  ucm_retriever_t* r = make(p, m.R);
+  ucm_retriever_t* r = make(esa(1, 1, 4), m.R);
   std::vector<uint8_t> valid(32, 1);
   valid[3] = valid[7] = 0;
   // forced {0, 3, 7, 31}: the budget is spent; with 5 invalid it is exceeded.
@@ -136,10 +130,7 @@ TEST(RetrievalApi, InvalidBlocksAreAlwaysSelected) {
 
 TEST(RetrievalApi, ReuseStepsKeepsTheSelectionThenRecomputes) {
   Ramp m;
-  ucm_retriever_params p = esa();
-  p.sink_blocks = 0;
-  p.local_blocks = 1;
-  p.top_k = 3;
+  ucm_retriever_params p = esa(0, 1, 3);
   p.reuse_steps = 3;
   ucm_retriever_t* r = make(p, m.R);
   const auto first = m.select(r, 20);  // computed: {18, 19} + local {19}... = {17, 18, 19}
@@ -204,8 +195,7 @@ TEST(RetrievalApi, Bf16QueriesSelectAsTheirFloatValues) {
   R.fill(rng);
   const ucm_repr_buffers bufs = R.buffers();
   for (int policy : {UCM_POLICY_ESA, UCM_POLICY_QUEST, UCM_POLICY_GSA, UCM_POLICY_PSA}) {
-    ucm_retriever_params p = ucm_retriever_default_params();
-    p.policy = policy;
+    ucm_retriever_params p = reftest::policy_params(policy);
     p.shared_heads = 0;
     ucm_retriever_t* r = make(p, R);
     std::vector<float> q = R.queries(rng);

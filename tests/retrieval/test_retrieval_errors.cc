@@ -29,6 +29,18 @@ std::string write_tmp(const std::string& text) {
   return p;
 }
 
+// A filled request (seed 2, the reference's default shape), its info, and the default params.
+struct Filled {
+  std::mt19937_64 rng{2};
+  Request R;
+  ucm_repr_info info{};
+  ucm_retriever_params p = ucm_retriever_default_params();
+  Filled() {
+    R.fill(rng);
+    info = R.info();
+  }
+};
+
 TEST(RetrievalErrors, DefaultsAreTheDocumentedOnes) {
   const ucm_retriever_params p = ucm_retriever_default_params();
   EXPECT_EQ(p.struct_size, sizeof(ucm_retriever_params));
@@ -90,11 +102,8 @@ TEST(RetrievalErrors, ParamsLoadReadsValuesAndRejectsBadOnes) {
 }
 
 TEST(RetrievalErrors, CreateRejectsBadParamsAndInfo) {
-  std::mt19937_64 rng(2);
-  Request R;
-  R.fill(rng);
-  ucm_repr_info info = R.info();
-  ucm_retriever_params p = ucm_retriever_default_params();
+  Filled setup;
+  auto& [rng, R, info, p] = setup;
   ucm_retriever_t* r = reinterpret_cast<ucm_retriever_t*>(0x1);
   EXPECT_EQ(ucm_retriever_create(nullptr, &info, nullptr, &r), UCM_E_INVALID);
   EXPECT_EQ(r, nullptr);  // *out is cleared on failure
@@ -104,39 +113,39 @@ TEST(RetrievalErrors, CreateRejectsBadParamsAndInfo) {
     EXPECT_NE(std::string(ucm_last_error()).find(word), std::string::npos) << ucm_last_error();
     EXPECT_EQ(x, nullptr);
   };
-  ucm_retriever_params q = p;
-  q.struct_size = 8;
-  expect_bad(q, info, nullptr, "struct_size");
-  q = p;
-  q.policy = 9;
-  expect_bad(q, info, nullptr, "policy");
-  q = p;
-  q.sparse_ratio = -0.1f;
-  expect_bad(q, info, nullptr, "sparse_ratio");
-  q = p;
-  q.reuse_steps = 0;
-  expect_bad(q, info, nullptr, "reuse_steps");
-  ucm_repr_info j = info;
-  j.struct_size = 4;
-  expect_bad(p, j, nullptr, "struct_size");
-  j = info;
-  j.head_dim = 0;
-  expect_bad(p, j, nullptr, "head_dim");
-  q = p;
-  q.policy = UCM_POLICY_GSA;
-  expect_bad(q, info, nullptr, "projection");
-  j = info;
-  j.sections = UCM_REPR_R0 | UCM_REPR_R1;
-  j.hash_bits = 0;
-  expect_bad(q, j, R.proj.data(), "R4");
+  // Each case spoils a copy of the good params and info; the error names `word`.
+  using P = ucm_retriever_params;
+  using I = ucm_repr_info;
+  const struct {
+    void (*spoil)(P&, I&);
+    bool with_proj;
+    const char* word;
+  } cases[] = {
+      {[](P& q, I&) { q.struct_size = 8; }, false, "struct_size"},
+      {[](P& q, I&) { q.policy = 9; }, false, "policy"},
+      {[](P& q, I&) { q.sparse_ratio = -0.1f; }, false, "sparse_ratio"},
+      {[](P& q, I&) { q.reuse_steps = 0; }, false, "reuse_steps"},
+      {[](P&, I& j) { j.struct_size = 4; }, false, "struct_size"},
+      {[](P&, I& j) { j.head_dim = 0; }, false, "head_dim"},
+      {[](P& q, I&) { q.policy = UCM_POLICY_GSA; }, false, "projection"},
+      {[](P& q, I& j) {
+         q.policy = UCM_POLICY_GSA;
+         j.sections = UCM_REPR_R0 | UCM_REPR_R1;
+         j.hash_bits = 0;
+       },
+       true, "R4"},
+  };
+  for (const auto& c : cases) {
+    P q = p;
+    I j = info;
+    c.spoil(q, j);
+    expect_bad(q, j, c.with_proj ? R.proj.data() : nullptr, c.word);
+  }
 }
 
 TEST(RetrievalErrors, SelectRejectsBadQueriesAndWritesNothing) {
-  std::mt19937_64 rng(2);
-  Request R;
-  R.fill(rng);
-  ucm_repr_info info = R.info();
-  ucm_retriever_params p = ucm_retriever_default_params();
+  Filled setup;
+  auto& [rng, R, info, p] = setup;
   p.shared_heads = 0;
   ucm_retriever_t* r = nullptr;
   ASSERT_EQ(ucm_retriever_create(&p, &info, nullptr, &r), UCM_OK) << ucm_last_error();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "reference.h"
+#include "retriever_util.h"
 #include "ucm/retrieval.h"
 
 using reftest::Request;
@@ -40,17 +41,14 @@ int run_variant(const Variant& v, int draws, uint64_t seed) {
   R.dtype = v.dtype;
   R.C = 48;
   R.fill(rng);
-  ucm_retriever_params p = ucm_retriever_default_params();
-  p.policy = v.policy;
+  ucm_retriever_params p = reftest::policy_params(v.policy);
   p.shared_heads = v.shared;
   p.sink_blocks = 1;
   p.local_blocks = 2;
   p.sparse_ratio = 0.25f;
   p.min_blocks = 4;
   p.psa_tau = 0.6f;
-  const ucm_repr_info info = R.info();
-  ucm_retriever_t* ret = nullptr;
-  EXPECT_EQ(ucm_retriever_create(&p, &info, R.proj.data(), &ret), UCM_OK) << ucm_last_error();
+  ucm_retriever_t* ret = reftest::make_retriever(p, R);
   if (!ret) return 0;
   const ucm_repr_buffers bufs = R.buffers();
   int compared = 0;
@@ -106,37 +104,38 @@ TEST(RetrievalPolicies, QuestMatchesReference) { run_all(UCM_POLICY_QUEST); }
 TEST(RetrievalPolicies, GsaMatchesReference) { run_all(UCM_POLICY_GSA); }
 TEST(RetrievalPolicies, PsaMatchesReference) { run_all(UCM_POLICY_PSA); }
 
+// PSA params with threshold `tau` (the rest: the defaults).
+ucm_retriever_params psa(float tau) {
+  ucm_retriever_params p = reftest::policy_params(UCM_POLICY_PSA);
+  p.psa_tau = tau;
+  return p;
+}
+
 // PSA with a cap: psa_max_blocks bounds the set (windows included) whatever tau asks.
 TEST(RetrievalPolicies, PsaCapAndTauOne) {
   std::mt19937_64 rng(5);
   Request R;
   R.fill(rng);
-  ucm_retriever_params p = ucm_retriever_default_params();
-  p.policy = UCM_POLICY_PSA;
+  ucm_retriever_params p = psa(1.0f);
   p.shared_heads = 1;
-  p.psa_tau = 1.0f;
   p.psa_max_blocks = 10;
-  const ucm_repr_info info = R.info();
-  ucm_retriever_t* ret = nullptr;
-  ASSERT_EQ(ucm_retriever_create(&p, &info, nullptr, &ret), UCM_OK) << ucm_last_error();
-  const ucm_repr_buffers bufs = R.buffers();
+  ucm_retriever_t* ret = reftest::make_retriever(p, R, /*with_proj=*/false);
+  ASSERT_NE(ret, nullptr);
   std::vector<float> q = R.queries(rng);
-  ucm_retrieval_query qq{sizeof(qq), 1, q.data(), UCM_DTYPE_F32, R.Hs() * R.G, R.G, &bufs, 40, nullptr, 0};
-  std::vector<uint32_t> idx(40), counts(1);
-  ASSERT_EQ(ucm_retriever_select(ret, &qq, idx.data(), 40, counts.data(), nullptr), UCM_OK) << ucm_last_error();
-  EXPECT_EQ(counts[0], 10u);  // tau = 1 is never reached before the cap
+  const std::vector<uint32_t> set = reftest::select_first_set(ret, R, 1, q, R.Hs() * R.G, R.G);
+  EXPECT_EQ(set.size(), 10u);  // tau = 1 is never reached before the cap
   double margin = 1e300;
   std::vector<std::pair<uint32_t, uint32_t>> heads;
   for (uint32_t hh = 0; hh < 3; ++hh)
     for (uint32_t g = 0; g < 3; ++g) heads.emplace_back(hh, g);
   const auto want = reftest::psa_set(p, R, 1, heads, q.data(), 40, nullptr, &margin);
-  EXPECT_EQ(std::vector<uint32_t>(idx.begin(), idx.begin() + 10), want);
+  EXPECT_EQ(set, want);
   // psa_max_blocks 0: the cap is the budget k = max(4, ceil(0.3 * 40)) = 12.
   ucm_retriever_free(ret);
   p.psa_max_blocks = 0;
-  ASSERT_EQ(ucm_retriever_create(&p, &info, nullptr, &ret), UCM_OK);
-  ASSERT_EQ(ucm_retriever_select(ret, &qq, idx.data(), 40, counts.data(), nullptr), UCM_OK) << ucm_last_error();
-  EXPECT_EQ(counts[0], 12u);
+  ret = reftest::make_retriever(p, R, /*with_proj=*/false);
+  ASSERT_NE(ret, nullptr);
+  EXPECT_EQ(reftest::select_first_set(ret, R, 1, q, R.Hs() * R.G, R.G).size(), 12u);
   ucm_retriever_free(ret);
 }
 
@@ -151,22 +150,15 @@ TEST(RetrievalPolicies, PsaStopsWhenMassIsCovered) {
   std::fill(R.r1.begin(), R.r1.end(), 0.0f);
   for (uint32_t l = 0; l < R.L; ++l)
     for (uint32_t d = 0; d < R.D; ++d) R.r1[R.row(l, 0, 20) * 2 * R.D + R.D + d] = 8.0f;
-  ucm_retriever_params p = ucm_retriever_default_params();
-  p.policy = UCM_POLICY_PSA;
+  ucm_retriever_params p = psa(0.9f);
   p.sink_blocks = 0;
   p.local_blocks = 0;
-  p.psa_tau = 0.9f;
-  const ucm_repr_info info = R.info();
-  ucm_retriever_t* ret = nullptr;
-  ASSERT_EQ(ucm_retriever_create(&p, &info, nullptr, &ret), UCM_OK);
-  const ucm_repr_buffers bufs = R.buffers();
-  std::vector<float> q(R.D, 1.0f);
-  ucm_retrieval_query qq{sizeof(qq), 0, q.data(), UCM_DTYPE_F32, 1, 1, &bufs, 40, nullptr, 0};
-  std::vector<uint32_t> idx(40), counts(1);
-  ASSERT_EQ(ucm_retriever_select(ret, &qq, idx.data(), 40, counts.data(), nullptr), UCM_OK) << ucm_last_error();
+  ucm_retriever_t* ret = reftest::make_retriever(p, R, /*with_proj=*/false);
+  ASSERT_NE(ret, nullptr);
+  const std::vector<uint32_t> set = reftest::select_first_set(ret, R, 0, std::vector<float>(R.D, 1.0f), 1, 1);
   // Bound of block 20: 64 * 8 = 512, others 0; mass of block 20 = e^64 / (e^64 + 39) ~ 1.
-  ASSERT_EQ(counts[0], 1u);
-  EXPECT_EQ(idx[0], 20u);
+  ASSERT_EQ(set.size(), 1u);
+  EXPECT_EQ(set[0], 20u);
   ucm_retriever_free(ret);
 }
 
