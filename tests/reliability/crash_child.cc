@@ -72,36 +72,15 @@ struct Writer {
 };
 
 ucm::Status open_writer(const std::string& path, Writer* w) {
-  ucm::OpenOptions o;
-  o.mode = ucm::OpenOptions::Mode::kReadWrite;
-  o.create_if_missing = true;
-  o.io_threads = 2;
-  ucm::Status s = ucm::Store::Open(path, o, &w->store);
+  ucm::Status s = rel::open_rw(path, &w->store);
   if (!s.ok()) return s;
   s = w->store->register_namespace(rel::test_desc("keep"), &w->keep);
   if (!s.ok()) return s;
   return w->store->register_namespace(rel::test_desc("victim"), &w->victim);
 }
 
-// Dumps generator blocks [first, first+n) of ns; returns the task's wait() status.
-struct Batch {
-  std::vector<std::vector<uint8_t>> payloads;
-  std::vector<ucm::DumpItem> items;
-  std::shared_ptr<ucm::Task> task;
-};
-void start_batch(ucm::Store* st, const ucm::NamespaceId& ns, uint64_t first, uint64_t n, Batch* b) {
-  b->payloads.resize(n);
-  b->items.resize(n);
-  for (uint64_t k = 0; k < n; ++k) {
-    ucm::DumpItem& it = b->items[k];
-    it.hash = rel::block_hash(ns, first + k);
-    it.parent = ucm::root_hash(ns);
-    it.token_count = rel::kBlock;
-    b->payloads[k] = rel::payload(it.hash);
-    it.kv = b->payloads[k].data();
-  }
-  b->task = st->dump(ns, b->items.data(), b->items.size());
-}
+using rel::Batch;
+using rel::start_batch;
 
 int mode_dump(int argc, char** argv) {
   if (argc != 6) return 2;

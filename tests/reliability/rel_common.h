@@ -19,12 +19,14 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ucm/clock.h"
 #include "ucm/hash.h"
 #include "ucm/namespace.h"
+#include "ucm/store.h"
 #include "ucm/types.h"
 
 namespace rel {
@@ -87,6 +89,42 @@ inline bool check_payload(const ucm::BlockHash& h, const uint8_t* got) {
   return std::memcmp(want.data(), got, kPayload) == 0;
 }
 /// Expected bytes of the KV-head range [h0, h1) of block h, layout [L][2][T][h1-h0][D].
+/// Opens the store at `path` read-write (created when missing) with 2 I/O threads.
+inline ucm::Status open_rw(const std::string& path, std::unique_ptr<ucm::Store>* st) {
+  ucm::OpenOptions o;
+  o.mode = ucm::OpenOptions::Mode::kReadWrite;
+  o.create_if_missing = true;
+  o.io_threads = 2;
+  return ucm::Store::Open(path, o, st);
+}
+
+/// A dump task of generator blocks [first, first+n) of ns (each the one block of a chain from the
+/// namespace's root) and the payloads it reads.
+struct Batch {
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<ucm::DumpItem> items;
+  std::shared_ptr<ucm::Task> task;
+};
+inline void start_batch(ucm::Store* st, const ucm::NamespaceId& ns, uint64_t first, uint64_t n, Batch* b) {
+  b->payloads.resize(n);
+  b->items.resize(n);
+  for (uint64_t k = 0; k < n; ++k) {
+    ucm::DumpItem& it = b->items[k];
+    it.hash = block_hash(ns, first + k);
+    it.parent = ucm::root_hash(ns);
+    it.token_count = kBlock;
+    b->payloads[k] = payload(it.hash);
+    it.kv = b->payloads[k].data();
+  }
+  b->task = st->dump(ns, b->items.data(), b->items.size());
+}
+/// start_batch, then the task's wait() status.
+inline ucm::Status dump_batch(ucm::Store* st, const ucm::NamespaceId& ns, uint64_t first, uint64_t n) {
+  Batch b;
+  start_batch(st, ns, first, n, &b);
+  return b.task->wait();
+}
+
 inline std::vector<uint8_t> payload_heads(const ucm::BlockHash& h, uint32_t h0, uint32_t h1) {
   std::vector<uint8_t> full = payload(h);
   std::vector<uint8_t> out;

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <functional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -89,6 +91,25 @@ struct Child {
     return v;
   }
 };
+
+/// The child's report lines, word by word: `on(word, rest, line)` for each line, with its first
+/// word and a stream of the words after it.
+inline void for_each_report(const std::vector<std::string>& lines,
+                            const std::function<void(const std::string&, std::istream&, const std::string&)>& on) {
+  for (const std::string& l : lines) {
+    std::istringstream in(l);
+    std::string w;
+    in >> w;
+    on(w, in, l);
+  }
+}
+
+/// The rest of an "ack A B" line: adds indices A..B to *acked.
+inline void read_ack(std::istream& rest, std::set<uint64_t>* acked) {
+  uint64_t a, b;
+  rest >> a >> b;
+  for (uint64_t i = a; i <= b; ++i) acked->insert(i);
+}
 
 /// Starts ucm_crash_child with args. stdout_file empty: stdout to a pipe (Child::out_fd).
 inline bool spawn_child(const std::vector<std::string>& args, Child* c,

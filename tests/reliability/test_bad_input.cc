@@ -41,26 +41,13 @@ class BadInput : public ::testing::Test {
   // A store with `n` keep blocks.
   std::string make_store(const std::string& name, uint64_t n) {
     const std::string p = root_ + "/" + name;
-    ucm::OpenOptions o;
-    o.mode = ucm::OpenOptions::Mode::kReadWrite;
-    o.create_if_missing = true;
-    o.io_threads = 2;
     std::unique_ptr<ucm::Store> st;
-    ucm::Status s = ucm::Store::Open(p, o, &st);
+    ucm::Status s = rel::open_rw(p, &st);
     EXPECT_TRUE(s.ok()) << s.ToString();
     if (!s.ok()) return p;
     ucm::NamespaceId ns;
     EXPECT_TRUE(st->register_namespace(rel::test_desc("keep"), &ns).ok());
-    std::vector<std::vector<uint8_t>> pay(n);
-    std::vector<ucm::DumpItem> items(n);
-    for (uint64_t k = 0; k < n; ++k) {
-      items[k].hash = rel::block_hash(ns, k);
-      items[k].parent = ucm::root_hash(ns);
-      items[k].token_count = rel::kBlock;
-      pay[k] = rel::payload(items[k].hash);
-      items[k].kv = pay[k].data();
-    }
-    s = st->dump(ns, items.data(), n)->wait();
+    s = rel::dump_batch(st.get(), ns, 0, n);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return p;
   }

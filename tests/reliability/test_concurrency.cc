@@ -60,10 +60,8 @@ TEST(ReliabilityConcurrency, ReadersWriterAndGcTogether) {
   std::map<uint64_t, uint64_t> commit_ms;
   uint64_t evicted = 0, gc_runs = 0, next = 0;
   std::string werr;
-  for (const std::string& l : read_lines(root + "/writer.log")) {
-    std::istringstream in(l);
-    std::string w;
-    in >> w;
+  const std::string wlog = root + "/writer.log";
+  rel::for_each_report(read_lines(wlog), [&](const std::string& w, std::istream& in, const std::string& l) {
     if (w == "commit") {
       uint64_t a, b, t;
       in >> a >> b >> t;
@@ -78,7 +76,7 @@ TEST(ReliabilityConcurrency, ReadersWriterAndGcTogether) {
     } else {
       werr += l + "\n";
     }
-  }
+  });
   EXPECT_TRUE(writer.exited_ok()) << "writer status " << writer.status << "\n" << werr;
   EXPECT_EQ(werr, "");
   ASSERT_LT(next, kMaxIndex) << "writer wrote past the readers' index range; raise kMaxIndex";
@@ -88,15 +86,13 @@ TEST(ReliabilityConcurrency, ReadersWriterAndGcTogether) {
   for (int r = 0; r < kReaders; ++r) {
     std::string errs;
     bool stats = false;
-    for (const std::string& l : read_lines(root + "/reader" + std::to_string(r) + ".log")) {
-      std::istringstream in(l);
-      std::string w;
-      in >> w;
+    const std::string log = root + "/reader" + std::to_string(r) + ".log";
+    rel::for_each_report(read_lines(log), [&](const std::string& w, std::istream& in, const std::string& l) {
       if (w == "seen") {
         uint64_t i, t;
         in >> i >> t;
         auto it = commit_ms.find(i);
-        if (it == commit_ms.end()) continue;  // an initial block (present before the reader opened)
+        if (it == commit_ms.end()) return;  // an initial block (present before the reader opened)
         const uint64_t lag = t > it->second ? t - it->second : 0;
         max_lag = std::max(max_lag, lag);
         lag_sum += lag;
@@ -111,7 +107,7 @@ TEST(ReliabilityConcurrency, ReadersWriterAndGcTogether) {
       } else {
         errs += l + "\n";
       }
-    }
+    });
     EXPECT_TRUE(readers[static_cast<size_t>(r)].exited_ok()) << "reader " << r << " status "
                                                                << readers[static_cast<size_t>(r)].status << "\n" << errs;
     EXPECT_EQ(errs, "") << "reader " << r << " saw errors or wrong bytes";

@@ -37,27 +37,14 @@ void flip_byte(const std::string& path, uint64_t off) {
 }
 
 void dump_range(const std::string& path, uint64_t first, uint64_t n) {
-  ucm::OpenOptions o;
-  o.mode = ucm::OpenOptions::Mode::kReadWrite;
-  o.create_if_missing = true;
-  o.io_threads = 2;
   std::unique_ptr<ucm::Store> st;
-  ucm::Status s = ucm::Store::Open(path, o, &st);
+  ucm::Status s = rel::open_rw(path, &st);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ucm::NamespaceId ns;
   s = st->register_namespace(rel::test_desc("keep"), &ns);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_EQ(ns, rel::test_desc("keep").id()) << "register_namespace id != NamespaceDesc::id()";
-  std::vector<std::vector<uint8_t>> pay(n);
-  std::vector<ucm::DumpItem> items(n);
-  for (uint64_t k = 0; k < n; ++k) {
-    items[k].hash = rel::block_hash(ns, first + k);
-    items[k].parent = ucm::root_hash(ns);
-    items[k].token_count = rel::kBlock;
-    pay[k] = rel::payload(items[k].hash);
-    items[k].kv = pay[k].data();
-  }
-  s = st->dump(ns, items.data(), n)->wait();
+  s = rel::dump_batch(st.get(), ns, first, n);
   ASSERT_TRUE(s.ok()) << s.ToString();
 }
 

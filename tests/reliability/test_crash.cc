@@ -31,18 +31,13 @@ uint64_t seed_from_env() {
 // Parses "ack A B" lines into `acked`; returns the "err" lines.
 std::string parse_child(const rel::Child& c, std::set<uint64_t>* acked) {
   std::string errs;
-  for (const std::string& l : c.lines()) {
-    std::istringstream in(l);
-    std::string w;
-    in >> w;
+  rel::for_each_report(c.lines(), [&](const std::string& w, std::istream& in, const std::string& l) {
     if (w == "ack") {
-      uint64_t a, b;
-      in >> a >> b;
-      for (uint64_t i = a; i <= b; ++i) acked->insert(i);
+      rel::read_ack(in, acked);
     } else if (w == "err") {
       errs += l + "\n";
     }
-  }
+  });
   return errs;
 }
 

@@ -35,14 +35,9 @@ TEST(ReliabilityDiskFull, DumpUntilEnospcThenStoreStillVerifies) {
   std::set<uint64_t> acked;
   std::string full, again;
   int nospace_blocks = 0;
-  for (const std::string& l : c.lines()) {
-    std::istringstream in(l);
-    std::string w;
-    in >> w;
+  rel::for_each_report(c.lines(), [&](const std::string& w, std::istream& in, const std::string& l) {
     if (w == "ack") {
-      uint64_t a, b;
-      in >> a >> b;
-      for (uint64_t i = a; i <= b; ++i) acked.insert(i);
+      rel::read_ack(in, &acked);
     } else if (w == "full") {
       full = l;
     } else if (w == "block") {
@@ -52,7 +47,7 @@ TEST(ReliabilityDiskFull, DumpUntilEnospcThenStoreStillVerifies) {
     } else if (w == "again") {
       again = l;
     }
-  }
+  });
   std::printf("[ reliability ] disk full after %zu acknowledged blocks: %s; next dump: %s; writer exit status %d%s\n",
               acked.size(), full.c_str(), again.c_str(), c.status,
               WIFSIGNALED(c.status) ? " (killed by a signal)" : "");

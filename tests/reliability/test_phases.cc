@@ -25,22 +25,9 @@ struct Fixture {
     rel::rm_rf(dir);
   }
   void open_and_dump(uint64_t n) {
-    ucm::OpenOptions o;
-    o.mode = ucm::OpenOptions::Mode::kReadWrite;
-    o.create_if_missing = true;
-    o.io_threads = 2;
-    ASSERT_TRUE(ucm::Store::Open(path, o, &st).ok());
+    ASSERT_TRUE(rel::open_rw(path, &st).ok());
     ASSERT_TRUE(st->register_namespace(rel::test_desc("keep"), &ns).ok());
-    std::vector<std::vector<uint8_t>> pay(n);
-    std::vector<ucm::DumpItem> items(n);
-    for (uint64_t k = 0; k < n; ++k) {
-      items[k].hash = rel::block_hash(ns, k);
-      items[k].parent = ucm::root_hash(ns);
-      items[k].token_count = rel::kBlock;
-      pay[k] = rel::payload(items[k].hash);
-      items[k].kv = pay[k].data();
-    }
-    ucm::Status s = st->dump(ns, items.data(), n)->wait();
+    ucm::Status s = rel::dump_batch(st.get(), ns, 0, n);
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
   ucm::detail::StoreImpl& impl() { return dynamic_cast<ucm::detail::StoreImpl&>(*st); }
