@@ -46,6 +46,14 @@ std::vector<Document> read_all(Reader& r) {
   return out;
 }
 
+// Every document of file f read with options o; *stats (when given): the reader's stats after.
+std::vector<Document> read_file(const fs::path& f, const Options& o, Stats* stats = nullptr) {
+  Reader r = Reader::open(f, o);
+  std::vector<Document> docs = read_all(r);
+  if (stats) *stats = r.stats();
+  return docs;
+}
+
 const char* kJsonl =
     "{\"id\": \"a\", \"text\": \"alpha\"}\n"        // 1
     "\n"                                            // 2 blank: ignored
@@ -122,11 +130,11 @@ TEST(CorpusJsonl, EmptyIsSkippedEvenWhenStrict) {
   const fs::path f = t.write("c.jsonl", "{\"id\":1,\"text\":\"\"}\n{\"id\":2,\"text\":\"b\"}\n");
   Options o;
   o.strict = true;
-  Reader r = Reader::open(f, o);
-  const auto docs = read_all(r);
+  Stats stats;
+  const auto docs = read_file(f, o, &stats);
   ASSERT_EQ(docs.size(), 1u);
   EXPECT_EQ(docs[0].id, "2");
-  EXPECT_EQ(r.stats().empty, 1u);
+  EXPECT_EQ(stats.empty, 1u);
 }
 
 // "token_ids" entries (a server's tokenizer): ids as given, no template, with prefix_tokens; every
@@ -301,8 +309,7 @@ TEST(CorpusTemplate, PlaceholderAndPrefixOnly) {
   const fs::path f = t.write("c.jsonl", "{\"id\":\"x\",\"text\":\"body\"}\n");
   Options o;
   o.tmpl = split;
-  Reader r = Reader::open(f, o);
-  const auto docs = read_all(r);
+  const auto docs = read_file(f, o);
   ASSERT_EQ(docs.size(), 1u);
   EXPECT_EQ(docs[0].text, "<|im_start|>user\nbody<|im_end|>\n");
 }

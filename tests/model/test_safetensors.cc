@@ -10,6 +10,7 @@
 
 #include "ucm/safetensors/safetensors.h"
 #include "st_writer.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 namespace st = ucm::safetensors;
@@ -18,16 +19,10 @@ using ucm::testing::StTensor;
 
 namespace {
 
-class SafetensorsTest : public ::testing::Test {
+class SafetensorsTest : public ucm::test::MkdtempTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "ucm_st_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  SafetensorsTest() : MkdtempTest("ucm_st_") {}
   std::string path(const std::string& n) const { return (dir_ / n).string(); }
-  fs::path dir_;
 };
 
 std::string error_of(const std::function<void()>& f) {
