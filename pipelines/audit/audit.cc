@@ -14,10 +14,12 @@
 #include <set>
 #include <unordered_map>
 
+#include "fingerprint.h"
 #include "llama_model.h"
 #include "model_load.h"
 #include "ucm/admin.h"
 #include "ucm/hash.h"
+#include "ucm/namespace_match.h"
 #include "ucm/store.h"
 
 namespace ucm::audit {
@@ -79,12 +81,18 @@ Status load_checked_model(const AuditOptions& o, const NamespaceDesc& d, std::un
   if (!st.ok()) return st;
   r->compute_dtype = ci.dtype;
   r->compute_path = ci.path;
-  const auto& c = (*m)->config();
-  if ((*m)->weights_digest() != d.weights_digest || uint32_t(c.num_hidden_layers) != d.num_layers ||
-      uint32_t(c.num_key_value_heads) != d.num_kv_heads || uint32_t(c.head_dim) != d.head_dim)
+  // The model's fingerprint in the namespace's dtype and block size, by the one rule
+  // (store_v1.md §7.3; ucm/namespace_match.h): another model's KV would make every block look poisoned.
+  model::FingerprintOptions fp;
+  fp.dtype = dtype_name(d.dtype);
+  fp.block_size = d.block_size;
+  NamespaceDesc want;
+  UCM_RETURN_IF_ERROR(NamespaceDesc::from_json(model::namespace_desc_json(**m, fp), &want));
+  want.hash_scheme = d.hash_scheme;
+  const std::string why = namespace_mismatch(d, want, 0);
+  if (!why.empty())
     return Status::InvalidArgument("--model " + o.model_dir + " is not namespace " + d.display_name() +
-                                   "'s model (weights digest " + (*m)->weights_digest() + " vs " + d.weights_digest +
-                                   ", or its layers / KV heads / head dim differ): every block would look poisoned");
+                                   "'s model (" + why + "): every block would look poisoned");
   return Status::OK();
 }
 
