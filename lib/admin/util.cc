@@ -61,56 +61,37 @@ size_t parse_number(const std::string& s, size_t pos, long double* out) {
   return i - pos;
 }
 
-}  // namespace
-
-Status parse_bytes(const std::string& in, uint64_t* out) {
-  const std::string s = trim(in);
-  auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("invalid byte size '" + in + "': " + why +
-                                   "; use e.g. 1000, 512MiB, 10G, 1.5TiB (K/M/G/T/P = 1000^n, "
-                                   "Ki/Mi/Gi/Ti/Pi = 1024^n)");
-  };
-  if (s.empty()) return bad("empty");
-  if (s[0] == '-') return bad("negative");
+// parse_bytes: the bytes `s` (trimmed, not empty, not negative) stands for; "" or why not.
+std::string bytes_of(const std::string& s, long double* out) {
   long double v = 0;
   size_t n = parse_number(s, 0, &v);
-  if (n == 0) return bad("no number");
+  if (n == 0) return "no number";
   std::string unit = lower(trim(s.substr(n)));
   if (!unit.empty() && unit.back() == 'b') unit.pop_back();
   long double mult = 1;
-  if (unit.empty()) {
-    mult = 1;
-  } else {
+  if (!unit.empty()) {
     const std::string units = "kmgtp";
     size_t p = units.find(unit[0]);
-    if (p == std::string::npos) return bad("unknown unit");
+    if (p == std::string::npos) return "unknown unit";
     bool binary = false;
     if (unit.size() == 2 && unit[1] == 'i') binary = true;
-    else if (unit.size() != 1) return bad("unknown unit");
+    else if (unit.size() != 1) return "unknown unit";
     mult = std::pow(binary ? 1024.0L : 1000.0L, static_cast<long double>(p + 1));
   }
-  long double r = std::floor(v * mult + 0.5L);
-  if (r >= 18446744073709551615.0L) return bad("too large");
-  *out = static_cast<uint64_t>(r);
-  return Status::OK();
+  *out = v * mult;
+  return "";
 }
 
-Status parse_duration(const std::string& in, uint64_t* out_ms) {
-  const std::string s = lower(trim(in));
-  auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("invalid duration '" + in + "': " + why +
-                                   "; use e.g. 500ms, 45s, 15m, 12h, 30d, 1w, 1h30m (a bare "
-                                   "number is seconds)");
-  };
-  if (s.empty()) return bad("empty");
-  if (s[0] == '-') return bad("negative");
+// parse_duration: the milliseconds `s` (trimmed, lower case, not empty, not negative) stands for;
+// "" or why not.
+std::string ms_of(const std::string& s, long double* out) {
   long double total = 0;
   size_t pos = 0;
   bool any = false;
   while (pos < s.size()) {
     long double v = 0;
     size_t n = parse_number(s, pos, &v);
-    if (n == 0) return bad("expected a number at position " + std::to_string(pos));
+    if (n == 0) return "expected a number at position " + std::to_string(pos);
     pos += n;
     size_t u = pos;
     while (u < s.size() && std::isalpha(static_cast<unsigned char>(s[u]))) ++u;
@@ -118,7 +99,7 @@ Status parse_duration(const std::string& in, uint64_t* out_ms) {
     pos = u;
     long double mult;
     if (unit.empty()) {
-      if (any || pos != s.size()) return bad("missing unit");
+      if (any || pos != s.size()) return "missing unit";
       mult = 1000;  // bare number: seconds
     } else if (unit == "ms") mult = 1;
     else if (unit == "s") mult = 1000;
@@ -126,14 +107,44 @@ Status parse_duration(const std::string& in, uint64_t* out_ms) {
     else if (unit == "h") mult = 3600e3L;
     else if (unit == "d") mult = 86400e3L;
     else if (unit == "w") mult = 7 * 86400e3L;
-    else return bad("unknown unit '" + unit + "'");
+    else return "unknown unit '" + unit + "'";
     total += v * mult;
     any = true;
   }
-  long double r = std::floor(total + 0.5L);
+  *out = total;
+  return "";
+}
+
+// A size or duration as text: `s` (`in` trimmed, and lower case for a duration) must not be empty
+// or negative; `amount` reads it, and the result is rounded to a uint64_t. An error says
+// "invalid <what> '<in>': <why>; <hint>".
+Status parse_amount(const std::string& in, const std::string& s, const char* what, const char* hint,
+                    std::string (*amount)(const std::string&, long double*), uint64_t* out) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("invalid " + std::string(what) + " '" + in + "': " + why + "; " + hint);
+  };
+  if (s.empty()) return bad("empty");
+  if (s[0] == '-') return bad("negative");
+  long double v = 0;
+  const std::string why = amount(s, &v);
+  if (!why.empty()) return bad(why);
+  long double r = std::floor(v + 0.5L);
   if (r >= 18446744073709551615.0L) return bad("too large");
-  *out_ms = static_cast<uint64_t>(r);
+  *out = static_cast<uint64_t>(r);
   return Status::OK();
+}
+
+}  // namespace
+
+Status parse_bytes(const std::string& in, uint64_t* out) {
+  return parse_amount(in, trim(in), "byte size",
+                      "use e.g. 1000, 512MiB, 10G, 1.5TiB (K/M/G/T/P = 1000^n, Ki/Mi/Gi/Ti/Pi = 1024^n)", bytes_of,
+                      out);
+}
+
+Status parse_duration(const std::string& in, uint64_t* out_ms) {
+  return parse_amount(in, lower(trim(in)), "duration",
+                      "use e.g. 500ms, 45s, 15m, 12h, 30d, 1w, 1h30m (a bare number is seconds)", ms_of, out_ms);
 }
 
 Status load_config(const std::string& path, StoreConfig* out) {
