@@ -15,6 +15,7 @@ size 64 was built (`ucm sglang-pages STORE --page-size 64`); scripts/test_sglang
 tests write pages into it (it becomes format 5): give them a scratch copy, as the script does."""
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,6 +31,8 @@ from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  
 from sglang.srt.mem_cache.utils import get_hash_str  # noqa: E402
 
 STORE = os.environ.get("UCM_SGLANG_STORE")
+# SGLang's model_name is its --model-path: the directory whose fingerprint picks the namespace.
+MODEL = os.environ.get("UCM_MODEL_DIR") or str(Path(__file__).resolve().parents[2] / "models" / "SmolLM2-135M-Instruct")
 pytestmark = pytest.mark.skipif(not STORE, reason="UCM_SGLANG_STORE is not set (scripts/test_sglang.sh sets it)")
 P = 64
 LAYOUTS = ["page_first", "layer_first", "page_first_direct", "page_head"]
@@ -41,7 +44,7 @@ def storage_config(tp_rank=0, tp_size=1, mla=False, **extra):
     ex.update(extra)
     return hs.HiCacheStorageConfig(tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, attn_cp_rank=0,
                                    attn_cp_size=1, is_mla_model=mla, enable_storage_metrics=False,
-                                   is_page_first_layout=True, model_name="SmolLM2-135M-Instruct", extra_config=ex)
+                                   is_page_first_layout=True, model_name=MODEL, extra_config=ex)
 
 
 def host_pool(ns, layout, heads, pages=40):

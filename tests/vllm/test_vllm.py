@@ -183,7 +183,7 @@ def test_precomputed_by_ucm_matches_vllms_prefill(tmp, dtype, max_kl):
 def test_refusal_names_both_fingerprints(tmp, fp32_saved):
     _, store = fp32_saved   # fp32 namespace; a bf16 engine must be refused
     _, err = vllm(tmp, "refuse-dtype", [{"prompt": "hello"}], store=store, ok=False)
-    assert "has no namespace for this engine" in err, err[-3000:]
+    assert "has no namespace for this model" in err, err[-3000:]
     assert "dtype bf16" in err and "dtype fp32" in err, err[-3000:]
     assert "weights_digest" in err
 
