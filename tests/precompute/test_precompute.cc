@@ -30,6 +30,7 @@ using namespace ucm;
 using namespace ucm::precompute;
 
 using ucm::test::model_dir;
+using ucm::test::model_missing;
 using ucm::test::read_file;
 using ucm::test::kDocsDir;
 
@@ -96,11 +97,9 @@ uint16_t to_f16_torch(float x) {
 class PrecomputeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    missing_ = model_missing();
+    if (!missing_.empty()) return;
     const std::string dir = model_dir();
-    if (!fs::exists(fs::path(dir) / "config.json") || !fs::exists(fs::path(dir) / "tokenizer.json")) {
-      missing_ = "model directory " + dir + " missing or incomplete: run scripts/fetch_model.py";
-      return;
-    }
     torch::set_num_threads(2);
     model_ = model::LlamaModel::load(dir).release();
     tok_ = new tok::Tokenizer(tok::Tokenizer::from_file((fs::path(dir) / "tokenizer.json").string()));

@@ -41,6 +41,7 @@ using namespace ucm;
 using nlohmann::json;
 
 using ucm::test::model_dir;
+using ucm::test::model_missing;
 using ucm::test::read_file;
 using ucm::test::kDocsDir;
 
@@ -136,11 +137,9 @@ std::unique_ptr<Store> open_ro(const fs::path& p) {
 class PrecomputeCliTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    missing_ = model_missing();
+    if (!missing_.empty()) return;
     const std::string dir = model_dir();
-    if (!fs::exists(fs::path(dir) / "config.json") || !fs::exists(fs::path(dir) / "tokenizer.json")) {
-      missing_ = "model directory " + dir + " missing or incomplete: run scripts/fetch_model.py";
-      return;
-    }
     if (!fs::exists(UCM_BIN)) {
       missing_ = std::string("ucm binary ") + UCM_BIN + " not built (target ucm_cli)";
       return;

@@ -269,6 +269,26 @@ class PrecomputeSkips : public ::testing::Test {
     return out;
   }
   static std::string ucm() { return UCM_BIN; }
+  // A JSONL corpus with bad entries `b` (make_jsonl) in fresh_dir(tag), precomputed into
+  // <dir>/store.
+  struct Precomputed {
+    fs::path d;
+    Corpus c;
+    fs::path store;
+  };
+  static void precompute_jsonl(const std::string& tag, Bad b, Precomputed* out) {
+    out->d = fresh_dir(tag);
+    out->c = make_jsonl(out->d, b);
+    out->store = out->d / "store";
+    PrecomputeSummary sum;
+    ASSERT_TRUE(run_precompute(options(out->c.path, out->store), Resources{model_, tok_}, &sum).ok());
+  }
+  // `ucm precompute --resume` of corpus into store: its summary.
+  static Status resume(const fs::path& corpus, const fs::path& store, PrecomputeSummary* again) {
+    PrecomputeOptions o = options(corpus, store);
+    o.resume = true;
+    return run_precompute(o, Resources{model_, tok_}, again);
+  }
   // Full blocks of good document `id` ("g<i>" or a directory file name "NN-g<i>.txt").
   static uint32_t blocks_of(const std::string& id) {
     const auto g = id.rfind('g');
@@ -306,10 +326,8 @@ TEST_F(PrecomputeSkips, EveryValidDocumentIsStoredAndEachSkipListed) {
       for (const auto& [k, v] : sum.skipped) skipped += v;
       EXPECT_EQ(skipped, c.bad_locations.size()) << what;
       // --resume finds every document.
-      PrecomputeOptions o = options(c.path, d / "store");
-      o.resume = true;
       PrecomputeSummary again;
-      ASSERT_TRUE(run_precompute(o, Resources{model_, tok_}, &again).ok()) << what;
+      ASSERT_TRUE(resume(c.path, d / "store", &again).ok()) << what;
       EXPECT_EQ(again.documents, 0u) << what;
       EXPECT_EQ(again.skipped["resumed"], 4u) << what;
       EXPECT_EQ(again.blocks_written, 0u) << what;
@@ -366,11 +384,9 @@ TEST_F(PrecomputeSkips, JsonStdoutIsOneObjectWhateverTheCorpus) {
 // The repro: a data file is cut short, gc removes the blocks it held, and --resume must
 // then compute the documents that lost blocks again instead of trusting the registry.
 TEST_F(PrecomputeSkips, GcKeepsTheRegistryTrueAndResumeRepairs) {
-  const fs::path d = fresh_dir("gc");
-  const Corpus c = make_jsonl(d, Bad::kEmpty);
-  const fs::path store = d / "store";
-  PrecomputeSummary sum;
-  ASSERT_TRUE(run_precompute(options(c.path, store), Resources{model_, tok_}, &sum).ok());
+  Precomputed pre;
+  ASSERT_NO_FATAL_FAILURE(precompute_jsonl("gc", Bad::kEmpty, &pre));
+  const auto& [d, c, store] = pre;
   ASSERT_EQ(registered(store).size(), 4u);
   // Cut the (single) data file in half: the blocks past the cut are gone.
   std::vector<fs::path> files;
@@ -399,10 +415,8 @@ TEST_F(PrecomputeSkips, GcKeepsTheRegistryTrueAndResumeRepairs) {
     }
   }
   // --resume computes exactly the unregistered ones again.
-  PrecomputeOptions o = options(c.path, store);
-  o.resume = true;
   PrecomputeSummary again;
-  ASSERT_TRUE(run_precompute(o, Resources{model_, tok_}, &again).ok());
+  ASSERT_TRUE(resume(c.path, store, &again).ok());
   EXPECT_EQ(again.documents, gr.documents_removed);
   EXPECT_EQ(again.skipped["resumed"], 4u - gr.documents_removed);
   EXPECT_GT(again.blocks_written, 0u);
@@ -421,11 +435,9 @@ TEST_F(PrecomputeSkips, GcKeepsTheRegistryTrueAndResumeRepairs) {
 // A registry left stale by an older ucm (a block removed, the entry kept): --resume checks the
 // document's last block before trusting the entry.
 TEST_F(PrecomputeSkips, ResumeRecomputesARegisteredDocumentWhoseLastBlockIsGone) {
-  const fs::path d = fresh_dir("stale");
-  const Corpus c = make_jsonl(d, Bad::kMalformed);
-  const fs::path store = d / "store";
-  PrecomputeSummary sum;
-  ASSERT_TRUE(run_precompute(options(c.path, store), Resources{model_, tok_}, &sum).ok());
+  Precomputed pre;
+  ASSERT_NO_FATAL_FAILURE(precompute_jsonl("stale", Bad::kMalformed, &pre));
+  const auto& [d, c, store] = pre;
   auto reg = registered(store);
   ASSERT_EQ(reg.count("g2"), 1u);
   {
@@ -443,10 +455,8 @@ TEST_F(PrecomputeSkips, ResumeRecomputesARegisteredDocumentWhoseLastBlockIsGone)
     b.delete_block(ns, reg["g2"].last_block);
     ASSERT_TRUE(idx->write(b).ok());
   }
-  PrecomputeOptions o = options(c.path, store);
-  o.resume = true;
   PrecomputeSummary again;
-  ASSERT_TRUE(run_precompute(o, Resources{model_, tok_}, &again).ok());
+  ASSERT_TRUE(resume(c.path, store, &again).ok());
   EXPECT_EQ(again.documents, 1u);
   EXPECT_EQ(again.skipped["resumed"], 3u);
   EXPECT_EQ(again.blocks_written, 1u);  // only the missing block; the prefix was there
@@ -461,11 +471,9 @@ TEST_F(PrecomputeSkips, ResumeRecomputesARegisteredDocumentWhoseLastBlockIsGone)
 // A store without index/: precompute answers like every other command (exit 3, the fix named),
 // and creates nothing.
 TEST_F(PrecomputeSkips, MissingIndexIsTheSameCorruptionAsEverywhere) {
-  const fs::path d = fresh_dir("noindex");
-  const Corpus c = make_jsonl(d, Bad::kEmpty);
-  const fs::path store = d / "store";
-  PrecomputeSummary sum;
-  ASSERT_TRUE(run_precompute(options(c.path, store), Resources{model_, tok_}, &sum).ok());
+  Precomputed pre;
+  ASSERT_NO_FATAL_FAILURE(precompute_jsonl("noindex", Bad::kEmpty, &pre));
+  const auto& [d, c, store] = pre;
   fs::remove_all(store / "index");
   test::CliRun r = test::run_shell(ucm() + " precompute --model " + test::shell_quote(model_dir()) + " --corpus " +
                                    test::shell_quote(c.path.string()) + " --json --store " +
