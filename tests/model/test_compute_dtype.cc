@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "attn_cases.h"
 #include "compute.h"
 #include "crew.h"
 #include "llama_model.h"
@@ -379,11 +380,7 @@ torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k
 
 TEST_P(Bf16Kernels, AttentionEqualsLibtorch) {
   torch::manual_seed(11);
-  struct Case {
-    int64_t B, T, S, nh, nkv, hd, window;
-    const char* what;
-  };
-  const Case cases[] = {
+  const ucm::testing::AttnCase cases[] = {
       {2, 75, 75, 9, 3, 64, 0, "SmolLM2 heads, T not a multiple of 16"},
       {1, 40, 40, 4, 4, 128, 0, "hd 128, no GQA"},
       {2, 50, 50, 8, 2, 64, 17, "sliding window 17"},
@@ -391,13 +388,9 @@ TEST_P(Bf16Kernels, AttentionEqualsLibtorch) {
       {1, 33, 33, 16, 2, 32, 0, "8 query heads per KV head"},
   };
   for (const auto& c : cases) {
-    auto q = torch::randn({c.B, c.T, c.nh, c.hd}) * 2;
-    auto k = torch::randn({c.B, c.S, c.nkv, c.hd}) * 2;
-    auto v = torch::randn({c.B, c.S, c.nkv, c.hd});
-    auto qpos = torch::arange(c.S - c.T, c.S, torch::kLong);
-    const double scale = 1.0 / std::sqrt(double(c.hd));
-    auto got = ucm::model::ops::attention_bf16(q, k, v, qpos, c.window, scale).to(torch::kFloat);
-    auto want = reference_attention(q, k, v, qpos, c.window, scale);
+    const auto in = ucm::testing::random_attn_inputs(c);
+    auto got = ucm::model::ops::attention_bf16(in.q, in.k, in.v, in.qpos, c.window, in.scale).to(torch::kFloat);
+    auto want = reference_attention(in.q, in.k, in.v, in.qpos, c.window, in.scale);
     // Scores summed in another order and another exp: the probabilities agree to fp32 rounding
     // before both round them, so the outputs differ by a bf16 step of the output's scale at most.
     const double err = (got - want).abs().max().item<double>();

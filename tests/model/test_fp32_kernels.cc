@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "attn_cases.h"
 #include "compute.h"
 #include "cpu_runtime.h"
 #include "cpu_fp32.h"
@@ -180,11 +181,7 @@ TEST(Fp32Kernels, QkvRopeEqualsLibtorchBitForBit) {
 
 TEST(Fp32Kernels, AttentionEqualsEagerAttention) {
   torch::manual_seed(11);
-  struct Case {
-    int64_t B, T, S, nh, nkv, hd, window;
-    const char* what;
-  };
-  const Case cases[] = {
+  const ucm::testing::AttnCase cases[] = {
       {2, 75, 75, 9, 3, 64, 0, "SmolLM2 heads, T not a multiple of 16"},
       {1, 150, 150, 9, 3, 64, 0, "three row units"},
       {1, 40, 40, 4, 4, 128, 0, "hd 128, no GQA"},
@@ -197,14 +194,11 @@ TEST(Fp32Kernels, AttentionEqualsEagerAttention) {
       {1, 64, 1100, 8, 2, 128, 300, "hd 128 (key chunks of 256), window 300"},
   };
   for (const auto& c : cases) {
-    auto q = torch::randn({c.B, c.T, c.nh, c.hd}) * 2;
-    auto k = torch::randn({c.B, c.S, c.nkv, c.hd}) * 2;
-    auto v = torch::randn({c.B, c.S, c.nkv, c.hd});
-    auto qpos = torch::arange(c.S - c.T, c.S, torch::kLong);
-    const float scale = float(1.0 / std::sqrt(double(c.hd)));
-    auto want = reference_attention(q, k, v, qpos, c.window, scale);
+    const auto in = ucm::testing::random_attn_inputs(c);
+    const float scale = float(in.scale);
+    auto want = reference_attention(in.q, in.k, in.v, in.qpos, c.window, scale);
     for (auto isa : isas()) {
-      auto got = attention(isa, q, k, v, qpos, c.window, scale);
+      auto got = attention(isa, in.q, in.k, in.v, in.qpos, c.window, scale);
       const double err = max_abs(got - want);
       EXPECT_LT(err, 2e-5 * max_abs(want)) << f32::isa_name(isa) << ": " << c.what;
     }

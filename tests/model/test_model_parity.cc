@@ -27,6 +27,7 @@
 #include "ucm/safetensors/safetensors.h"
 #include "parity_check.h"
 #include "st_writer.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 namespace st = ucm::safetensors;
@@ -172,14 +173,9 @@ TEST(ModelParity, RejectsBadForwardArguments) {
 
 // ---- Error paths on tiny hand-written model directories ----
 
-class TinyModelDir : public ::testing::Test {
+class TinyModelDir : public ucm::test::MkdtempTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "ucm_model_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  TinyModelDir() : MkdtempTest("ucm_model_") {}
 
   void write_config(const std::string& model_type, const std::string& extra = "") {
     std::ofstream(dir_ / "config.json") << R"({"model_type":")" << model_type
@@ -215,15 +211,22 @@ class TinyModelDir : public ::testing::Test {
     }
     ucm::testing::st_write((dir_ / "model.safetensors").string(), ts);
   }
-  std::string load_error() {
+  // The ModelError of loading the model in `dir` (dir_ unless given).
+  std::string load_error(const fs::path& dir = {}) {
     try {
-      LlamaModel::load(dir_.string());
+      LlamaModel::load((dir.empty() ? dir_ : dir).string());
     } catch (const ModelError& e) {
       return e.what();
     }
     return "<no error>";
   }
-  fs::path dir_;
+  // load_error() of a tiny model of `model_type` (write_config, write_weights).
+  std::string error_of(const std::string& model_type, const std::string& extra = "", const std::string& skip = "",
+                       const std::string& bad_shape = "") {
+    write_config(model_type, extra);
+    write_weights(skip, bad_shape);
+    return load_error();
+  }
 };
 
 TEST_F(TinyModelDir, CompleteTinyModelLoadsAndRuns) {
@@ -238,32 +241,24 @@ TEST_F(TinyModelDir, CompleteTinyModelLoadsAndRuns) {
 }
 
 TEST_F(TinyModelDir, MissingTensorIsNamed) {
-  write_config("llama");
-  write_weights("model.layers.0.self_attn.k_proj.weight");
-  auto e = load_error();
+  auto e = error_of("llama", "", "model.layers.0.self_attn.k_proj.weight");
   EXPECT_NE(e.find("missing tensor 'model.layers.0.self_attn.k_proj.weight'"), std::string::npos) << e;
   EXPECT_NE(e.find(dir_.string()), std::string::npos) << e;
 }
 
 TEST_F(TinyModelDir, WrongShapeIsNamed) {
-  write_config("llama");
-  write_weights("", "model.layers.0.mlp.down_proj.weight");
-  auto e = load_error();
+  auto e = error_of("llama", "", "", "model.layers.0.mlp.down_proj.weight");
   EXPECT_NE(e.find("'model.layers.0.mlp.down_proj.weight' has shape [3], expected [8, 16]"), std::string::npos) << e;
 }
 
 TEST_F(TinyModelDir, UnsupportedModelTypeIsNamed) {
-  write_config("gpt2");
-  write_weights();
-  auto e = load_error();
+  auto e = error_of("gpt2");
   EXPECT_NE(e.find("unsupported model_type \"gpt2\""), std::string::npos) << e;
   EXPECT_NE(e.find((dir_ / "config.json").string()), std::string::npos) << e;
 }
 
 TEST_F(TinyModelDir, UnsupportedRopeScalingAndMissingFieldAreNamed) {
-  write_config("llama", R"(,"rope_scaling":{"type":"dynamic","factor":2.0})");
-  write_weights();
-  auto e = load_error();
+  auto e = error_of("llama", R"(,"rope_scaling":{"type":"dynamic","factor":2.0})");
   EXPECT_NE(e.find("unsupported rope_scaling type \"dynamic\""), std::string::npos) << e;
   std::ofstream(dir_ / "config.json") << R"({"model_type":"llama","hidden_size":8})";
   e = load_error();
@@ -271,21 +266,12 @@ TEST_F(TinyModelDir, UnsupportedRopeScalingAndMissingFieldAreNamed) {
 }
 
 TEST_F(TinyModelDir, Qwen2NeedsBiasTensors) {
-  write_config("qwen2");
-  write_weights();
-  auto e = load_error();
+  auto e = error_of("qwen2");
   EXPECT_NE(e.find("missing tensor 'model.layers.0.self_attn.q_proj.bias'"), std::string::npos) << e;
 }
 
 TEST_F(TinyModelDir, MissingDirectoryAndWeights) {
-  auto e = [&] {
-    try {
-      LlamaModel::load((dir_ / "nope").string());
-    } catch (const ModelError& x) {
-      return std::string(x.what());
-    }
-    return std::string("<no error>");
-  }();
+  auto e = load_error(dir_ / "nope");
   EXPECT_NE(e.find("does not exist"), std::string::npos) << e;
   write_config("llama");
   e = load_error();
