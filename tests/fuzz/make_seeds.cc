@@ -81,56 +81,54 @@ void superblock_seeds() {
   put("superblock", "version1", std::string(reinterpret_cast<char*>(buf), sizeof buf));
 }
 
+// A new data file `id` of store.
+std::unique_ptr<DataFileWriter> new_data_file(const std::string& store, uint32_t id) {
+  std::unique_ptr<DataFileWriter> w;
+  check(DataFileWriter::Create(store, id, &w), "DataFileWriter::Create");
+  return w;
+}
+
+// The header of a record of `type` in ns, with `key` (zero: none) and `flags`.
+RecordHeader header(RecordType type, const NamespaceId& ns, const BlockHash& key = {}, uint32_t flags = 0) {
+  RecordHeader h;
+  h.type = type;
+  h.flags = flags;
+  h.ns = ns;
+  h.key = key;
+  return h;
+}
+
+// Appends the record h with `payload` to w.
+void append(DataFileWriter* w, RecordHeader h, const std::string& payload, const char* what) {
+  uint64_t off = 0;
+  check(w->append(&h, {{payload.data(), payload.size()}}, &off), what);
+}
+
 void data_file_seeds() {
   const std::string store = ucm_fuzz::scratch_dir() + "/seed-data";
   check(make_dirs(data_dir(store)), "make_dirs");
   const NamespaceId ns = smollm2().id();
   // File 1: a KV block, a named attachment and a document record.
   {
-    std::unique_ptr<DataFileWriter> w;
-    check(DataFileWriter::Create(store, 1, &w), "DataFileWriter::Create");
-    uint64_t off = 0;
-    RecordHeader kv;
-    kv.type = RecordType::kBlockKV;
-    kv.ns = ns;
-    kv.key = hash_of("block 0");
+    auto w = new_data_file(store, 1);
+    RecordHeader kv = header(RecordType::kBlockKV, ns, hash_of("block 0"), kRecordFlagTokens);
     kv.token_count = 16;
     std::vector<uint32_t> ids(16);  // the block's token ids in its header (store_v1.md §3.2)
     for (uint32_t i = 0; i < 16; ++i) ids[i] = 1000 + i;
-    kv.flags = kRecordFlagTokens;
     kv.tokens = ids.data();
-    const std::string payload(100, '\x5a');
-    check(w->append(&kv, {{payload.data(), payload.size()}}, &off), "append kv");
-    RecordHeader att;
-    att.type = RecordType::kNsAttachment;
-    att.flags = kRecordFlagNamed;
-    att.ns = ns;
-    att.key = hash_of("r4_projection");
+    append(w.get(), kv, std::string(100, '\x5a'), "append kv");
     const float proj[4] = {0.5f, -0.5f, 0.25f, 1.0f};
-    const std::string ap = encode_attachment_payload("r4_projection", proj, sizeof proj);
-    check(w->append(&att, {{ap.data(), ap.size()}}, &off), "append attachment");
-    RecordHeader doc;
-    doc.type = RecordType::kDocument;
-    doc.ns = ns;
-    doc.key = hash_of("doc-1");
-    const std::string dj = R"({"id":"doc-1","blocks":1})";
-    check(w->append(&doc, {{dj.data(), dj.size()}}, &off), "append document");
+    append(w.get(), header(RecordType::kNsAttachment, ns, hash_of("r4_projection"), kRecordFlagNamed),
+           encode_attachment_payload("r4_projection", proj, sizeof proj), "append attachment");
+    append(w.get(), header(RecordType::kDocument, ns, hash_of("doc-1")), R"({"id":"doc-1","blocks":1})",
+           "append document");
     check(w->sync(), "sync");
   }
   const std::string f1 = read_all(data_file_path(store, 1));
   put("data_file", "three-records", with_prefix(0, f1));
   put("data_file", "three-records-fix", with_prefix(1, f1));
   // File 2: one empty-payload namespace record (the smallest valid file with a record).
-  {
-    std::unique_ptr<DataFileWriter> w;
-    check(DataFileWriter::Create(store, 2, &w), "DataFileWriter::Create");
-    uint64_t off = 0;
-    RecordHeader nsr;
-    nsr.type = RecordType::kNamespace;
-    nsr.ns = ns;
-    const std::string j = smollm2().to_json();
-    check(w->append(&nsr, {{j.data(), j.size()}}, &off), "append namespace");
-  }
+  append(new_data_file(store, 2).get(), header(RecordType::kNamespace, ns), smollm2().to_json(), "append namespace");
   const std::string f2 = read_all(data_file_path(store, 2));
   put("data_file", "namespace", with_prefix(0, f2));
   put("data_file", "namespace-fix", with_prefix(1, f2));
