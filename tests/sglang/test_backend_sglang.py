@@ -63,6 +63,17 @@ def host_pool(ns, layout, heads, pages=40):
     return hp
 
 
+def rank_backend(ns, layout, tp):
+    """TP rank tp = (rank, size): its KV heads (all of them at TP 1, else one), SGLang's host pool of
+    them in `layout`, and the backend SGLang's factory builds for the rank with that pool registered."""
+    rank, size = tp
+    heads = (0, ns.num_kv_heads) if size == 1 else (rank, rank + 1)
+    hp = host_pool(ns, layout, heads[1] - heads[0])
+    be = StorageBackendFactory.create_backend("dynamic", storage_config(rank, size), hp)
+    be.register_mem_pool_host(hp)
+    return heads, hp, be
+
+
 def host_page(hp, first, layout, L):
     """The host pool's page at slot `first` as [2][L][P][H][D], read by plain indexing of kv_buffer
     (the dims of sglang 0.5.23's init_kv_buffer), independent of the backend's pointer math."""
@@ -121,11 +132,7 @@ def check_pages(ns, hp, layout, keys_hashes, firsts, heads):
 @pytest.mark.parametrize("tp", [(0, 1), (0, 3), (1, 3), (2, 3)])
 def test_pages_read_into_sglangs_host_pool_equal_ucms_payload(corpus, layout, tp):
     ns, docs = corpus
-    rank, size = tp
-    heads = (0, ns.num_kv_heads) if size == 1 else (rank, rank + 1)
-    hp = host_pool(ns, layout, heads[1] - heads[0])
-    be = StorageBackendFactory.create_backend("dynamic", storage_config(rank, size), hp)
-    be.register_mem_pool_host(hp)
+    heads, hp, be = rank_backend(ns, layout, tp)
     assert isinstance(be, UcmHiCacheStorage) and isinstance(be, hs.HiCacheStorage)
     k = P // ns.block_size
     doc_id, ids, hashes = max(docs, key=lambda d: len(d[1]))
@@ -211,10 +218,7 @@ def test_refused_at_construction_with_a_message():
 def test_pages_written_from_sglangs_pool_are_read_back(corpus, layout, tp):
     ns, _ = corpus
     rank, size = tp
-    heads = (0, ns.num_kv_heads) if size == 1 else (rank, rank + 1)
-    hp = host_pool(ns, layout, heads[1] - heads[0])
-    be = StorageBackendFactory.create_backend("dynamic", storage_config(rank, size), hp)
-    be.register_mem_pool_host(hp)
+    heads, hp, be = rank_backend(ns, layout, tp)
     g = torch.Generator().manual_seed(LAYOUTS.index(layout) * 7 + size)
     hp.kv_buffer.copy_(torch.randn(hp.kv_buffer.shape, generator=g).to(torch.bfloat16))
     salt = LAYOUTS.index(layout) * 10 + size

@@ -66,11 +66,16 @@ def template_prefix():
     return t if i < 0 else t[:i]
 
 
+def docs_tmp(tmp_path_factory, docs, name):
+    """A module's temp dir `name`; skips the module without the model or one of `docs`."""
+    if not MODEL.exists() or not all((DOCS_DIR / d).exists() for d in docs):
+        pytest.skip("model or python3.11-doc documents missing")
+    return tmp_path_factory.mktemp(name)
+
+
 @pytest.fixture(scope="module")
 def tmp(tmp_path_factory):
-    if not MODEL.exists() or not all((DOCS_DIR / d).exists() for d in DOCS):
-        pytest.skip("model or python3.11-doc documents missing")
-    return tmp_path_factory.mktemp("vllm")
+    return docs_tmp(tmp_path_factory, DOCS, "vllm")
 
 
 @pytest.fixture(scope="module")

@@ -136,6 +136,7 @@ def runner(argv):
     a = ap.parse_args(argv)
     from vllm import LLM, SamplingParams
     from vllm.config import KVEventsConfig, KVTransferConfig
+    from vllm_run import shutdown_and_exit
     t0 = time.time()
     # vLLM's defaults: prefix caching on, kv_load_failure_policy unset (the connector sets "recompute")
     llm = LLM(model=str(MODEL), dtype="float32", max_model_len=2048, enforce_eager=True,
@@ -169,13 +170,7 @@ def runner(argv):
     with open(a.out, "w") as f:
         json.dump({"results": res, "engine_block": llm.llm_engine.vllm_config.cache_config.block_size,
                    "startup_seconds": startup, "save_wait_seconds": waited}, f)
-    try:
-        llm.llm_engine.engine_core.shutdown()
-    except Exception as e:  # pragma: no cover
-        print(f"runner: engine shutdown: {e}", file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)   # (vLLM 0.32 on CPU sometimes aborts in the interpreter's teardown: tests/vllm/vllm_run.py)
+    shutdown_and_exit(llm, "runner")
 
 
 # ---------------------------------------------------------------------------- with engines

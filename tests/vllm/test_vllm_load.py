@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from test_vllm import DOCS_DIR, MODEL, ROOT, SETTING, SETTINGS, TEMPLATE, UCM_BIN, template_prefix, vllm
+from test_vllm import DOCS_DIR, MODEL, ROOT, SETTING, SETTINGS, TEMPLATE, UCM_BIN, docs_tmp, template_prefix, vllm
 
 DOCS = ["library/gzip.rst.txt", "library/zlib.rst.txt", "library/difflib.rst.txt", "library/shelve.rst.txt",
         "library/bz2.rst.txt", "library/lzma.rst.txt", "library/tarfile.rst.txt", "library/zipfile.rst.txt"]
@@ -56,9 +56,7 @@ PROMPTS = [{"prompt": template_prefix() + (DOCS_DIR / d).read_text()[:CUT] + q} 
 
 @pytest.fixture(scope="module")
 def tmp(tmp_path_factory):
-    if not MODEL.exists() or not all((DOCS_DIR / d).exists() for d in DOCS):
-        pytest.skip("model or python3.11-doc documents missing")
-    return tmp_path_factory.mktemp("vllm-load")
+    return docs_tmp(tmp_path_factory, DOCS, "vllm-load")
 
 
 @pytest.fixture(scope="module")

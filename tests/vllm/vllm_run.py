@@ -140,13 +140,17 @@ def main():
     if scores:
         import numpy as np
         np.savez(a.out + ".npz", **scores)
-    # Shut the engine down (the connector's worker finishes its queued dumps), then leave without
-    # the interpreter's teardown, where vLLM 0.32 on CPU sometimes aborts ("terminate called
-    # without an active exception") after all work is done.
+    shutdown_and_exit(llm, "vllm_run")
+
+
+def shutdown_and_exit(llm, who):
+    """Shuts the engine down (the connector's worker finishes its queued dumps), then leaves without
+    the interpreter's teardown, where vLLM 0.32 on CPU sometimes aborts ("terminate called without
+    an active exception") after all work is done. `who` prefixes the message of a failed shutdown."""
     try:
         llm.llm_engine.engine_core.shutdown()
     except Exception as e:  # pragma: no cover
-        print(f"vllm_run: engine shutdown: {e}", file=sys.stderr)
+        print(f"{who}: engine shutdown: {e}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
