@@ -87,5 +87,39 @@ inline std::string precompute_documents(const std::string& ucm_bin, const std::f
   if (j.is_discarded() || !j.contains("documents") || j["documents"] != docs.size()) return "report: " + r.out;
   return "";
 }
+
+// A suite (`Suite`, which derives from this: each suite its own statics) over one store of
+// documents precomputed by precompute_documents() and shared by the suite's processes
+// (shared_fixture), and a scratch directory of this process. Include gtest before this part.
+// The suite's SetUpTestSuite calls set_up_suite(); tests skip without the model.
+template <class Suite>
+class PrecomputedStoreTest : public ::testing::Test {
+ protected:
+  // Makes root_ (<temp>/ucm-test-<name>-<pid>) and the shared fixture "<name>-store": `ucm_bin`
+  // precompute of `docs` with `extra` options, in store_.
+  static void set_up_suite(const std::string& ucm_bin, const std::string& name, const std::vector<std::string>& docs,
+                           const std::string& extra = "") {
+    namespace fs = std::filesystem;
+    if (!have_model()) GTEST_SKIP() << "model not fetched";
+    root_ = fs::temp_directory_path() / ("ucm-test-" + name + "-" + std::to_string(::getpid()));
+    fs::create_directories(root_);
+    fixture_ = shared_fixture(name + "-store",
+                              [&](const fs::path& dir) { return precompute_documents(ucm_bin, dir, docs, extra); });
+    ASSERT_EQ(fixture_.error, "");
+    store_ = fixture_.dir / "store";
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    std::filesystem::remove_all(root_, ec);
+    if (fixture_.owned) std::filesystem::remove_all(fixture_.dir, ec);
+  }
+  void SetUp() override {
+    if (!have_model()) GTEST_SKIP() << "model not fetched";
+  }
+
+  static inline std::filesystem::path root_;   // this process's scratch directory
+  static inline FixtureDir fixture_;           // the precomputed store's directory
+  static inline std::filesystem::path store_;  // the store of the documents: read only
+};
 }  // namespace ucm::test
 #endif

@@ -36,16 +36,11 @@
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using ucm::test::run_shell;
-using ucm::test::shell_quote;
-
-using ucm::test::model_dir;
-using ucm::test::have_model;
-using ucm::test::kDocsDir;
+using namespace ucm::test;
 
 namespace {
 
-const std::vector<std::string> kDocs = {"codeop.rst.txt", "copy.rst.txt", "linecache.rst.txt", "netrc.rst.txt"};
+const std::vector<std::string>& kDocs = kShortDocs;
 // Teacher-forced steps per run: each blend run decodes this many tokens four times (the reference,
 // the prefix cache and the blend teacher-forced, the blend free-running), each step reading all of
 // the model's fp32 weights; 16 halve the decode time of 32 and still separate the ratios.
@@ -132,27 +127,11 @@ TEST(BlendRelevance, KeyAttentionIsADistributionOverTheKeptKeys) {
   EXPECT_THROW(m->key_attention(q, &small), ucm::model::ModelError);
 }
 
-class Blend : public ::testing::Test {
+class Blend : public PrecomputedStoreTest<Blend> {
  protected:
-  static void SetUpTestSuite() {
-    if (!have_model()) GTEST_SKIP() << "model not fetched";
-    root_ = fs::temp_directory_path() / ("ucm-test-blend-" + std::to_string(::getpid()));
-    fs::create_directories(root_);
-    // The chunk store, precomputed once per ctest run (tests/common/shared_fixture.h).
-    fixture_ = ucm::test::shared_fixture("blend-store", [](const fs::path& dir) {
-      return ucm::test::precompute_documents(UCM_BIN, dir, kDocs, "--chunks");
-    });
-    ASSERT_EQ(fixture_.error, "");
-    store_ = fixture_.dir / "store";
-  }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-    if (fixture_.owned) fs::remove_all(fixture_.dir, ec);
-  }
-  void SetUp() override {
-    if (!have_model()) GTEST_SKIP() << "model not fetched";
-  }
+  // The chunk store of the four documents, precomputed once per ctest run
+  // (tests/common/shared_fixture.h).
+  static void SetUpTestSuite() { set_up_suite(UCM_BIN, "blend", kDocs, "--chunks"); }
   static ucm::test::CliRun blend_run(const fs::path& store, const std::string& docs, const std::string& extra) {
     return run_shell(std::string(UCM_BIN) + " generate --blend --json --max-new-tokens " + std::to_string(kNewTokens) +
                      " --model " + shell_quote(model_dir()) + " --store " + shell_quote(store.string()) + " --docs " +
@@ -163,13 +142,7 @@ class Blend : public ::testing::Test {
     EXPECT_EQ(r.code, 0) << r.err;
     return r.code == 0 ? json::parse(r.out) : json::object();
   }
-  static fs::path root_;                   // this process's scratch directory
-  static ucm::test::FixtureDir fixture_;  // the precomputed chunk store's directory
-  static fs::path store_;                  // the chunk store of the four documents: read only
 };
-fs::path Blend::root_;
-ucm::test::FixtureDir Blend::fixture_;
-fs::path Blend::store_;
 
 TEST_F(Blend, SingleDocumentAtPositionZeroAnswersLikeThePrefixCache) {
   const json j = blend(store_, "copy.rst.txt", "--recompute-ratio 0");

@@ -34,44 +34,20 @@
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using ucm::test::run_shell;
-using ucm::test::shell_quote;
-
-using ucm::test::model_dir;
-using ucm::test::read_file;
-using ucm::test::write_file;
-using ucm::test::kDocsDir;
+using namespace ucm::test;
 
 namespace {
 
-// Real documents of 2.5-3.5 KB (about 600-900 tokens with the template), in corpus order. Four
-// keep the suite's fp32 forward passes short (each document is answered twice per run).
-const std::vector<std::string> kDocs = {"codeop.rst.txt", "copy.rst.txt", "linecache.rst.txt", "netrc.rst.txt"};
+// Each document is answered twice per run.
+const std::vector<std::string>& kDocs = kShortDocs;
 const char* kQuestion = "\n\nIn two sentences, what is this module for?<|im_end|>\n<|im_start|>assistant\n";
 
 std::string tmpl() { return std::string(UCM_SOURCE_DIR) + "/configs/template_chat.txt"; }
 
-class Generate : public ::testing::Test {
+class Generate : public PrecomputedStoreTest<Generate> {
  protected:
-  static void SetUpTestSuite() {
-    if (!fs::exists(fs::path(model_dir()) / "model.safetensors")) GTEST_SKIP() << "model not fetched";
-    root_ = fs::temp_directory_path() / ("ucm-test-generate-" + std::to_string(::getpid()));
-    fs::create_directories(root_);
-    // The precomputed store, once per ctest run (tests/common/shared_fixture.h).
-    fixture_ = ucm::test::shared_fixture("generate-store", [](const fs::path& dir) {
-      return ucm::test::precompute_documents(UCM_BIN, dir, kDocs);
-    });
-    ASSERT_EQ(fixture_.error, "");
-    store_ = fixture_.dir / "store";
-  }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-    if (fixture_.owned) fs::remove_all(fixture_.dir, ec);
-  }
-  void SetUp() override {
-    if (!fs::exists(fs::path(model_dir()) / "model.safetensors")) GTEST_SKIP() << "model not fetched";
-  }
+  // The store of the four documents, precomputed once per ctest run (tests/common/shared_fixture.h).
+  static void SetUpTestSuite() { set_up_suite(UCM_BIN, "generate", kDocs); }
 
   // Runs `ucm generate --json` on prompt text; returns the parsed report (asserting exit 0).
   static json generate(const std::string& prompt, const fs::path& store, const std::string& extra = "",
@@ -85,14 +61,7 @@ class Generate : public ::testing::Test {
     EXPECT_EQ(r.code, 0) << r.err;
     return r.code == 0 ? json::parse(r.out) : json::object();
   }
-
-  static fs::path root_;                   // this process's scratch directory
-  static ucm::test::FixtureDir fixture_;  // the precomputed store's directory
-  static fs::path store_;                  // the store of the four documents: read only
 };
-fs::path Generate::root_;
-ucm::test::FixtureDir Generate::fixture_;
-fs::path Generate::store_;
 
 TEST_F(Generate, CachedPrefixGivesTheRecomputedTokens) {
   // The cached path reads K/V that precompute rounded to bf16 in its own batches, full recompute
