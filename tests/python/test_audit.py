@@ -11,39 +11,23 @@ A precomputed store of two python3.11-doc pages (SmolLM2-135M-Instruct, fp32 pay
     a second audit is clean, and `ucm precompute --resume` recomputes that document.
 """
 import json
-import os
 import shutil
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import ucm
+from doc_corpus import run, write_corpus
 
-DOCS_DIR = Path(os.environ.get("UCM_CORPUS_DIR", "/usr/share/doc/python3.11/html/_sources"))
 DOCS = ["c-api/apiabiversion.rst.txt", "library/sched.rst.txt"]  # two pages: the suite's time is counted
 # fp32 compute for the writer too: a bf16-computing writer is honest but drifts by ~5% (its own
 # margin is measured on real stores, docs/reliability.md); here the margins are exact.
 FP32 = ["--compute-dtype", "fp32", "--threads", "1"]
 
 
-def run(cmd, ok=(0,)):
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    assert p.returncode in ok, f"{cmd}: exit {p.returncode}\nstdout: {p.stdout[-2000:]}\nstderr: {p.stderr[-3000:]}"
-    return p
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, ucm_bin, model_dir):
-    if not all((DOCS_DIR / d).exists() for d in DOCS):
-        pytest.skip(f"python3.11-doc documents missing under {DOCS_DIR}")
-    d = tmp_path_factory.mktemp("audit")
-    corpus = d / "docs.jsonl"
-    with open(corpus, "w") as f:
-        for name in DOCS:
-            text = (DOCS_DIR / name).read_text(encoding="utf-8")[:1200]
-            f.write(json.dumps({"id": name, "text": text}) + "\n")
+    d, corpus = write_corpus(tmp_path_factory, "audit", DOCS, limit=1200)
     path = d / "store"
     out = run([ucm_bin, "precompute", *FP32, "--model", model_dir, "--corpus", corpus, "--store", path,
                "--dtype", "fp32", "--block-size", "16", "--json"])

@@ -38,17 +38,23 @@ def heads_slice(p, h0, h1):
     return bytes(out)
 
 
-@pytest.fixture()
-def filled(tmp_path):
-    """A store with 3 blocks of namespace "py"; yields (path, ns, tokens, hashes)."""
+def fill_store(tmp_path, payload_of):
+    """A store under tmp_path with 3 blocks of namespace "py", block i's payload payload_of(i);
+    returns (path, ns, tokens, hashes)."""
     path = str(tmp_path / "store")
     tokens = list(range(1000, 1000 + 3 * T + 5))
     with ucm.Store(path, mode="c") as w:
         ns = w.register_namespace(DESC)
         hashes = ucm.hash_blocks(ns.hash_seed, tokens, T)
-        st = w.dump(ns, hashes, ucm.parents_of(ns.hash_seed, hashes), [payload(i) for i in range(3)])
+        st = w.dump(ns, hashes, ucm.parents_of(ns.hash_seed, hashes), [payload_of(i) for i in range(3)])
         assert list(st) == [0, 0, 0]
     return path, ns, tokens, hashes
+
+
+@pytest.fixture()
+def filled(tmp_path):
+    """A store with 3 blocks of namespace "py"; yields (path, ns, tokens, hashes)."""
+    return fill_store(tmp_path, payload)
 
 
 def test_version_and_codes():

@@ -15,7 +15,6 @@ tokenizes them differently from ucm (and from the `tokenizers` library ucm follo
 """
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,9 +22,9 @@ import numpy as np
 import pytest
 
 import ucm
+from doc_corpus import run, write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS_DIR = Path(os.environ.get("UCM_CORPUS_DIR", "/usr/share/doc/python3.11/html/_sources"))
 DOCS = ["c-api/apiabiversion.rst.txt", "library/pickletools.rst.txt", "library/sched.rst.txt",
         "library/urllib.robotparser.rst.txt", "c-api/bool.rst.txt"]
 TEMPLATE = ROOT / "configs" / "template_chat.txt"
@@ -42,22 +41,9 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 
-def run(cmd, ok=(0,), **kw):
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert p.returncode in ok, f"{cmd}: exit {p.returncode}\nstdout: {p.stdout[-2000:]}\nstderr: {p.stderr[-3000:]}"
-    return p
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    if not all((DOCS_DIR / d).exists() for d in DOCS):
-        pytest.skip(f"python3.11-doc documents missing under {DOCS_DIR}")
-    d = tmp_path_factory.mktemp("tokids")
-    path = d / "docs.jsonl"
-    with open(path, "w") as f:
-        for name in DOCS:
-            f.write(json.dumps({"id": name, "text": (DOCS_DIR / name).read_text(encoding="utf-8")}) + "\n")
-    return d, path
+    return write_corpus(tmp_path_factory, "tokids", DOCS)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from numpy.lib.stride_tricks import as_strided
 
 import ucm
 from ucm.vllm import gpu_layout as gl
-from test_store import DESC, H, L, T, D, S, heads_slice
+from test_store import DESC, H, L, T, D, S, fill_store, heads_slice
 
 try:
     import torch
@@ -51,14 +51,8 @@ def payload(i):
 
 @pytest.fixture()
 def filled(tmp_path):
-    """A store with 3 blocks of namespace "py"; yields (path, ns, tokens, hashes)."""
-    path = str(tmp_path / "store")
-    tokens = list(range(1000, 1000 + 3 * T + 5))
-    with ucm.Store(path, mode="c") as w:
-        ns = w.register_namespace(DESC)
-        hashes = ucm.hash_blocks(ns.hash_seed, tokens, T)
-        assert not w.dump(ns, hashes, ucm.parents_of(ns.hash_seed, hashes), [payload(i) for i in range(3)]).any()
-    return path, ns, tokens, hashes
+    """A store with 3 blocks of namespace "py" (this file's payloads); yields (path, ns, tokens, hashes)."""
+    return fill_store(tmp_path, payload)
 
 
 def layout_strides(order, shape):
