@@ -25,10 +25,8 @@ Status bench_generate(const BenchGenerateOptions& o, std::vector<BenchGeneratePo
   if (o.store.empty()) return Status::InvalidArgument("bench generate needs --store (a scratch directory)");
   if (o.prefix_tokens.empty()) return Status::InvalidArgument("no prefix lengths");
   Session s;
-  SessionOptions so;  // precompute's default fingerprint: what cmd/bench_generate.cc stored with
-  so.model_dir = o.model_dir;
-  so.tokenizer_file = o.tokenizer_file;
-  so.store = o.store;
+  // Precompute's default fingerprint: what cmd/bench_generate.cc stored with.
+  const SessionOptions so = session_options(o);
   UCM_RETURN_IF_ERROR(s.load(so));
   const uint32_t longest = *std::max_element(o.prefix_tokens.begin(), o.prefix_tokens.end());
   UCM_RETURN_IF_ERROR(s.check_capacity(longest, 0, "prefix"));

@@ -95,10 +95,8 @@ Status run_blend(const CommonOptions& c, const BlendOptions& bo, BlendReport* r)
   r->check_layer = bs.check_layer;
   UCM_RETURN_IF_ERROR(check_blend_settings(bs, std::numeric_limits<int64_t>::max()));  // before the model loads
   Session s;
-  SessionOptions so;  // the default compute dtype (fp32): --compute-dtype is not used with --blend
-  so.model_dir = c.model_dir;
-  so.tokenizer_file = c.tokenizer_file;
-  so.store = c.store;
+  // The default compute dtype (fp32): --compute-dtype is not used with --blend.
+  SessionOptions so = session_options(c);
   so.precompute_config = c.precompute_config;
   so.namespace_name = c.namespace_name;
   UCM_RETURN_IF_ERROR(s.open(so));

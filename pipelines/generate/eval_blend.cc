@@ -314,10 +314,7 @@ Status eval_blend(const EvalBlendOptions& o, EvalBlendResult* out) {
   std::vector<BlendSettings> settings;
   UCM_RETURN_IF_ERROR(blend_settings(o, &settings));
   Session s;
-  SessionOptions so;
-  so.model_dir = o.model_dir;
-  so.tokenizer_file = o.tokenizer_file;
-  so.store = o.store;
+  SessionOptions so = session_options(o);
   so.precompute_config = o.precompute_config;
   UCM_RETURN_IF_ERROR(s.load(so));
   for (const auto& bs : settings) UCM_RETURN_IF_ERROR(check_blend_settings(bs, s.model().config().num_hidden_layers));

@@ -197,11 +197,7 @@ Status eval_retrieval(const EvalRetrievalOptions& o, EvalRetrievalResult* out) {
   if (o.store.empty()) return Status::InvalidArgument("eval retrieval needs --store (a store precomputed from the corpus)");
   if (o.queries < 1) return Status::InvalidArgument("--queries must be >= 1");
   Session session;
-  SessionOptions so;
-  so.model_dir = o.model_dir;
-  so.tokenizer_file = o.tokenizer_file;
-  so.store = o.store;
-  UCM_RETURN_IF_ERROR(session.open(so));
+  UCM_RETURN_IF_ERROR(session.open(session_options(o)));
   const auto& mc = session.model().config();
   RetrievalEval e(o, session, *session.store());
   UCM_RETURN_IF_ERROR(e.store.repr_info(&e.info));

@@ -60,12 +60,10 @@ Status run_generate(const GenerateOptions& o, GenerateReport* r) {
   if (!o.sparse.policy.empty() && o.dense.no_cache)
     return Status::InvalidArgument("--sparse needs the store: it cannot go with --no-cache");
   Session s;
-  SessionOptions so;
-  so.model_dir = c.model_dir;
-  so.tokenizer_file = c.tokenizer_file;
+  SessionOptions so = session_options(c);
+  if (o.dense.no_cache) so.store.clear();  // --no-cache: no lookup, no load
   so.compute_dtype = c.compute_dtype;
   so.precompute_config = c.precompute_config;
-  so.store = c.store.empty() || o.dense.no_cache ? "" : c.store;  // --no-cache: no lookup, no load
   so.namespace_name = c.namespace_name;
   // --save registers the namespace; --sparse needs its representations; dense serving from a
   // store that lacks it only misses every block.

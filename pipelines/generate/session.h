@@ -34,6 +34,17 @@ struct SessionOptions {
   NamespaceNeed need = NamespaceNeed::kRequired;
 };
 
+/// The SessionOptions of a run's options `o` (generate, eval, bench): its model_dir,
+/// tokenizer_file and store; the run sets the rest.
+template <class RunOptions>
+SessionOptions session_options(const RunOptions& o) {
+  SessionOptions so;
+  so.model_dir = o.model_dir;
+  so.tokenizer_file = o.tokenizer_file;
+  so.store = o.store;
+  return so;
+}
+
 /// The model, tokenizer, fingerprint and (optionally) store of one run. Owns all of them; the
 /// references and pointers its accessors return, and the Engine of engine(), live as long as the
 /// Session. Not copyable or movable (the engine points into it).
