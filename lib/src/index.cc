@@ -179,17 +179,9 @@ Status Index::get(Family f, const std::string& key, std::string* value) const {
 
 Status Index::scan(Family f, const std::string& prefix,
                    const std::function<bool(std::string_view, std::string_view)>& fn) const {
-  rocksdb::ReadOptions ro;
-  ro.fill_cache = false;          // full scans must not evict the point-lookup working set
-  ro.readahead_size = 2u << 20;   // sequential SST reads (table build, gc, inspect)
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, cf(f)));
-  for (it->Seek(prefix); it->Valid(); it->Next()) {
-    rocksdb::Slice k = it->key();
-    if (!prefix.empty() && !k.starts_with(prefix)) break;
-    rocksdb::Slice v = it->value();
-    if (!fn(std::string_view(k.data(), k.size()), std::string_view(v.data(), v.size()))) break;
-  }
-  return from_rocks(it->status(), std::string("index ") + index_family_name(f) + " scan");
+  return scan_from(f, prefix, [&](std::string_view k, std::string_view v) {
+    return (prefix.empty() || k.substr(0, prefix.size()) == prefix) && fn(k, v);
+  });
 }
 
 Status Index::scan_from(Family f, const std::string& start,

@@ -29,26 +29,25 @@ void put_u64(char* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
 }  // namespace
 
+namespace {
+// x rounded toward -inf (down) or +inf (up) in a 16-bit format: the nearest value, stepped once
+// when it lies on the wrong side of x.
+template <uint16_t (*Nearest)(float), float (*Widen)(uint16_t)>
+uint16_t round_directed(float x, bool down) {
+  const uint16_t c = Nearest(x);
+  if (down) return Widen(c) > x ? next_down16(c) : c;
+  return Widen(c) < x ? next_up16(c) : c;
+}
+}  // namespace
+
 uint16_t bf16_round_nearest(float x) { return f32_to_bf16(x); }
 float bf16_to_float(uint16_t b) { return bf16_to_f32(b); }
-uint16_t bf16_round_down(float x) {
-  uint16_t c = bf16_round_nearest(x);
-  return bf16_to_float(c) > x ? next_down16(c) : c;
-}
-uint16_t bf16_round_up(float x) {
-  uint16_t c = bf16_round_nearest(x);
-  return bf16_to_float(c) < x ? next_up16(c) : c;
-}
+uint16_t bf16_round_down(float x) { return round_directed<bf16_round_nearest, bf16_to_float>(x, true); }
+uint16_t bf16_round_up(float x) { return round_directed<bf16_round_nearest, bf16_to_float>(x, false); }
 uint16_t fp16_round_nearest(float x) { return f32_to_f16(x); }
 float fp16_to_float(uint16_t h) { return f16_to_f32(h); }
-uint16_t fp16_round_down(float x) {
-  uint16_t c = fp16_round_nearest(x);
-  return fp16_to_float(c) > x ? next_down16(c) : c;
-}
-uint16_t fp16_round_up(float x) {
-  uint16_t c = fp16_round_nearest(x);
-  return fp16_to_float(c) < x ? next_up16(c) : c;
-}
+uint16_t fp16_round_down(float x) { return round_directed<fp16_round_nearest, fp16_to_float>(x, true); }
+uint16_t fp16_round_up(float x) { return round_directed<fp16_round_nearest, fp16_to_float>(x, false); }
 
 std::vector<ReprSection> repr_layout(const ReprSpec& s, uint64_t* total_bytes) {
   const uint64_t es = dtype_size(s.dtype);

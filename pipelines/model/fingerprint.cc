@@ -34,15 +34,24 @@ Status parse_layers(const std::string& s, std::vector<uint32_t>* out) {
   return Status::OK();
 }
 
-Status read_fingerprint_config(const std::string& path, FingerprintOptions* o) {
-  YAML::Node root;
+Status load_config_mapping(const std::string& path, YAML::Node* root) {
   try {
-    root = YAML::LoadFile(path);
+    *root = YAML::LoadFile(path);
   } catch (const std::exception& e) {
     return Status::InvalidArgument("config " + path + ": " + e.what());
   }
-  if (root.IsNull()) return Status::OK();
-  if (!root.IsMap()) return Status::InvalidArgument("config " + path + ": expected a mapping of option: value");
+  if (!root->IsNull() && !root->IsMap())
+    return Status::InvalidArgument("config " + path + ": expected a mapping of option: value");
+  return Status::OK();
+}
+
+Status read_fingerprint_config(const std::string& path, FingerprintOptions* o) {
+  YAML::Node root;
+  UCM_RETURN_IF_ERROR(load_config_mapping(path, &root));
+  return root.IsNull() ? Status::OK() : read_fingerprint_keys(root, path, o);
+}
+
+Status read_fingerprint_keys(const YAML::Node& root, const std::string& path, FingerprintOptions* o) {
   std::string key;
   try {
     for (const auto& kv : root) {

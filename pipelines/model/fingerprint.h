@@ -10,9 +10,21 @@
 #include "ucm/model/identity.h"
 #include "ucm/status.h"
 
+namespace YAML {
+class Node;
+}
+
 namespace ucm::model {
 
 class LlamaModel;
+
+/// Loads a YAML config file (configs/*.yaml) into *root: a mapping, or Null for an empty file.
+/// InvalidArgument naming the file when it is unreadable, malformed or not a mapping.
+Status load_config_mapping(const std::string& path, YAML::Node* root);
+
+/// The fingerprint keys of a loaded config mapping (read_fingerprint_config's), other keys left
+/// to the caller: precompute reads its file once and hands the mapping here.
+Status read_fingerprint_keys(const YAML::Node& root, const std::string& path, FingerprintOptions* o);
 
 /// Reads the fingerprint keys of a precompute YAML config (configs/precompute.yaml):
 /// namespace_name, block_size, dtype, hash_bits, dense_layers (a list or "0,1"), projection_seed.

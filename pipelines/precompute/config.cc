@@ -14,13 +14,8 @@ namespace ucm::precompute {
 
 Status load_config(const std::string& path, PrecomputeOptions* o) {
   YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const std::exception& e) {
-    return Status::InvalidArgument("config " + path + ": " + e.what());
-  }
+  UCM_RETURN_IF_ERROR(model::load_config_mapping(path, &root));  // read once
   if (root.IsNull()) return Status::OK();
-  if (!root.IsMap()) return Status::InvalidArgument("config " + path + ": expected a mapping of option: value");
   static const std::set<std::string> known = {
       "model", "tokenizer", "corpus", "corpus_suffix", "store", "template", "namespace_name",
       "block_size", "dtype", "hash_bits", "dense_layers", "projection_seed", "limit", "shard",
@@ -60,7 +55,7 @@ Status load_config(const std::string& path, PrecomputeOptions* o) {
   // The fingerprint keys (namespace_name, block_size, dtype, hash_bits, dense_layers,
   // projection_seed) have one reader, shared with the engine (pipelines/model/fingerprint.h).
   model::FingerprintOptions fp = fingerprint_options(*o);
-  Status st = model::read_fingerprint_config(path, &fp);
+  Status st = model::read_fingerprint_keys(root, path, &fp);
   if (!st.ok()) return st;
   st = parse_dtype(fp.dtype, &o->dtype);
   if (!st.ok()) return Status::InvalidArgument("config " + path + ": dtype: " + st.message());

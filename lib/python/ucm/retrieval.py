@@ -15,6 +15,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from . import _lib as L
+from ._handle import Handle
 from . import errors
 
 POLICIES = {"esa": L.POLICY_ESA, "quest": L.POLICY_QUEST, "gsa": L.POLICY_GSA, "psa": L.POLICY_PSA}
@@ -147,7 +148,7 @@ class RetrieverParams:
         return c
 
 
-class Retriever:
+class Retriever(Handle):
     """A retriever for one request (ucm_retriever_t; it keeps the reuse_steps state per layer).
     projection: float32 [L][H][D][B], the namespace's r4_projection attachment; required for GSA.
     Not thread-safe: one thread at a time."""
@@ -217,14 +218,3 @@ class Retriever:
             L.lib().ucm_retriever_free(self._h)
             self._h = None
 
-    def __enter__(self) -> "Retriever":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

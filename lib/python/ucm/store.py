@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _lib as L
+from ._handle import Handle
 from . import dtypes, errors
 from ._buffers import address, hashes_array, id16, u8ptr
 
@@ -113,27 +114,13 @@ class Namespace:
     def name(self) -> str:
         return str(self.desc.get("name", self.id.hex()))
 
-    @property
-    def block_size(self) -> int:
-        """T, tokens per block."""
-        return int(self.desc["block_size"])
-
-    @property
-    def num_layers(self) -> int:
-        return int(self.desc["num_layers"])
-
-    @property
-    def num_kv_heads(self) -> int:
-        return int(self.desc["num_kv_heads"])
-
-    @property
-    def head_dim(self) -> int:
-        return int(self.desc["head_dim"])
-
-    @property
-    def dtype(self) -> str:
-        """"bf16", "fp16" or "fp32"."""
-        return str(self.desc["dtype"])
+    #: Descriptor fields (store_v1.md §7) as attributes: block_size is T, tokens per block; dtype
+    #: "bf16", "fp16" or "fp32".
+    block_size = property(lambda self: int(self.desc["block_size"]))
+    num_layers = property(lambda self: int(self.desc["num_layers"]))
+    num_kv_heads = property(lambda self: int(self.desc["num_kv_heads"]))
+    head_dim = property(lambda self: int(self.desc["head_dim"]))
+    dtype = property(lambda self: str(self.desc["dtype"]))
 
     @property
     def dtype_bytes(self) -> int:
@@ -171,7 +158,7 @@ class Document:
     tokens: int
 
 
-class Task:
+class Task(Handle):
     """An asynchronous load or dump (ucm_task_t). It holds the buffers it reads or writes until it
     is freed, so they outlive it. wait() releases the GIL. Free it with close() (or a ``with``
     block, or garbage collection), which waits for it first."""
@@ -217,20 +204,9 @@ class Task:
         if not self._h:
             raise errors.Invalid("the task was closed")
 
-    def __enter__(self) -> "Task":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
-class Store:
+class Store(Handle):
     """An open ucm store (ucm_store_t). Use as a context manager, or call close().
 
     mode: "r" read-only (default; any number of processes, beside one writer), "w" read-write (one
@@ -285,17 +261,6 @@ class Store:
     def closed(self) -> bool:
         return not getattr(self, "_h", None)
 
-    def __enter__(self) -> "Store":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def _handle(self) -> C.c_void_p:
         if not getattr(self, "_h", None):

@@ -7,6 +7,7 @@ from typing import Any, Sequence, Tuple
 import numpy as np
 
 from .. import _lib as L
+from .._handle import Handle
 from .. import errors
 from .._buffers import id16, u8ptr
 
@@ -23,7 +24,7 @@ def keys_array(keys: Sequence[Any]) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8).reshape(len(keys), 32)
 
 
-class PageTable:
+class PageTable(Handle):
     """The alias table of namespace `ns` for SGLang page size `page_size`, held by libucm.
     Close it before its store. Thread-safe. Raises ucm.NotFound (no table: build it with `ucm
     sglang-pages STORE --page-size P`), ucm.Corruption."""
@@ -56,9 +57,3 @@ class PageTable:
         if getattr(self, "_h", None):
             L.lib().ucm_sglang_pages_close(self._h)
             self._h = None
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
