@@ -4,7 +4,7 @@
 #include <csignal>
 #include <memory>
 
-#include "ucm/admin_events.h"
+#include "ucm/kv_event_publisher.h"
 
 namespace ucm::cli {
 namespace {

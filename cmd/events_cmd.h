@@ -1,6 +1,6 @@
 // cmd/events_cmd.h: `ucm events STORE [--namespace NS] [--endpoint EP] [--replay-endpoint EP]
 //                [--topic T] [--medium M] [--poll D] [--batch-blocks N] [--buffer-batches N]
-//                [--run-for D]`: the store's blocks as vLLM KV events (ucm/admin_events.h).
+//                [--run-for D]`: the store's blocks as vLLM KV events (ucm/kv_event_publisher.h).
 #pragma once
 #include <CLI/CLI.hpp>
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "cli_common.h"
-#include "ucm/tokenize/tokenize.h"
+#include "ucm/token_ids/token_ids.h"
 
 namespace ucm::cli {
 namespace {

@@ -2,7 +2,7 @@
 """Which tokenizer classes does transformers (>= 5) rebuild instead of loading tokenizer.json as is?
 
 Development-time measurement behind the class list of
-`ucm::tokenize::transformers_rebuilt_tokenizer_class` (pipelines/tokenize/tokenize.cc) and the
+`ucm::tokenize::transformers_rebuilt_tokenizer_class` (pipelines/token_ids/token_ids.cc) and the
 table in docs/python.md. For each class name it writes a copy of a model directory whose
 tokenizer_config.json names that class, loads it with transformers.AutoTokenizer, and tokenizes
 probe texts (digits after white space, runs of spaces, newlines, code). A class "differs" when

@@ -1,4 +1,4 @@
-// lib/admin/events.cc: publish_events (ucm/admin_events.h): the follower's events on a ZeroMQ
+// lib/admin/events.cc: publish_events (ucm/kv_event_publisher.h): the follower's events on a ZeroMQ
 // PUB socket with a ROUTER replay socket, framed as vLLM 0.32's ZmqEventPublisher frames them
 // (vllm/distributed/kv_events.py): (topic, 8-byte big-endian sequence, msgpack KVEventBatch).
 #include <zmq.hpp>
@@ -11,8 +11,8 @@
 
 #include "events_follow.h"
 #include "events_wire.h"
-#include "ucm/admin_events.h"
-#include "ucm/events.h"
+#include "ucm/kv_event_publisher.h"
+#include "ucm/kv_event_blocks.h"
 
 namespace ucm::admin {
 namespace {

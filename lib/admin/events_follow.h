@@ -22,7 +22,7 @@
 namespace ucm::admin {
 
 /// One event, in ucm's terms; events_wire.h encodes it as vLLM's BlockStored / BlockRemoved /
-/// AllBlocksCleared (ucm/events.h gives the mapping).
+/// AllBlocksCleared (ucm/kv_event_blocks.h gives the mapping).
 struct KvEvent {
   enum class Kind { kStored, kRemoved, kCleared };
   Kind kind = Kind::kStored;

@@ -11,7 +11,7 @@
 #include "ucm/format/format.h"
 #include "ucm/format/shards.h"
 #include "ucm/core/log.h"
-#include "ucm/events.h"
+#include "ucm/kv_event_blocks.h"
 #include "ucm/hash.h"
 #include "ucm/status.h"
 #include "ucm/store.h"

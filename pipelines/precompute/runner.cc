@@ -26,7 +26,7 @@
 #include "ucm/hash.h"
 #include "ucm/precompute/repr.h"
 #include "ucm/tok/tokenizer.h"
-#include "ucm/tokenize/tokenize.h"
+#include "ucm/token_ids/token_ids.h"
 
 namespace ucm::precompute::detail {
 namespace {

@@ -66,7 +66,7 @@ def test_version_and_codes():
 
 
 def test_event_medium_names_the_store_directory(tmp_path, monkeypatch):
-    """The KV events' medium (ucm/events.h, docs/cli.md "ucm events"): "ucm:" + the directory's name."""
+    """The KV events' medium (ucm/kv_event_blocks.h, docs/cli.md "ucm events"): "ucm:" + the directory's name."""
     assert ucm.event_medium("/srv/kv/corpus") == "ucm:corpus"
     assert ucm.event_medium("/srv/kv/corpus/") == "ucm:corpus"
     assert ucm.event_medium("/srv/kv/./corpus/../shared") == "ucm:shared"

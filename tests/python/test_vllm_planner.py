@@ -15,7 +15,7 @@ from types import SimpleNamespace as NS
 import numpy as np
 import pytest
 
-from ucm.vllm import events
+from ucm.vllm import connector_events as events
 from ucm.vllm.planner import LoadSpec, Planner, bypass_reason, head_range
 from ucm.vllm.save_queue import SaveQueue
 

@@ -24,7 +24,7 @@
 #include "store_blocks.h"
 #include "temp_dir.h"
 #include "ucm/admin.h"
-#include "ucm/admin_events.h"
+#include "ucm/kv_event_publisher.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"
 

@@ -49,7 +49,7 @@ T = 16
 # ---------------------------------------------------------------------------- without engines
 def _worker(medium="ucm:test-store", tp_rank=0, tp_size=1, on=True):
     """The worker side of UcmConnector without __init__ (no engine, no store)."""
-    from ucm.vllm import events
+    from ucm.vllm import connector_events as events
     from ucm.vllm.connector import UcmConnector
     c = UcmConnector.__new__(UcmConnector)
     c.T, c.engine_block, c.tp_size, c._tp_rank = T, 128, tp_size, tp_rank

@@ -25,7 +25,7 @@ by a background thread, so a step waits only for the copy.
 Synchronous loads: vLLM runs start_load_kv before the forward only for sync loads
 (load_async=False), which is what a CPU engine wants.
 
-KV events (vLLM's --kv-events-config with enable_kv_cache_events; events.py): the blocks a save
+KV events (vLLM's --kv-events-config with enable_kv_cache_events; connector_events.py): the blocks a save
 stored and the blocks vLLM keeps from a load are reported as BlockStored events of medium
 ucm.event_medium(store), from TP rank 0, and published by vLLM's own publisher (take_events).
 """
@@ -51,7 +51,7 @@ import ucm
 from ucm import dtypes
 from ucm.model import descriptor, model_dir_of
 
-from . import events
+from . import connector_events as events
 from .planner import LoadSpec, Planner, SaveSpec, bypass_reason, head_range
 from .lora import adapter_desc, adapter_digest, adapter_of
 from .validity import BlockValidity, StepReq
@@ -537,7 +537,7 @@ class UcmConnector(KVConnectorBase_V1):
                       "bytes": good * ns.block_bytes((h0, h1)), "seconds": dt})
         return good
 
-    # ------------------------------------------------------------------ KV events (events.py)
+    # ------------------------------------------------------------------ KV events (connector_events.py)
     def _report(self, req_id: str, what: str, make_runs) -> None:
         """Adds BlockStored events of make_runs(); an error is logged, never raised (into vLLM's
         step or the save thread): the events are lost, the load or save stands."""

@@ -1,4 +1,4 @@
-// ucm/admin_events.h: `ucm events` as a library call: a store's blocks published as vLLM KV
+// ucm/kv_event_publisher.h: `ucm events` as a library call: a store's blocks published as vLLM KV
 // events (BlockStored / BlockRemoved / AllBlocksCleared) over ZeroMQ, in vLLM's own wire format,
 // for KV-aware routers. CLI reference: docs/cli.md ("ucm events"). Built only where libzmq,
 // cppzmq and msgpack-c are (scripts/deps.sh installs them); UCM_HAVE_EVENTS says so.

@@ -1,5 +1,5 @@
-// pipelines/tokenize/tokenize.cc: `ucm tokenize` (ucm/tokenize/tokenize.h).
-#include "ucm/tokenize/tokenize.h"
+// pipelines/token_ids/token_ids.cc: `ucm tokenize` (ucm/token_ids/token_ids.h).
+#include "ucm/token_ids/token_ids.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,5 +1,5 @@
-// lib/src/events_medium.cc: the medium string of ucm's KV events (ucm/events.h).
-#include "ucm/events.h"
+// lib/src/kv_event_blocks.cc: the medium string of ucm's KV events (ucm/kv_event_blocks.h).
+#include "ucm/kv_event_blocks.h"
 
 #include <filesystem>
 

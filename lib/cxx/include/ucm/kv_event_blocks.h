@@ -1,4 +1,4 @@
-// ucm/events.h: how ucm names its blocks in vLLM KV events (vllm/distributed/kv_events.py of
+// ucm/kv_event_blocks.h: how ucm names its blocks in vLLM KV events (vllm/distributed/kv_events.py of
 // vLLM 0.32: BlockStored, BlockRemoved, AllBlocksCleared). One owner for the rule: `ucm events`
 // (lib/admin/events_*.cc) and the vLLM connector (through ucm_event_medium) both use it.
 //
