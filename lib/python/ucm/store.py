@@ -480,22 +480,9 @@ class Store(Handle):
             per, count = ns.page_bytes(heads), n * ns.num_layers * 2
         else:
             per, count = per_block, n
-        items = out if isinstance(out, (list, tuple)) else None
-        if items is None:
-            base, size = address(out, writable=True, what="out")
-            if size >= 0 and size != per * count:
-                raise errors.Invalid(f"out: {size} bytes, expected {count} x {per} "
-                                     f"({'pages [T][Hs][D]' if paged else 'blocks [L][2][T][Hs][D]'} of {ns.dtype})")
-            return [base + i * per for i in range(count)], [out]
-        if len(items) != count:
-            raise errors.Invalid(f"out: {len(items)} destinations, expected {count}")
-        ptrs = []
-        for i, it in enumerate(items):
-            a, size = address(it, writable=True, what=f"out[{i}]")
-            if size >= 0 and size != per:
-                raise errors.Invalid(f"out[{i}]: {size} bytes, expected {per}")
-            ptrs.append(a)
-        return ptrs, list(items)
+        shape = f"{'pages [T][Hs][D]' if paged else 'blocks [L][2][T][Hs][D]'} of {ns.dtype}"
+        ptrs = _pointers(out, count, per, writable=True, what="out", shape=shape)
+        return ptrs, list(out) if isinstance(out, (list, tuple)) else [out]
 
     def dump(self, ns: Any, hashes: Any, parents: Any, kv: Any, *, reprs: Optional[Sequence[Any]] = None,
              tokens: Any = None, wait: bool = True, timeout: Optional[float] = None) -> Union[np.ndarray, Task]:
@@ -515,21 +502,8 @@ class Store(Handle):
         n = len(hs)
         if len(ps) != n:
             raise errors.Invalid(f"parents: {len(ps)} hashes for {n} blocks")
-        per = nsobj.block_bytes()
-        if isinstance(kv, (list, tuple)):
-            if len(kv) != n:
-                raise errors.Invalid(f"kv: {len(kv)} payloads for {n} blocks")
-            ptrs = []
-            for i, b in enumerate(kv):
-                a, size = address(b, writable=False, what=f"kv[{i}]")
-                if size >= 0 and size != per:
-                    raise errors.Invalid(f"kv[{i}]: {size} bytes, expected {per} ([L][2][T][H][D] {nsobj.dtype})")
-                ptrs.append(a)
-        else:
-            base, size = address(kv, writable=False, what="kv")
-            if size >= 0 and size != per * n:
-                raise errors.Invalid(f"kv: {size} bytes, expected {n} x {per} ([n][L][2][T][H][D] {nsobj.dtype})")
-            ptrs = [base + i * per for i in range(n)]
+        ptrs = _pointers(kv, n, nsobj.block_bytes(), writable=False, what="kv",
+                         shape=f"blocks [L][2][T][H][D] of {nsobj.dtype}")
         arr = (C.c_void_p * max(n, 1))(*ptrs)
         task = C.c_void_p()
         keep = [kv, arr, hs, ps]
@@ -690,6 +664,26 @@ def _address_array(addrs: Any, count: int, what: str) -> np.ndarray:
     if a.size != count or (a.size and not a.all()):
         raise errors.Invalid(f"{what}: {a.size} addresses, expected {count} (n * L * 2), none of them 0")
     return a
+
+
+def _pointers(bufs: Any, count: int, per: int, *, writable: bool, what: str, shape: str) -> List[int]:
+    """The addresses of `count` items of `per` bytes: one buffer of count * per bytes, or a list of
+    `count` buffers of `per` bytes each. Raises ucm.Invalid naming the count or size that is wrong
+    (`shape` says what an item is)."""
+    if isinstance(bufs, (list, tuple)):
+        if len(bufs) != count:
+            raise errors.Invalid(f"{what}: {len(bufs)} buffers, expected {count} ({shape})")
+        ptrs = []
+        for i, b in enumerate(bufs):
+            a, size = address(b, writable=writable, what=f"{what}[{i}]")
+            if size >= 0 and size != per:
+                raise errors.Invalid(f"{what}[{i}]: {size} bytes, expected {per} ({shape})")
+            ptrs.append(a)
+        return ptrs
+    base, size = address(bufs, writable=writable, what=what)
+    if size >= 0 and size != per * count:
+        raise errors.Invalid(f"{what}: {size} bytes, expected {count} x {per} ({shape})")
+    return [base + i * per for i in range(count)]
 
 
 def parents_of(seed: Any, hashes: Any, parent: Any = None) -> np.ndarray:
