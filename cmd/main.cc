@@ -32,7 +32,7 @@
 #endif
 #if UCM_CLI_HAVE_PRECOMPUTE
 #include "audit_cmd.h"    // inspect --audit (pipelines/audit)
-#include "cpu_runtime.h"  // ucm_model: restart_with_blas_core, cxx_runtime_conflict
+#include "ucm/model/cpu_runtime.h"  // ucm_model: restart_with_blas_core, cxx_runtime_conflict
 #include "precompute_cmd.h"
 #endif
 #if UCM_CLI_HAVE_GENERATE

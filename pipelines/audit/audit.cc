@@ -14,9 +14,9 @@
 #include <set>
 #include <unordered_map>
 
-#include "fingerprint.h"
-#include "llama_model.h"
-#include "model_load.h"
+#include "ucm/model/fingerprint.h"
+#include "ucm/model/llama_model.h"
+#include "ucm/model/model_load.h"
 #include "ucm/admin.h"
 #include "ucm/hash.h"
 #include "ucm/namespace_match.h"

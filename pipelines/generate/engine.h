@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 #include "store_client.h"
 #include "ucm/status.h"
 

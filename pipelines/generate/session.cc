@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "generate_internal.h"
-#include "model_load.h"
+#include "ucm/model/model_load.h"
 
 namespace ucm::generate {
 

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "engine.h"
-#include "fingerprint.h"
-#include "llama_model.h"
+#include "ucm/model/fingerprint.h"
+#include "ucm/model/llama_model.h"
 #include "store_client.h"
 #include "ucm/status.h"
 #include "ucm/tok/tokenizer.h"

@@ -1,4 +1,4 @@
-#include "compute.h"
+#include "ucm/model/compute.h"
 
 #include <cstdlib>
 #include <stdexcept>

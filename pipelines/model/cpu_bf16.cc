@@ -5,8 +5,8 @@
 // x86-64 CPU).
 // The unit is compiled with -ffp-contract=off (pipelines/model/CMakeLists.txt): a product and a
 // sum stay two roundings, as in libtorch's element-wise ops, unless a kernel asks for an FMA.
-#include "cpu_bf16.h"
-#include "cpu_runtime.h"
+#include "ucm/model/cpu_bf16.h"
+#include "ucm/model/cpu_runtime.h"
 
 #include <immintrin.h>
 

@@ -10,11 +10,11 @@
 #include <memory>
 #include <string>
 
-#include "attn_ops.h"
-#include "cpu_bf16.h"
-#include "crew.h"
-#include "llama_model.h"
-#include "llama_ops.h"
+#include "ucm/model/attn_ops.h"
+#include "ucm/model/cpu_bf16.h"
+#include "ucm/model/crew.h"
+#include "ucm/model/llama_model.h"
+#include "ucm/model/llama_ops.h"
 
 namespace ucm::model::ops {
 namespace {

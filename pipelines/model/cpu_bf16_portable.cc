@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu_bf16.h"
+#include "ucm/model/cpu_bf16.h"
 
 namespace ucm::model::cpu::portable {
 namespace {

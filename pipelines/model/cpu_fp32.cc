@@ -1,7 +1,7 @@
 // pipelines/model/cpu_fp32.cc: see cpu_fp32.h. The run-time choice of the fp32 kernels' ISA, and
 // what every ISA shares (shapes, scratch sizes).
-#include "cpu_fp32.h"
-#include "cpu_runtime.h"
+#include "ucm/model/cpu_fp32.h"
+#include "ucm/model/cpu_runtime.h"
 
 #include <spdlog/spdlog.h>
 

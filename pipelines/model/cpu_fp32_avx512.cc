@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "cpu_fp32.h"
+#include "ucm/model/cpu_fp32.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,fma")

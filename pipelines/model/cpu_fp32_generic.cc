@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "cpu_fp32.h"
+#include "ucm/model/cpu_fp32.h"
 
 namespace ucm::model::cpu::f32::generic {
 

@@ -9,11 +9,11 @@
 #include <memory>
 #include <string>
 
-#include "attn_ops.h"
-#include "cpu_fp32.h"
-#include "crew.h"
-#include "llama_model.h"
-#include "llama_ops.h"
+#include "ucm/model/attn_ops.h"
+#include "ucm/model/cpu_fp32.h"
+#include "ucm/model/crew.h"
+#include "ucm/model/llama_model.h"
+#include "ucm/model/llama_ops.h"
 
 namespace ucm::model::ops {
 namespace {

@@ -1,7 +1,7 @@
 // pipelines/model/cpu_runtime.cc: see cpu_runtime.h.
-#include "cpu_runtime.h"
+#include "ucm/model/cpu_runtime.h"
 
-#include "cpu_bf16.h"
+#include "ucm/model/cpu_bf16.h"
 
 #include <cpuid.h>
 #include <dlfcn.h>

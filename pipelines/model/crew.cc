@@ -1,4 +1,4 @@
-#include "crew.h"
+#include "ucm/model/crew.h"
 
 #include <algorithm>
 #include <thread>

@@ -1,5 +1,5 @@
 // pipelines/model/fingerprint.cc: see fingerprint.h.
-#include "fingerprint.h"
+#include "ucm/model/fingerprint.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 #include "ucm/strings.h"
 
 namespace ucm::model {

@@ -2,8 +2,8 @@
 // EuroSys 2025, §4.3) over the layers of llama_cache.cc.
 #include <string>
 
-#include "llama_model.h"
-#include "llama_ops.h"
+#include "ucm/model/llama_model.h"
+#include "ucm/model/llama_ops.h"
 
 namespace ucm::model {
 

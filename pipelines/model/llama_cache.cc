@@ -4,8 +4,8 @@
 // cache's dtype.
 #include <string>
 
-#include "llama_model.h"
-#include "llama_ops.h"
+#include "ucm/model/llama_model.h"
+#include "ucm/model/llama_ops.h"
 
 namespace ucm::model {
 

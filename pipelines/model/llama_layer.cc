@@ -8,8 +8,8 @@
 #include <limits>
 #include <string>
 
-#include "llama_model.h"
-#include "llama_ops.h"
+#include "ucm/model/llama_model.h"
+#include "ucm/model/llama_ops.h"
 
 namespace ucm::model {
 

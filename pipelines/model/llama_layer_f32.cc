@@ -7,8 +7,8 @@
 #include <cmath>
 #include <string>
 
-#include "llama_model.h"
-#include "llama_ops.h"
+#include "ucm/model/llama_model.h"
+#include "ucm/model/llama_ops.h"
 
 namespace ucm::model {
 

@@ -1,6 +1,6 @@
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 
-#include "compute.h"
+#include "ucm/model/compute.h"
 
 #include <ATen/Parallel.h>
 
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "llama_ops.h"
+#include "ucm/model/llama_ops.h"
 #include "ucm/model/identity.h"
 #include "ucm/safetensors/safetensors.h"
 

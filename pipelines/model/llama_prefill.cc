@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "crew.h"
-#include "llama_model.h"
-#include "llama_ops.h"
+#include "ucm/model/crew.h"
+#include "ucm/model/llama_model.h"
+#include "ucm/model/llama_ops.h"
 
 namespace ucm::model {
 

@@ -1,11 +1,11 @@
 // pipelines/model/model_load.cc: see model_load.h.
-#include "model_load.h"
+#include "ucm/model/model_load.h"
 
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include "compute.h"
-#include "llama_model.h"
+#include "ucm/model/compute.h"
+#include "ucm/model/llama_model.h"
 
 namespace ucm::model {
 

@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "compute.h"
+#include "ucm/model/compute.h"
 #include "compute_report.h"
 #include "precompute_internal.h"
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 #include "ucm/tok/tokenizer.h"
 #include "ucm/fs.h"
 

@@ -1,6 +1,6 @@
 // pipelines/precompute/compute_report.h: what a report says about the compute that ran.
 #pragma once
-#include "model_load.h"
+#include "ucm/model/model_load.h"
 
 namespace ucm::precompute {
 

@@ -6,7 +6,7 @@
 
 #include <sstream>
 
-#include "fingerprint.h"
+#include "ucm/model/fingerprint.h"
 #include "precompute_internal.h"
 #include "ucm/precompute/precompute.h"
 
@@ -53,7 +53,7 @@ Status load_config(const std::string& path, PrecomputeOptions* o) {
     return Status::InvalidArgument("config " + path + ": bad value for '" + key + "': " + e.what());
   }
   // The fingerprint keys (namespace_name, block_size, dtype, hash_bits, dense_layers,
-  // projection_seed) have one reader, shared with the engine (pipelines/model/fingerprint.h).
+  // projection_seed) have one reader, shared with the engine (pipelines/model/include/ucm/model/fingerprint.h).
   model::FingerprintOptions fp = fingerprint_options(*o);
   Status st = model::read_fingerprint_keys(root, path, &fp);
   if (!st.ok()) return st;

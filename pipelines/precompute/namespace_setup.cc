@@ -3,9 +3,9 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "fingerprint.h"
+#include "ucm/model/fingerprint.h"
 #include "precompute_internal.h"
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 #include "ucm/namespace_match.h"
 #include "ucm/tok/tokenizer.h"
 

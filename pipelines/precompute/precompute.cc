@@ -8,11 +8,11 @@
 
 #include <torch/torch.h>
 
-#include "compute.h"
+#include "ucm/model/compute.h"
 #include "compute_report.h"
 #include "precompute_internal.h"
-#include "llama_model.h"
-#include "model_load.h"
+#include "ucm/model/llama_model.h"
+#include "ucm/model/model_load.h"
 #include "signals.h"
 #include "ucm/sglang_pages.h"
 #include "ucm/tok/tokenizer.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "doc_source.h"
-#include "model_load.h"
+#include "ucm/model/model_load.h"
 #include "ucm/precompute/precompute.h"
 #include "ucm/clock.h"
 #include "ucm/store.h"

@@ -18,7 +18,7 @@ std::string fmt_fixed(double v, int digits) {
 // "2 prefill workers (avx512_bf16 kernels, one libtorch thread each, idle workers helping)" |
 // "1 libtorch thread, OpenBLAS Cooperlake GEMMs" | "2 prefill workers (fp32_avx512 kernels, one
 // libtorch thread each, OpenBLAS SkylakeX GEMMs in the worker's thread, idle workers helping)"
-// (the fused kernels' crew: pipelines/model/crew.h).
+// (the fused kernels' crew: pipelines/model/include/ucm/model/crew.h).
 std::string threads_text(int threads, const std::string& kernels, const std::string& blas_core,
                          const std::string& replaced) {
   const char* s = threads == 1 ? "" : "s";

@@ -21,7 +21,7 @@
 #include <unordered_set>
 
 #include "precompute_internal.h"
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 #include "signals.h"
 #include "ucm/hash.h"
 #include "ucm/precompute/repr.h"

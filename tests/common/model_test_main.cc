@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "cpu_runtime.h"
+#include "ucm/model/cpu_runtime.h"
 
 int main(int argc, char** argv) {
   ucm::model::restart_with_blas_core(argv, false);  // the environment's (or ctest's) OPENBLAS_CORETYPE runs

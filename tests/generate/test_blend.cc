@@ -27,7 +27,7 @@
 
 #include "cli_run.h"
 #include "corrupt_block.h"
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 #include "ucm/blend.h"
 #include "ucm/hash.h"
 #include "ucm/store.h"

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "compute.h"
-#include "cpu_bf16.h"
-#include "cpu_fp32.h"
+#include "ucm/model/compute.h"
+#include "ucm/model/cpu_bf16.h"
+#include "ucm/model/cpu_fp32.h"
 
 namespace f32 = ucm::model::cpu::f32;
 

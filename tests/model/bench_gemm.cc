@@ -22,8 +22,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "compute.h"
-#include "llama_model.h"
+#include "ucm/model/compute.h"
+#include "ucm/model/llama_model.h"
 #include "real_data.h"  // model_dir(): $UCM_MODEL_DIR or the source tree's models/
 
 namespace {

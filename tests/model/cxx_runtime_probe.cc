@@ -8,7 +8,7 @@
 #include <string>
 #include <system_error>
 
-#include "cpu_runtime.h"
+#include "ucm/model/cpu_runtime.h"
 #include "ucm/fs.h"
 
 extern "C" int ucm_fake_remove_all_calls;

@@ -1,6 +1,6 @@
 // tests/model/fake_std_filesystem.cc: a shared library that exports its own
 // std::filesystem::remove_all(const path&, error_code&), as a pip PyTorch's libtorch.so exports a
-// copy of libstdc++'s (pipelines/model/cpu_runtime.h, cxx_runtime_conflict). It removes nothing and
+// copy of libstdc++'s (pipelines/model/include/ucm/model/cpu_runtime.h, cxx_runtime_conflict). It removes nothing and
 // counts its calls, so a test sees which copy a call reached.
 #include <cstdint>
 #include <filesystem>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 #include "ucm/safetensors/safetensors.h"
 
 namespace ucm::testing {

@@ -6,7 +6,7 @@
 //   * stored K/V (kv_dtype bf16, as precompute stores them): layer 0 within one bf16 step of the
 //     fp32 path's value at the layer's scale (max |value|), every layer within 8% of the layer's
 //     max |value| (bf16 GEMM rounding compounds through 30 layers; the figures are printed).
-// The bf16 path's fused CPU kernels (pipelines/model/cpu_bf16.h) are checked against libtorch doing
+// The bf16 path's fused CPU kernels (pipelines/model/include/ucm/model/cpu_bf16.h) are checked against libtorch doing
 // the same arithmetic on the same bf16-rounded operands (Bf16Kernels.*: their portable
 // implementation on every CPU, the AVX512-BF16 one where the CPU has it; the two against each
 // other bit for bit: test_bf16_kernels.cc), and the model bar above is checked with and without
@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "attn_cases.h"
-#include "compute.h"
-#include "crew.h"
-#include "llama_model.h"
-#include "llama_ops.h"
+#include "ucm/model/compute.h"
+#include "ucm/model/crew.h"
+#include "ucm/model/llama_model.h"
+#include "ucm/model/llama_ops.h"
 #include "ucm/tok/tokenizer.h"
 
 namespace fs = std::filesystem;

@@ -14,7 +14,7 @@
 
 #include <unistd.h>
 
-#include "cpu_runtime.h"
+#include "ucm/model/cpu_runtime.h"
 
 extern "C" int ucm_fake_remove_all_calls;
 

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <string>
 
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 #include "parity_check.h"
 
 namespace fs = std::filesystem;

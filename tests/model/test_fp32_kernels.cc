@@ -1,4 +1,4 @@
-// The fp32 path's fused CPU kernels (pipelines/model/cpu_fp32.h) of every ISA this CPU runs (the
+// The fp32 path's fused CPU kernels (pipelines/model/include/ucm/model/cpu_fp32.h) of every ISA this CPU runs (the
 // portable x86-64 baseline on every CPU, AVX2 and AVX-512 where present) against libtorch doing
 // the same arithmetic (RMSNorm, SiLU gate, RoPE: transformers' formulas; attention: eager
 // attention in fp64), AVX2 against AVX-512 bit for bit, and the model's fused prefill: the same
@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "attn_cases.h"
-#include "compute.h"
-#include "cpu_runtime.h"
-#include "cpu_fp32.h"
-#include "crew.h"
-#include "llama_model.h"
-#include "llama_ops.h"
+#include "ucm/model/compute.h"
+#include "ucm/model/cpu_runtime.h"
+#include "ucm/model/cpu_fp32.h"
+#include "ucm/model/crew.h"
+#include "ucm/model/llama_model.h"
+#include "ucm/model/llama_ops.h"
 
 namespace f32 = ucm::model::cpu::f32;
 

@@ -23,7 +23,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 #include "ucm/safetensors/safetensors.h"
 #include "parity_check.h"
 #include "st_writer.h"

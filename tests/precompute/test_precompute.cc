@@ -15,7 +15,7 @@
 #include <random>
 #include <set>
 
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 #include "ucm/admin.h"
 #include "ucm/hash.h"
 #include "ucm/precompute/precompute.h"

@@ -31,7 +31,7 @@
 #include "ucm/hash.h"
 #include "ucm/store.h"
 #include "ucm/tok/tokenizer.h"
-#include "cpu_runtime.h"
+#include "ucm/model/cpu_runtime.h"
 #include "real_data.h"
 
 extern char** environ;

@@ -24,7 +24,7 @@
 #include "doc_source.h"
 #include "ucm/format/format.h"
 #include "ucm/core/index.h"
-#include "llama_model.h"
+#include "ucm/model/llama_model.h"
 #include "ucm/admin.h"
 #include "ucm/hash.h"
 #include "ucm/precompute/precompute.h"

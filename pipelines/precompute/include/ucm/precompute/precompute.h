@@ -77,7 +77,7 @@ struct PrecomputeOptions {
   /// Prefill threads; 0 = the default. On the fused CPU kernels (either compute dtype) one
   /// prefill worker per core (n > 0: n workers), each one libtorch thread and, at fp32, its GEMMs
   /// on OpenBLAS in its own thread; a worker whose sequences are done helps the others
-  /// (model::LlamaModel::set_prefill_workers, pipelines/model/crew.h). Without the kernels
+  /// (model::LlamaModel::set_prefill_workers, pipelines/model/include/ucm/model/crew.h). Without the kernels
   /// (UCM_FP32_KERNELS=0) fp32 runs one libtorch thread beside OpenBLAS's own threads (unless
   /// OMP_NUM_THREADS is set), bf16 every core this process may use but one (docs/model.md,
   /// "Compute dtype"). Store I/O runs on its own threads.
@@ -91,7 +91,7 @@ struct PrecomputeOptions {
 Status load_config(const std::string& path, PrecomputeOptions* o);
 /// Parses "I/N" (0 <= I < N).
 Status parse_shard(const std::string& s, uint32_t* index, uint32_t* count);
-/// Parses "0,1,5" (empty string = no layers): model::parse_layers (pipelines/model/fingerprint.h).
+/// Parses "0,1,5" (empty string = no layers): model::parse_layers (pipelines/model/include/ucm/model/fingerprint.h).
 Status parse_layers(const std::string& s, std::vector<uint32_t>* out);
 
 struct PrecomputeSummary {

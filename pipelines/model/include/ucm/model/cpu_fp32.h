@@ -1,4 +1,4 @@
-// pipelines/model/cpu_fp32.h: the CPU kernels of the fp32 prefill's non-GEMM work (RMSNorm,
+// pipelines/model/include/ucm/model/cpu_fp32.h: the CPU kernels of the fp32 prefill's non-GEMM work (RMSNorm,
 // RoPE on the q/k/v projection with the K/V cache's rounding, causal attention, the SiLU gate), on
 // raw pointers. The GEMMs stay OpenBLAS's (libtorch's fp32 mm / addmm, the residual adds
 // included: addmm_ with beta 1).
@@ -19,7 +19,7 @@
 // Thread rules: every function is reentrant; callers split rows or attention units across
 // threads. Internal to ucm_model.
 #pragma once
-#include "attn_tiles.h"
+#include "ucm/model/attn_tiles.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// pipelines/model/llama_ops.h: the tensor operations the prefill (llama_model.cc) and the
+// pipelines/model/include/ucm/model/llama_ops.h: the tensor operations the prefill (llama_model.cc) and the
 // cached forward (llama_cache.cc) share. Internal to ucm_model.
 #pragma once
 #include <torch/torch.h>

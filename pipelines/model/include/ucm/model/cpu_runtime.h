@@ -1,4 +1,4 @@
-// pipelines/model/cpu_runtime.h: what the CPU offers (CPUID), the loaded OpenBLAS's core
+// pipelines/model/include/ucm/model/cpu_runtime.h: what the CPU offers (CPUID), the loaded OpenBLAS's core
 // and threads, and the start-up checks of a main() that links libtorch (OpenBLAS's kernels, the
 // C++ runtime). Needs no libtorch header: a main() or a test that calls only these compiles in
 // about a second, where <torch/torch.h> alone costs 14 s of CPU (compute.h includes this header).

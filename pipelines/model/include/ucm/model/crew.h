@@ -1,4 +1,4 @@
-// pipelines/model/crew.h: the prefill workers of one batched prefill (LlamaModel::forward_packed)
+// pipelines/model/include/ucm/model/crew.h: the prefill workers of one batched prefill (LlamaModel::forward_packed)
 // as a crew. Each worker runs its own sequences; a worker whose sequences are done, or one that was
 // dealt none, helps those still running: it takes parts of their GEMMs (row pieces), attention
 // (units) and row kernels (row ranges). Without it a batch's shorter half left a core idle while

@@ -1,4 +1,4 @@
-// pipelines/model/cpu_bf16.h: the CPU kernels of the bf16 compute path's non-GEMM work (RMSNorm
+// pipelines/model/include/ucm/model/cpu_bf16.h: the CPU kernels of the bf16 compute path's non-GEMM work (RMSNorm
 // into a GEMM's bf16 input, causal attention, SiLU gate, residual add), on raw pointers, in two
 // implementations that give the same bits on the same inputs: AVX-512F + AVX512-BF16 intrinsics
 // (cpu::hw, cpu_bf16.cc, the one unit compiled for them) and plain C++ for any x86-64 CPU
@@ -19,7 +19,7 @@
 // ucm_model; both implementations are tested against libtorch, and against each other bit for bit,
 // in tests/model/test_compute_dtype.cc.
 #pragma once
-#include "attn_tiles.h"
+#include "ucm/model/attn_tiles.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// pipelines/model/fingerprint.h: the namespace fingerprint of a model and the precompute options
+// pipelines/model/include/ucm/model/fingerprint.h: the namespace fingerprint of a model and the precompute options
 // that enter it (store_v1.md §7), as the descriptor JSON that libucm's C ABI takes
 // (ucm_namespace_id, ucm_store_namespace_register). Both sides use it: precompute registers the
 // namespace it writes, the engine (pipelines/generate) looks the same one up. No store code here.

@@ -1,4 +1,4 @@
-// pipelines/model/model_load.h: loading a model for a run, the one place that resolves --device,
+// pipelines/model/include/ucm/model/model_load.h: loading a model for a run, the one place that resolves --device,
 // --compute-dtype and --threads into what LlamaModel::load takes (precompute and the engine both
 // load through it).
 #pragma once

@@ -1,4 +1,4 @@
-// pipelines/model/attn_ops.h: what the two CPU attention ops (ops::attention_bf16,
+// pipelines/model/include/ucm/model/attn_ops.h: what the two CPU attention ops (ops::attention_bf16,
 // cpu_bf16_ops.cc; ops::attention_f32, cpu_fp32_ops.cc) share: the checks of their tensors, the
 // filling of their kernels' argument structs (cpu::AttnArgs, cpu::f32::AttnArgs: the same field
 // names), a scratch buffer per thread, and the row split of their row ops and GEMMs. Internal to
@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
-#include "crew.h"
-#include "llama_model.h"
+#include "ucm/model/crew.h"
+#include "ucm/model/llama_model.h"
 
 namespace ucm::model::ops::detail {
 

@@ -1,4 +1,4 @@
-// pipelines/model/attn_tiles.h: how the CPU attention kernels (cpu_fp32.h, cpu_bf16.h) tile a
+// pipelines/model/include/ucm/model/attn_tiles.h: how the CPU attention kernels (cpu_fp32.h, cpu_bf16.h) tile a
 // unit's keys: one rule, each kernel giving its own rows per pass, key block and element sizes.
 // Header-only arithmetic (no standard header but <cstdint>): safe to include in a unit compiled
 // for any ISA.

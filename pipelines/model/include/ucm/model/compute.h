@@ -1,4 +1,4 @@
-// pipelines/model/compute.h: which dtype the runner's GEMMs use (LlamaModel::load's `compute`),
+// pipelines/model/include/ucm/model/compute.h: which dtype the runner's GEMMs use (LlamaModel::load's `compute`),
 // chosen from what the CPU offers, and the intra-op threads of libtorch. Internal to ucm_model.
 // What needs no libtorch (the CPU's ISA, OpenBLAS, the C++ runtime check) is in cpu_runtime.h.
 #pragma once
@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "cpu_runtime.h"  // the CPU's ISA, OpenBLAS's core and threads, the C++ runtime check
+#include "ucm/model/cpu_runtime.h"  // the CPU's ISA, OpenBLAS's core and threads, the C++ runtime check
 
 namespace ucm::model {
 
