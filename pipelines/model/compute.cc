@@ -1,5 +1,7 @@
 #include "ucm/model/compute.h"
 
+#include "ucm/kernels/cpu/switches.h"
+
 #include <cstdlib>
 #include <stdexcept>
 
@@ -27,8 +29,7 @@ ComputeChoice choose_compute(const std::string& want, torch::Device dev) {
 
 int set_compute_threads(int n, bool blas_gemms) {
   if (n <= 0) {
-    const char* env = std::getenv("OMP_NUM_THREADS");
-    if (env && *env) return at::get_num_threads();
+    if (!kernels::cpu::read_switches().omp_num_threads.empty()) return at::get_num_threads();
   }
   if (n <= 0 && blas_gemms) n = 1;
   if (n <= 0) {

@@ -1,4 +1,4 @@
-// pipelines/model/cpu_fp32_ops.cc: the libtorch glue of the fp32 CPU kernels (cpu_fp32.h): checks
+// pipelines/model/cpu_fp32_ops.cc: the libtorch glue of the fp32 CPU kernels (ucm/kernels/cpu/fp32.h): checks
 // shapes, dtypes and strides, allocates the outputs, splits rows and attention units over the
 // prefill's crew (crew.h) or else libtorch's intra-op threads; and the fp32 prefill's GEMMs, their
 // rows split over the crew. Declared in llama_ops.h.
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "ucm/model/attn_ops.h"
-#include "ucm/model/cpu_fp32.h"
+#include "ucm/kernels/cpu/fp32.h"
 #include "ucm/model/crew.h"
 #include "ucm/model/llama_model.h"
 #include "ucm/model/llama_ops.h"
@@ -18,14 +18,11 @@
 namespace ucm::model::ops {
 namespace {
 
-namespace f32 = cpu::f32;
 
 using detail::bits;
 using detail::for_rows;
 using detail::for_gemm_pieces;
 using detail::need;
-
-const f32::Kernels& kern() { return f32::kernels(f32::best_isa()); }
 
 // Whether a GEMM with w runs as for_gemm_pieces' pieces (linear_f32, add_linear_f32_): fp32 weights
 // on the CPU (other GEMMs are libtorch's, whole).
@@ -58,7 +55,7 @@ std::string fp32_kernels() {
   return on ? std::string("fp32_") + f32::isa_name(isa) : std::string();
 }
 
-torch::Tensor rms_norm_f32(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+torch::Tensor rms_norm_f32(const torch::Tensor& x, const torch::Tensor& w, double eps, f32::Isa isa) {
   need(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.stride(1) == 1 && x.device().is_cpu(), "rms_norm_f32",
        "x must be fp32 [rows, H] on the CPU with contiguous rows");
   need(w.dim() == 1 && w.size(0) == x.size(1) && w.scalar_type() == torch::kFloat && w.is_contiguous(), "rms_norm_f32",
@@ -68,7 +65,7 @@ torch::Tensor rms_norm_f32(const torch::Tensor& x, const torch::Tensor& w, doubl
   const float* xp = x.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  const auto& k = kern();
+  const auto& k = f32::kernels(isa);
   for_rows(R, H, [&](int64_t r0, int64_t r1) { k.rms_norm(xp, ldx, wp, H, float(eps), op, H, r0, r1); });
   return out;
 }
@@ -76,7 +73,7 @@ torch::Tensor rms_norm_f32(const torch::Tensor& x, const torch::Tensor& w, doubl
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope_f32(const torch::Tensor& qkv, const torch::Tensor& cos,
                                                                      const torch::Tensor& sin, int64_t B, int64_t T,
                                                                      int64_t nh, int64_t nkv, int64_t hd,
-                                                                     torch::ScalarType kv_dtype) {
+                                                                     torch::ScalarType kv_dtype, f32::Isa isa) {
   const int64_t W = (nh + 2 * nkv) * hd;
   need(qkv.dim() == 2 && qkv.size(0) == B * T && qkv.size(1) == W && qkv.scalar_type() == torch::kFloat &&
            qkv.is_contiguous() && qkv.device().is_cpu() && hd % 32 == 0,
@@ -97,14 +94,14 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope_f32(const torch
   float* vp = kv16 ? nullptr : v.data_ptr<float>();
   uint16_t* k16 = kv16 ? bits(k) : nullptr;
   uint16_t* v16 = kv16 ? bits(v) : nullptr;
-  const auto& kk = kern();
+  const auto& kk = f32::kernels(isa);
   for_rows(B * T, W, [&](int64_t r0, int64_t r1) {
     kk.qkv_rope(src, cp, sp, T, nh, nkv, hd, qp, kp, vp, k16, v16, r0, r1);
   });
   return {q, k, v};
 }
 
-torch::Tensor silu_mul_f32(const torch::Tensor& gu) {
+torch::Tensor silu_mul_f32(const torch::Tensor& gu, f32::Isa isa) {
   need(gu.dim() == 2 && gu.scalar_type() == torch::kFloat && gu.is_contiguous() && gu.size(1) % 2 == 0 &&
            gu.device().is_cpu(),
        "silu_mul_f32", "gu must be fp32 [rows, 2 I] on the CPU, contiguous");
@@ -112,14 +109,14 @@ torch::Tensor silu_mul_f32(const torch::Tensor& gu) {
   auto out = torch::empty({R, I}, gu.options());
   const float* gp = gu.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  const auto& k = kern();
+  const auto& k = f32::kernels(isa);
   for_rows(R, 2 * I, [&](int64_t r0, int64_t r1) { k.silu_mul(gp, I, op, r0, r1); });
   return out;
 }
 
 torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const torch::Tensor& qpos, int64_t window, double scale, const torch::Tensor& q_len,
-                            const torch::Tensor& keep, torch::Tensor* probs) {
+                            const torch::Tensor& keep, torch::Tensor* probs, f32::Isa isa) {
   f32::AttnArgs a;
   const detail::AttnHold hold = detail::fill_attn_args("attention_f32", q, k, v, qpos, window, scale, q_len, a);
   need(f32::attention_supported(a), "attention_f32",
@@ -140,7 +137,7 @@ torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, cons
   }
   const size_t bytes = f32::attention_scratch_bytes(a);
   const int64_t units = f32::attention_units(a);
-  const auto& kk = kern();
+  const auto& kk = f32::kernels(isa);
   detail::deal_units(units, [&](int64_t i, int64_t n) {
     kk.attention(a, i, units, n, detail::thread_scratch(bytes, "attention_f32"));
   });

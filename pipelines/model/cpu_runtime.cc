@@ -1,7 +1,7 @@
 // pipelines/model/cpu_runtime.cc: see cpu_runtime.h.
 #include "ucm/model/cpu_runtime.h"
 
-#include "ucm/model/cpu_bf16.h"
+#include "ucm/kernels/cpu/switches.h"
 
 #include <cpuid.h>
 #include <dlfcn.h>
@@ -27,73 +27,6 @@ namespace ucm::model {
 constexpr const char* kBlasCoreLoss =
     "on AMD Zen 5 the fp32 prefill ran 989 tokens/s with Haswell's kernels against 1,596 with AVX-512 ones, 0.62x; "
     "on Zen 4, whose AVX-512 runs at AVX2's width, the same speed";
-
-std::set<std::string> cpu_flags() {
-  // __builtin_cpu_supports wants a string literal: one line per feature.
-  std::set<std::string> out;
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) out.insert("avx2");
-  if (__builtin_cpu_supports("fma")) out.insert("fma");
-  if (__builtin_cpu_supports("avx512f")) out.insert("avx512f");
-  if (__builtin_cpu_supports("avx512bw")) out.insert("avx512bw");
-  if (__builtin_cpu_supports("avx512vl")) out.insert("avx512vl");
-  if (__builtin_cpu_supports("avx512dq")) out.insert("avx512dq");
-  if (__builtin_cpu_supports("avx512bf16")) out.insert("avx512_bf16");
-#if defined(__clang__)
-  // Clang (14) has no "amx-bf16" for __builtin_cpu_supports: CPUID leaf 7 EDX bit 22, and the
-  // OS's XCR0 with the tile state (bits 17 and 18), as GCC's builtin checks.
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  const bool osxsave = __get_cpuid(1, &a, &b, &c, &d) && (c >> 27 & 1);  // xgetbv is allowed
-  if (osxsave && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1)) {
-    unsigned lo = 0, hi = 0;
-    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & 0x60000u) == 0x60000u) out.insert("amx_bf16");
-  }
-#else
-  if (__builtin_cpu_supports("amx-bf16")) out.insert("amx_bf16");
-#endif
-  return out;
-}
-
-std::string cpu_vendor() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(0, &a, &b, &c, &d)) return "";
-  char v[12];
-  std::memcpy(v, &b, 4);  // the vendor string is EBX, EDX, ECX
-  std::memcpy(v + 4, &d, 4);
-  std::memcpy(v + 8, &c, 4);
-  return std::string(v, sizeof v);
-}
-
-std::string onednn_isa_cap() {
-  for (const char* var : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
-    const char* v = std::getenv(var);
-    if (!v || !*v) continue;
-    std::string cap(v);
-    std::transform(cap.begin(), cap.end(), cap.begin(), [](unsigned char c) { return char(std::toupper(c)); });
-    return cap == "ALL" || cap == "DEFAULT" ? "" : cap;
-  }
-  return "";
-}
-
-std::string cpu_bf16_isa() {
-  const auto f = cpu_flags();
-  std::string isa = f.count("amx_bf16") ? "amx_bf16" : f.count("avx512_bf16") ? "avx512_bf16" : "";
-  // oneDNN (libtorch's bf16 GEMMs) capped below the CPU's own ISA runs that ISA's kernels: without
-  // AMX at AVX512_CORE_BF16 / AVX512_CORE_FP16, with no bf16 instructions below (emulated).
-  const std::string cap = onednn_isa_cap();
-  if (!isa.empty() && !cap.empty() && cap.find("AMX") == std::string::npos && cap.rfind("AVX10", 0) != 0)
-    isa = cap == "AVX512_CORE_BF16" || cap == "AVX512_CORE_FP16" ? "avx512_bf16" : "";
-  return isa;
-}
-
-bool cpu::have_avx512_bf16() {  // declared in cpu_bf16.h, whose unit reads no files
-  static const bool have = [] {
-    const auto f = cpu_flags();
-    return f.count("avx512f") && f.count("avx512_bf16");
-  }();
-  return have;
-}
 
 namespace {
 
@@ -142,8 +75,7 @@ std::string blas_core_for(const std::string& core, const std::set<std::string>& 
 }
 
 std::string blas_core_override() {
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
-  if (set && *set) return "";
+  if (!kernels::cpu::read_switches().openblas_coretype.empty()) return "";
   return blas_core_for(blas_core_name(), cpu_flags());
 }
 
@@ -155,16 +87,13 @@ bool blas_version_at_least(const std::string& config, int major, int minor, int 
 
 namespace {
 
-bool keep_environment_core() {
-  const char* p = std::getenv("UCM_BLAS_CORE");
-  return p && std::strcmp(p, "keep") == 0;
-}
+bool keep_environment_core() { return kernels::cpu::read_switches().blas_core == "keep"; }
 
 }  // namespace
 
 std::string blas_core_replacing_environment() {
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
-  if (!set || !*set || keep_environment_core()) return "";
+  const std::string set = kernels::cpu::read_switches().openblas_coretype;
+  if (set.empty() || keep_environment_core()) return "";
   // 0.3.21 (Debian 12's) and later know AVX-512 on AMD Zen 4/5 and Intel; older builds are what
   // such a variable is usually set for, so their choice is left alone.
   if (!blas_version_at_least(blas_text("openblas_get_config"), 0, 3, 21)) return "";
@@ -172,13 +101,12 @@ std::string blas_core_replacing_environment() {
 }
 
 std::string blas_core_replaced() {
-  const char* was = std::getenv("UCM_OPENBLAS_CORETYPE_WAS");
-  return was ? was : "";
+  return kernels::cpu::read_switches().openblas_coretype_was;
 }
 
 std::string blas_core_warning() {
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
-  if (!set || !*set) return "";
+  const std::string set = kernels::cpu::read_switches().openblas_coretype;
+  if (set.empty()) return "";
   const std::string better = blas_core_for(set, cpu_flags());
   if (better.empty()) return "";
   return std::string("OPENBLAS_CORETYPE=") + set + " is set in the environment and UCM_BLAS_CORE=keep keeps it: " +
@@ -190,16 +118,14 @@ std::string blas_core_warning() {
 std::string blas_core_replaced_note() {
   const std::string was = blas_core_replaced();
   if (was.empty()) return "";
-  const char* now = std::getenv("OPENBLAS_CORETYPE");
   return "OPENBLAS_CORETYPE=" + was + " in the environment names kernels this CPU outgrows: ucm runs OpenBLAS's " +
-         (now ? now : "") + " kernels in its own process instead (" + kBlasCoreLoss +
+         kernels::cpu::read_switches().openblas_coretype + " kernels in its own process instead (" + kBlasCoreLoss +
          "); UCM_BLAS_CORE=keep runs the environment's";
 }
 
 void restart_with_blas_core(char** argv, bool replace_environment) {
   std::string core = blas_core_override();
-  const char* set = std::getenv("OPENBLAS_CORETYPE");
-  const std::string was = set ? set : "";
+  const std::string was = kernels::cpu::read_switches().openblas_coretype;
   if (core.empty() && replace_environment) core = blas_core_replacing_environment();
   if (core.empty()) return;
   const std::string runs = blas_core_name();
@@ -248,14 +174,6 @@ std::string cxx_runtime_conflict() {
   }
   ::dlclose(own);
   return problem;
-}
-
-bool cpu_is_amd() { return cpu_vendor() == "AuthenticAMD"; }
-
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
 }
 
 }  // namespace ucm::model

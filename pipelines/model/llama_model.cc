@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "layer_kernels.h"
 #include "ucm/model/llama_ops.h"
 #include "ucm/model/identity.h"
 #include "ucm/safetensors/safetensors.h"
@@ -168,15 +169,7 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& dir, torch::Devi
     }
     m->lm_head_ = m->lm_head_.to(compute);
   }
-  {
-    // UCM_BF16_KERNELS "0": libtorch's ops (a diagnostic switch); "portable": the fused kernels'
-    // portable code, on any CPU (cpu_bf16.h; the ops read it at each call).
-    const std::string env = std::getenv("UCM_BF16_KERNELS") ? std::getenv("UCM_BF16_KERNELS") : "";
-    m->fused_bf16_ = compute == torch::kBFloat16 && dev.is_cpu() && (ops::fast_bf16() || env == "portable") &&
-                     hd % 32 == 0 && hd <= 256 && env != "0";
-  }
-  if (compute == torch::kFloat && dev.is_cpu() && hd % 32 == 0 && hd <= 256)
-    m->fused_fp32_ = ops::fp32_kernels();  // "" with UCM_FP32_KERNELS=0
+  m->kernels_ = &choose_layer_kernels(compute, dev, hd);
   m->inv_freq_ = m->rope_inv_freq().to(dev);
   m->digest_ = digest.get();
   return m;
@@ -202,7 +195,7 @@ LlamaModel::Output LlamaModel::forward(const torch::Tensor& tokens, const torch:
     if (tc.min().item<int64_t>() < 0 || tc.max().item<int64_t>() >= c.vocab_size)
       bad("token ids (padding included) must be in [0, vocab_size=" + std::to_string(c.vocab_size) + ")");
   }
-  if (dev_.is_cpu() && (fused_bf16_ || !fused_fp32_.empty())) return forward_packed(tokens, lengths, want_logits, kv_dtype);
+  if (kernels_ != &libtorch_layer_kernels()) return forward_packed(tokens, lengths, want_logits, kv_dtype);
   const int64_t W = dev_.is_cpu() ? std::min<int64_t>(prefill_workers_, B) : 1;
   if (W <= 1) return forward_rows(tokens, lengths, want_logits, kv_dtype);
   // Data parallel (set_prefill_workers): W groups of consecutive sequences, each on its own thread

@@ -9,10 +9,7 @@
 
 namespace ucm::model {
 
-std::string kernels_of(const LlamaModel& m) {
-  if (m.fused_bf16()) return "avx512_bf16";
-  return m.fused_fp32().empty() ? "libtorch" : m.fused_fp32();
-}
+std::string kernels_of(const LlamaModel& m) { return m.kernels(); }
 
 Status load_model(const LoadOptions& o, std::unique_ptr<LlamaModel>* out, ComputeInfo* info) {
   if (o.model_dir.empty()) return Status::InvalidArgument("no model directory: pass --model DIR");

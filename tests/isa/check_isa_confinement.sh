@@ -5,9 +5,9 @@
 # AVX/AVX2/FMA; EVEX: AVX-512; AVX512-BF16; AMX) must belong to a unit compiled for that ISA
 # and chosen at run time (docs/model.md, "Kernels chosen at run time"):
 #
-#   ucm::model::cpu::f32::avx2::...   VEX                  (cpu_fp32_avx2.cc)
-#   ucm::model::cpu::f32::avx512::... VEX, EVEX            (cpu_fp32_avx512.cc)
-#   ucm::model::cpu::hw::...          VEX, EVEX, BF16      (cpu_bf16.cc)
+#   ucm::kernels::cpu::f32::avx2::...   VEX                  (kernels/cpu/fp32_avx2.cc)
+#   ucm::kernels::cpu::f32::avx512::... VEX, EVEX            (kernels/cpu/fp32_avx512.cc)
+#   ucm::kernels::cpu::hw::...          VEX, EVEX, BF16      (kernels/cpu/bf16.cc)
 #   <fn> [clone .arch_x86_64_v3]      VEX                  (GCC target_clones: lib/src/retrieval, repr)
 #   <fn> [clone .arch_x86_64_v4]      VEX, EVEX
 #
@@ -53,9 +53,9 @@ for elf in "$@"; do
       ok = 0
       if (fn ~ /\.arch_x86_64_v4/) ok = cls == "VEX" || cls == "EVEX"
       else if (fn ~ /\.arch_x86_64_v3/) ok = cls == "VEX"
-      else if (base ~ /^_ZZ?N?K?3ucm5model3cpu2hw/) ok = cls != "AMX"
-      else if (base ~ /^_ZZ?N?K?3ucm5model3cpu3f326avx512/) ok = cls == "VEX" || cls == "EVEX"
-      else if (base ~ /^_ZZ?N?K?3ucm5model3cpu3f324avx2/) ok = cls == "VEX"
+      else if (base ~ /^_ZZ?N?K?3ucm7kernels3cpu2hw/) ok = cls != "AMX"
+      else if (base ~ /^_ZZ?N?K?3ucm7kernels3cpu3f326avx512/) ok = cls == "VEX" || cls == "EVEX"
+      else if (base ~ /^_ZZ?N?K?3ucm7kernels3cpu3f324avx2/) ok = cls == "VEX"
       if (ok) { used[fn] = 1; next }
       key = fn SUBSEP cls
       if (!(key in seen)) { seen[key] = 1; sub(/^ +/, "", $1); print cls "\t" fn "\t" $1 " " $3 }

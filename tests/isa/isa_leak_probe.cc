@@ -12,7 +12,7 @@ __attribute__((target("avx2,fma"), noinline)) float leaky_avx2_sum(const float* 
   return _mm256_cvtss_f32(s);
 }
 
-namespace ucm::model::cpu::f32::avx2 {
+namespace ucm::kernels::cpu::f32::avx2 {
 
 __attribute__((target("avx512f"), noinline)) float too_wide(const float* x) {
   return _mm512_reduce_add_ps(_mm512_loadu_ps(x));
@@ -22,11 +22,11 @@ __attribute__((target("avx2,fma"), noinline)) float in_place(const float* x) {
   return _mm256_cvtss_f32(_mm256_fmadd_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x), _mm256_setzero_ps()));
 }
 
-}  // namespace ucm::model::cpu::f32::avx2
+}  // namespace ucm::kernels::cpu::f32::avx2
 
 // Referenced through volatile pointers, so the linker keeps all three.
-float (*volatile g_fns[])(const float*) = {leaky_avx2_sum, ucm::model::cpu::f32::avx2::too_wide,
-                                           ucm::model::cpu::f32::avx2::in_place};
+float (*volatile g_fns[])(const float*) = {leaky_avx2_sum, ucm::kernels::cpu::f32::avx2::too_wide,
+                                           ucm::kernels::cpu::f32::avx2::in_place};
 
 int main(int argc, char**) {
   std::printf("%d\n", argc > 100 ? int(g_fns[0](nullptr)) : 0);

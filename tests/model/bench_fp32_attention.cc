@@ -1,8 +1,8 @@
-// Time of the fp32 attention kernel (cpu_fp32.h) against libtorch doing the same arithmetic with
+// Time of the fp32 attention kernel (ucm/kernels/cpu/fp32.h) against libtorch doing the same arithmetic with
 // BLAS GEMMs (q k^T, mask, softmax, p v per KV head), one thread each, SmolLM2-135M's heads (9
 // query heads, 3 KV heads, head_dim 64), causal, T = S in {512, 2048, 8192} (or the one T given).
 // The kernel's time is the best of 5 runs (the first pays the output's page faults), libtorch's
-// the best of 2. Where the CPU runs the bf16 path's hardware kernels (cpu_bf16.h), their
+// the best of 2. Where the CPU runs the bf16 path's hardware kernels (ucm/kernels/cpu/bf16.h), their
 // attention on the same operands too (best of 5). Not a test.
 // Usage: bench_fp32_attention [ISA: avx512 | avx2 | generic] [T]
 #include <torch/torch.h>
@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "ucm/model/compute.h"
-#include "ucm/model/cpu_bf16.h"
-#include "ucm/model/cpu_fp32.h"
+#include "ucm/kernels/cpu/bf16.h"
+#include "ucm/kernels/cpu/fp32.h"
 
-namespace f32 = ucm::model::cpu::f32;
+namespace f32 = ucm::kernels::cpu::f32;
 
 int main(int argc, char** argv) {
   ucm::model::restart_with_blas_core(argv, true);
@@ -64,10 +64,10 @@ int main(int argc, char** argv) {
       }
     });
     const double flop = 4.0 * nh * hd * double(T) * double(T + 1) / 2;  // q k^T and p v over the causal half
-    // The bf16 path's kernel (cpu_bf16.h) on the same operands, where the CPU runs its hardware path.
+    // The bf16 path's kernel (ucm/kernels/cpu/bf16.h) on the same operands, where the CPU runs its hardware path.
     double k16 = 0;
-    if (ucm::model::cpu::hardware_kernels()) {
-      namespace cpu = ucm::model::cpu;
+    if (ucm::kernels::cpu::hardware_kernels()) {
+      namespace cpu = ucm::kernels::cpu;
       cpu::AttnArgs b;
       b.B = 1; b.T = T; b.S = T; b.nh = nh; b.nkv = nkv; b.hd = hd;
       b.q = a.q; b.k = a.k; b.v = a.v;

@@ -1,4 +1,4 @@
-// The bf16 path's fused CPU kernels (pipelines/model/include/ucm/model/cpu_bf16.h): the portable implementation
+// The bf16 path's fused CPU kernels (kernels/include/ucm/kernels/cpu/bf16.h): the portable implementation
 // (cpu_bf16_portable.cc) gives the AVX512-BF16 one's bits, on random inputs of many shapes with
 // values at and next to bf16 rounding ties, denormals, signed zeros, infinities and products below
 // FLT_MIN (vdpbf16ps's DAZ and FTZ). Skips where the hardware kernels do not run (no AVX512-BF16,
@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "ucm/model/cpu_bf16.h"
+#include "ucm/kernels/cpu/bf16.h"
 
-namespace cpu = ucm::model::cpu;
+namespace cpu = ucm::kernels::cpu;
 using cpu::Bf16Path;
 
 namespace {

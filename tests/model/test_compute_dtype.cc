@@ -6,7 +6,7 @@
 //   * stored K/V (kv_dtype bf16, as precompute stores them): layer 0 within one bf16 step of the
 //     fp32 path's value at the layer's scale (max |value|), every layer within 8% of the layer's
 //     max |value| (bf16 GEMM rounding compounds through 30 layers; the figures are printed).
-// The bf16 path's fused CPU kernels (pipelines/model/include/ucm/model/cpu_bf16.h) are checked against libtorch doing
+// The bf16 path's fused CPU kernels (kernels/include/ucm/kernels/cpu/bf16.h) are checked against libtorch doing
 // the same arithmetic on the same bf16-rounded operands (Bf16Kernels.*: their portable
 // implementation on every CPU, the AVX512-BF16 one where the CPU has it; the two against each
 // other bit for bit: test_bf16_kernels.cc), and the model bar above is checked with and without
@@ -50,7 +50,8 @@ std::string model_dir() {
   return std::string(UCM_REPO_DIR) + "/models/SmolLM2-135M-Instruct";
 }
 
-// UCM_BF16_KERNELS for a scope (LlamaModel::load reads it, and the fused ops at each call), its
+// UCM_BF16_KERNELS for a scope (LlamaModel::load reads it to pick its kernels, and the ops called with
+// Bf16Path::kAuto at each call), its
 // earlier value restored after.
 class KernelsEnv {
  public:
@@ -213,8 +214,11 @@ TEST(ComputeDtype, PrefillWorkersGiveTheOneThreadResultBitForBit) {
   }
   // Where the AVX512-BF16 kernels run, the portable ones give their bits through the whole model.
   if (ucm::model::ops::fast_bf16()) {
-    KernelsEnv portable("portable");
-    auto port = m->forward(tokens, lengths, true, torch::kBFloat16);
+    KernelsEnv portable("portable");  // a model picks its row of the kernel table when it loads
+    auto mp = LlamaModel::load(dir, torch::kCPU, torch::kBFloat16);
+    ASSERT_STREQ(mp->kernels(), "bf16_portable");
+    ASSERT_STREQ(m->kernels(), "avx512_bf16");
+    auto port = mp->forward(tokens, lengths, true, torch::kBFloat16);
     EXPECT_TRUE(torch::equal(port.logits, one.logits)) << "portable kernels";
     for (size_t l = 0; l < one.k.size(); ++l) {
       EXPECT_TRUE(torch::equal(port.k[l], one.k[l])) << "portable kernels, layer " << l;

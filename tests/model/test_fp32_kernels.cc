@@ -1,4 +1,4 @@
-// The fp32 path's fused CPU kernels (pipelines/model/include/ucm/model/cpu_fp32.h) of every ISA this CPU runs (the
+// The fp32 path's fused CPU kernels (kernels/include/ucm/kernels/cpu/fp32.h) of every ISA this CPU runs (the
 // portable x86-64 baseline on every CPU, AVX2 and AVX-512 where present) against libtorch doing
 // the same arithmetic (RMSNorm, SiLU gate, RoPE: transformers' formulas; attention: eager
 // attention in fp64), AVX2 against AVX-512 bit for bit, and the model's fused prefill: the same
@@ -20,12 +20,12 @@
 #include "attn_cases.h"
 #include "ucm/model/compute.h"
 #include "ucm/model/cpu_runtime.h"
-#include "ucm/model/cpu_fp32.h"
+#include "ucm/kernels/cpu/fp32.h"
 #include "ucm/model/crew.h"
 #include "ucm/model/llama_model.h"
 #include "ucm/model/llama_ops.h"
 
-namespace f32 = ucm::model::cpu::f32;
+namespace f32 = ucm::kernels::cpu::f32;
 
 namespace {
 

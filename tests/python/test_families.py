@@ -183,7 +183,7 @@ def test_bf16_compute_is_reported_and_close(tmp_path, ucm_bin):
                 assert rel <= 0.05, f"bf16 compute, {key} layer {l}: {rel:.2%} of max |value|"
     p = run([ucm_bin, "precompute", "--model", mdir, "--corpus", corpus, "--store", tmp_path / "s32", "--json"])
     rep = json.loads(p.stdout)
-    # fp32's fused CPU kernels: the best ISA this CPU runs (pipelines/model/include/ucm/model/cpu_fp32.h, cpu_isa()).
+    # fp32's fused CPU kernels: the best ISA this CPU runs (kernels/include/ucm/kernels/cpu/fp32.h, cpu_isa()).
     avx512 = all(f" {f}" in flags for f in ("avx512f", "avx512dq", "avx512bw", "avx512vl", "fma"))
     isa = "avx512" if avx512 else "avx2" if " avx2" in flags and " fma" in flags else "generic"
     assert (rep["compute_dtype"], rep["compute_path"], rep["kernels"]) == ("fp32", "fp32", "fp32_" + isa), rep

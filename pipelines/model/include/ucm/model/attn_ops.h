@@ -1,6 +1,6 @@
 // pipelines/model/include/ucm/model/attn_ops.h: what the two CPU attention ops (ops::attention_bf16,
 // cpu_bf16_ops.cc; ops::attention_f32, cpu_fp32_ops.cc) share: the checks of their tensors, the
-// filling of their kernels' argument structs (cpu::AttnArgs, cpu::f32::AttnArgs: the same field
+// filling of their kernels' argument structs (kernels::cpu::AttnArgs, kernels::cpu::f32::AttnArgs: the same field
 // names), a scratch buffer per thread, and the row split of their row ops and GEMMs. Internal to
 // ucm_model.
 #pragma once

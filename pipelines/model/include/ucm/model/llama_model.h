@@ -41,6 +41,8 @@
 
 namespace ucm::model {
 
+struct LayerKernels;  // pipelines/model/layer_kernels.h
+
 class LlamaModel {
  public:
   /// Loads `dir` (config.json + safetensors weights) onto `dev`. Throws ModelError
@@ -169,14 +171,18 @@ class LlamaModel {
   /// Changes the score-block budget (floats, >= 1; smaller = more, smaller query
   /// chunks, never below 16 rows). Results do not depend on it beyond fp32 rounding.
   void set_score_budget(int64_t floats) { score_budget_ = std::max<int64_t>(1, floats); }
-  /// Whether the batched prefill (forward()) runs the bf16 path's fused CPU kernels (cpu_bf16.h)
-  /// instead of libtorch's element-wise ops and attention matmuls.
-  bool fused_bf16() const { return fused_bf16_; }
-  /// "fp32_avx512" | "fp32_avx2" | "fp32_generic" when the fp32 path runs the fused CPU kernels
-  /// (cpu_fp32.h) in the batched prefill and the plain cached forward (extend() without hooks),
-  /// so precompute and the engine compute the same bits; "" otherwise (bf16, CUDA, a head_dim the
-  /// kernels do not take, UCM_FP32_KERNELS=0).
-  const std::string& fused_fp32() const { return fused_fp32_; }
+  /// The row of the kernel table its decoder layers run (pipelines/model/layer_kernels.h), chosen
+  /// when it loads: "libtorch" (libtorch's ops: CUDA, a head_dim the CPU kernels do not take,
+  /// UCM_BF16_KERNELS=0 or UCM_FP32_KERNELS=0, bf16 on a CPU without AVX512-BF16), "avx512_bf16",
+  /// "bf16_portable" (UCM_BF16_KERNELS=portable), "fp32_avx512", "fp32_avx2" or "fp32_generic"
+  /// (ucm/kernels/cpu/). The CPU rows serve the batched prefill; the fp32 ones also the cached
+  /// forward (extend(), blend(), key_attention()) over an fp32 or bf16 cache, so precompute and the
+  /// engine compute the same bits; other caches run the libtorch row.
+  const char* kernels() const;
+  /// Whether kernels() is a bf16 CPU row.
+  bool fused_bf16() const;
+  /// kernels() when it is an fp32 CPU row, else "".
+  std::string fused_fp32() const;
   /// Data-parallel batched prefill on the CPU: forward() splits a batch of B >= 2 sequences into
   /// min(n, B) groups and runs each on its own thread with one libtorch thread (n >= 1; 1 = the
   /// calling thread alone). Sequences do not interact, so the results are the one-thread results
@@ -234,18 +240,13 @@ class LlamaModel {
   /// the rows x (fp32 [B * T, H], updated in place) of B sequences at positions pos (int64 [T],
   /// ascending, the same for every sequence; rope: their cos/sin): RMSNorm, q/k/v projection
   /// (project_qkv), K/V out as io says, causal (and sliding-window, and io.mask) attention over
-  /// keys [0, io.n_keys) in query chunks of bounded score blocks, o_proj and the MLP added to x.
+  /// keys [0, io.n_keys), o_proj and the MLP added to x; on the model's row of the kernel table.
   void layer_forward(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos, const Rope& rope,
                      const LayerIo& io) const;
   /// Writes a layer's fresh K/V (k3, v3: [T, nkv, hd]) into cache rows pos (int64 [T], ascending),
   /// rounded to the cache's dtype; both decoder layers call it.
   void write_cache(KvCache* cache, int64_t li, const torch::Tensor& pos, const torch::Tensor& k3,
                    const torch::Tensor& v3) const;
-  /// layer_forward on the fp32 path's fused CPU kernels (llama_layer_f32.cc): the same layer, with
-  /// io's cache, kv_dtype, K/V outputs, lengths and kv_only (no hooks: mask, rows_after_kv, observe).
-  void layer_forward_f32(int64_t li, torch::Tensor& x, int64_t B, const torch::Tensor& pos, const Rope& rope,
-                         const LayerIo& io) const;
-
   struct Layer {
     torch::Tensor ln1, ln2;    // [H]
     torch::Tensor wqkv;        // [(nh + 2 nkv) * hd, H] (q, k, v rows concatenated)
@@ -255,16 +256,6 @@ class LlamaModel {
     torch::Tensor wgate_up;    // [2 I, H] (gate rows then up rows)
     torch::Tensor wdown;       // [H, I]
   };
-  /// layer_forward's parts: the bf16 path's fused attention, o_proj and MLP (batched prefill, no
-  /// cache); the MLP added to x (fp32 [rows, H]) in row blocks; attention of q [B, T, nh, hd] over
-  /// keys kt [B, nkv, hd, S] and values vh [B, nkv, S, hd] (compute dtype) in query chunks, with
-  /// io's mask and observe: o_proj's input [B, T, nkv, G, hd] in the compute dtype.
-  void fused_bf16_attention_mlp(const Layer& L, torch::Tensor& x, const torch::Tensor& q,
-                                const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& pos, int64_t B,
-                                const LayerIo& io) const;
-  void mlp_add(const Layer& L, torch::Tensor& x) const;
-  torch::Tensor attend(int64_t li, const torch::Tensor& q, const torch::Tensor& kt, const torch::Tensor& vh,
-                       const torch::Tensor& pos, int64_t B, const LayerIo& io) const;
   LlamaModel() = default;
   torch::Tensor rope_inv_freq() const;
   /// The one projection of a decoder layer's attention, shared by forward() and the cached
@@ -286,11 +277,8 @@ class LlamaModel {
   torch::Tensor inv_freq_;  // [hd/2] fp32
   std::vector<Layer> layers_;
   int64_t score_budget_ = kScoreBudget;
-  /// The batched prefill of the bf16 path runs the fused CPU kernels (cpu_bf16.h): compute bf16 on
-  /// a CPU with AVX512-BF16, head_dim a multiple of 32 (<= 256), UCM_BF16_KERNELS not "0".
-  bool fused_bf16_ = false;
-  /// See fused_fp32(): compute fp32 on the CPU, head_dim a multiple of 32 (<= 256).
-  std::string fused_fp32_;
+  /// The row of the kernel table (kernels()); never null once loaded.
+  const LayerKernels* kernels_ = nullptr;
   int prefill_workers_ = 1;
   /// forward() of a checked batch on the fused CPU kernels (llama_prefill.cc): each sequence alone
   /// at its own length (no padding rows in the GEMMs), the sequences dealt to the prefill workers

@@ -3,7 +3,13 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "ucm/kernels/cpu/bf16.h"
+#include "ucm/kernels/cpu/fp32.h"
+
 namespace ucm::model::ops {
+
+using kernels::cpu::Bf16Path;
+namespace f32 = kernels::cpu::f32;
 
 inline torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   // transformers LlamaRMSNorm: w * (x * rsqrt(mean(x^2) + eps)), in fp32.
@@ -60,7 +66,8 @@ inline torch::Tensor attn_matmul(const torch::Tensor& a, const torch::Tensor& b,
   return torch::matmul(a.to(ct), b.to(ct)).to(torch::kFloat);
 }
 
-// The bf16 compute path's fused CPU ops (cpu_bf16.h kernels; cpu_bf16_ops.cc). Each throws
+// The bf16 compute path's fused CPU ops (ucm/kernels/cpu/bf16.h kernels; cpu_bf16_ops.cc), each on
+// the implementation `path` names (kAuto: kernels::cpu::kernel_path() at the call). Each throws
 // ModelError on a tensor it does not take. fast_bf16(): whether this CPU runs them (AVX512-BF16).
 bool fast_bf16();
 /// x W^T of the bf16 path's prefill: x bf16 [R, K], W bf16 [N, K] -> bf16 [R, N] (libtorch's mm,
@@ -69,7 +76,8 @@ bool fast_bf16();
 /// x not contiguous: exactly torch::mm(x, W.t()).
 torch::Tensor mm_bf16(const torch::Tensor& x, const torch::Tensor& w);
 /// bf16(w * rms-normalised x): x fp32 [R, H] (rows contiguous), w fp32 [H] -> bf16 [R, H].
-torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, double eps);
+torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, double eps,
+                            Bf16Path path = Bf16Path::kAuto);
 /// q, k, v of a layer from its projection's bf16 output qkv [B * T, (nh + 2 nkv) hd] (+ bias fp32,
 /// optional), RoPE applied with cos/sin [T, hd/2]: q fp32 [B, T, nh, hd], k and v [B, T, nkv, hd]
 /// in kv_dtype (fp32, or bf16: a bf16 KV cache's values), contiguous; bit-equal to linear()'s
@@ -77,26 +85,29 @@ torch::Tensor rms_norm_bf16(const torch::Tensor& x, const torch::Tensor& w, doub
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope(const torch::Tensor& qkv, const torch::Tensor& bias,
                                                                  const torch::Tensor& cos, const torch::Tensor& sin,
                                                                  int64_t B, int64_t T, int64_t nh, int64_t nkv, int64_t hd,
-                                                                 torch::ScalarType kv_dtype = torch::kFloat);
+                                                                 torch::ScalarType kv_dtype = torch::kFloat,
+                                                                 Bf16Path path = Bf16Path::kAuto);
 /// bf16(silu(gate) * up): gu bf16 [R, 2I] (gate columns, then up), contiguous -> bf16 [R, I].
-torch::Tensor silu_mul_bf16(const torch::Tensor& gu);
+torch::Tensor silu_mul_bf16(const torch::Tensor& gu, Bf16Path path = Bf16Path::kAuto);
 /// x += y: x fp32, y bf16, one shape, both contiguous.
-void add_bf16_(torch::Tensor& x, const torch::Tensor& y);
-/// Causal attention with GQA, bf16 operands and fp32 softmax (cpu::AttnArgs): q fp32 [B, T, nh, hd],
+void add_bf16_(torch::Tensor& x, const torch::Tensor& y, Bf16Path path = Bf16Path::kAuto);
+/// Causal attention with GQA, bf16 operands and fp32 softmax (kernels::cpu::AttnArgs): q fp32 [B, T, nh, hd],
 /// k, v both fp32 or both bf16 [B, S, nkv, hd] (heads hd apart, dims contiguous), qpos int64 [T] (keys are at
 /// 0..S-1), window 0 or the sliding window, q_len (optional) int64 [B]: rows t >= q_len[b] are
 /// right padding, given 0 -> bf16 [B, T, nh, hd] (o_proj's input).
 torch::Tensor attention_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& qpos, int64_t window, double scale,
-                             const torch::Tensor& q_len = {});
+                             const torch::Tensor& q_len = {}, Bf16Path path = Bf16Path::kAuto);
 
-// The fp32 path's fused CPU ops (cpu_fp32.h kernels of the ISA cpu::f32::best_isa() picks;
+// The fp32 path's fused CPU ops (ucm/kernels/cpu/fp32.h kernels of `isa`, by default the one
+// f32::best_isa() picks;
 // cpu_fp32_ops.cc). Each throws ModelError on a tensor it does not take.
 /// "fp32_avx512" | "fp32_avx2" | "fp32_generic": the kernels these ops run; "" when
 /// UCM_FP32_KERNELS=0 turns them off (the model then runs libtorch's ops).
 std::string fp32_kernels();
 /// w * rms-normalised x: x fp32 [R, H] (rows contiguous), w fp32 [H] -> fp32 [R, H].
-torch::Tensor rms_norm_f32(const torch::Tensor& x, const torch::Tensor& w, double eps);
+torch::Tensor rms_norm_f32(const torch::Tensor& x, const torch::Tensor& w, double eps,
+                           f32::Isa isa = f32::best_isa());
 /// q, k, v of a layer from its projection qkv fp32 [B * T, (nh + 2 nkv) hd] (bias added),
 /// RoPE applied with cos/sin [T, hd/2]: q fp32 [B, T, nh, hd], k and v [B, T, nkv, hd] in kv_dtype
 /// (fp32, or bf16: a bf16 KV cache's values, rounded as .to(kBFloat16)), contiguous; equal to
@@ -104,20 +115,21 @@ torch::Tensor rms_norm_f32(const torch::Tensor& x, const torch::Tensor& w, doubl
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> qkv_rope_f32(const torch::Tensor& qkv, const torch::Tensor& cos,
                                                                      const torch::Tensor& sin, int64_t B, int64_t T,
                                                                      int64_t nh, int64_t nkv, int64_t hd,
-                                                                     torch::ScalarType kv_dtype = torch::kFloat);
+                                                                     torch::ScalarType kv_dtype = torch::kFloat,
+                                                                     f32::Isa isa = f32::best_isa());
 /// silu(gate) * up: gu fp32 [R, 2I] (gate columns, then up), contiguous -> fp32 [R, I].
-torch::Tensor silu_mul_f32(const torch::Tensor& gu);
-/// Causal attention with GQA in fp32 (cpu::f32::AttnArgs): q fp32 [B, T, nh, hd], k, v both fp32
+torch::Tensor silu_mul_f32(const torch::Tensor& gu, f32::Isa isa = f32::best_isa());
+/// Causal attention with GQA in fp32 (kernels::cpu::f32::AttnArgs): q fp32 [B, T, nh, hd], k, v both fp32
 /// or both bf16 [B, S, nkv, hd] (heads hd apart, dims contiguous), qpos int64 [T] (keys at
 /// 0..S-1), window 0 or the sliding window, q_len (optional) int64 [B]: rows t >= q_len[b] are
 /// right padding, given 0 -> fp32 [B, T, nh, hd] (o_proj's input). With a batch of one: keep
 /// (optional) bool [nkv, S], the keys each KV head's queries may see (block-sparse attention);
 /// probs (optional) receives fp32 [nkv, G * T, S], row g * T + t: query (t, head h * G + g)'s
-/// probabilities (cpu::f32::AttnArgs).
+/// probabilities (kernels::cpu::f32::AttnArgs).
 torch::Tensor attention_f32(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const torch::Tensor& qpos, int64_t window, double scale,
                             const torch::Tensor& q_len = {}, const torch::Tensor& keep = {},
-                            torch::Tensor* probs = nullptr);
+                            torch::Tensor* probs = nullptr, f32::Isa isa = f32::best_isa());
 /// linear() and add_linear_() of the fp32 path's prefill: one OpenBLAS GEMM per row piece of x (or
 /// a) of detail::for_gemm_pieces (attn_ops.h: pieces fixed by the row count, dealt to the crew's
 /// idle helpers where there is a crew), so the bits do not depend on the number of workers, whatever

@@ -37,9 +37,9 @@ struct ComputeInfo {
   std::string blas_core_replaced;
 };
 
-/// The kernels a model's CPU prefill runs besides its GEMMs: "avx512_bf16" (the fused bf16
-/// kernels, cpu_bf16.h), "fp32_avx512" | "fp32_avx2" | "fp32_generic" (the fused fp32 kernels,
-/// cpu_fp32.h), or "libtorch" (libtorch's ops).
+/// LlamaModel::kernels(): the row of the kernel table its layers run: "avx512_bf16" or "bf16_portable" (the bf16
+/// kernels, ucm/kernels/cpu/bf16.h), "fp32_avx512" | "fp32_avx2" | "fp32_generic" (the fused fp32 kernels,
+/// ucm/kernels/cpu/fp32.h), or "libtorch" (libtorch's ops).
 std::string kernels_of(const LlamaModel& m);
 
 /// Loads o.model_dir on o.device with the resolved compute dtype. Errors: InvalidArgument (no

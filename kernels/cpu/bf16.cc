@@ -1,12 +1,13 @@
-// pipelines/model/cpu_bf16.cc: see cpu_bf16.h. The dispatch to cpu::hw or cpu::portable
-// (cpu_bf16_portable.cc), then the cpu::hw kernels, each compiled for AVX-512F + AVX512-BF16
+// kernels/cpu/bf16.cc: see bf16.h. The dispatch to cpu::hw or cpu::portable
+// (bf16_portable.cc), then the cpu::hw kernels, each compiled for AVX-512F + AVX512-BF16
 // through `#pragma GCC target` (the standard headers are included before it, so no library
 // template is instantiated with those instructions; the dispatch is compiled before it, for any
 // x86-64 CPU).
-// The unit is compiled with -ffp-contract=off (pipelines/model/CMakeLists.txt): a product and a
+// The unit is compiled with -ffp-contract=off (kernels/cpu/CMakeLists.txt): a product and a
 // sum stay two roundings, as in libtorch's element-wise ops, unless a kernel asks for an FMA.
-#include "ucm/model/cpu_bf16.h"
-#include "ucm/model/cpu_runtime.h"
+#include "ucm/kernels/cpu/bf16.h"
+#include "ucm/kernels/cpu/features.h"
+#include "ucm/kernels/cpu/switches.h"
 
 #include <immintrin.h>
 
@@ -15,20 +16,17 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
-namespace ucm::model::cpu {
+namespace ucm::kernels::cpu {
 
 bool hardware_kernels() {
-  static const bool on = [] {
-    const char* off = std::getenv("UCM_CPU_NO_BF16");
-    return have_avx512_bf16() && !(off && std::strcmp(off, "1") == 0);
-  }();
+  static const bool on = have_avx512_bf16() && read_switches().no_bf16 != "1";
   return on;
 }
 
 Bf16Path kernel_path() {
-  const char* env = std::getenv("UCM_BF16_KERNELS");
-  return hardware_kernels() && !(env && std::strcmp(env, "portable") == 0) ? Bf16Path::kHardware : Bf16Path::kPortable;
+  return hardware_kernels() && read_switches().bf16_kernels != "portable" ? Bf16Path::kHardware : Bf16Path::kPortable;
 }
 
 namespace {
@@ -36,9 +34,9 @@ bool hw_path(Bf16Path p) { return (p == Bf16Path::kAuto ? kernel_path() : p) == 
 }  // namespace
 
 bool attention_uses_vdpbf16ps() {
-  const char* e = std::getenv("UCM_BF16_DOT");
-  if (e && std::strcmp(e, "dp") == 0) return true;
-  if (e && std::strcmp(e, "fma") == 0) return false;
+  const std::string dot = read_switches().bf16_dot;
+  if (dot == "dp") return true;
+  if (dot == "fma") return false;
   static const bool amd = cpu_is_amd();
   return amd;
 }
@@ -738,4 +736,4 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
 #endif
 #pragma GCC pop_options
 
-}  // namespace ucm::model::cpu
+}  // namespace ucm::kernels::cpu

@@ -1,7 +1,8 @@
-// pipelines/model/cpu_fp32.cc: see cpu_fp32.h. The run-time choice of the fp32 kernels' ISA, and
+// kernels/cpu/fp32.cc: see fp32.h. The run-time choice of the fp32 kernels' ISA, and
 // what every ISA shares (shapes, scratch sizes).
-#include "ucm/model/cpu_fp32.h"
-#include "ucm/model/cpu_runtime.h"
+#include "ucm/kernels/cpu/fp32.h"
+#include "ucm/kernels/cpu/features.h"
+#include "ucm/kernels/cpu/switches.h"
 
 #include <spdlog/spdlog.h>
 
@@ -9,9 +10,9 @@
 #include <set>
 #include <string>
 
-namespace ucm::model::cpu::f32 {
+namespace ucm::kernels::cpu::f32 {
 
-// The kernels of each unit (cpu_fp32_{avx512,avx2,generic}.cc; the signatures are those of
+// The kernels of each unit (fp32_{avx512,avx2,generic}.cc; the signatures are those of
 // Kernels' members).
 #define UCM_F32_DECLARE(ns)                                                                                          \
   namespace ns {                                                                                                     \
@@ -52,9 +53,8 @@ Isa best_isa(bool* has_kernels) {
   };
   static const Choice c = [] {
     Choice c{cpu_isa(), true};
-    const char* env = std::getenv("UCM_FP32_KERNELS");
-    if (!env || !*env) return c;
-    const std::string want(env);
+    const std::string want = read_switches().fp32_kernels;
+    if (want.empty()) return c;
     if (want == "0") c.on = false;
     else if (want == "generic") c.isa = Isa::kGeneric;
     else if (want == "avx2") c.isa = c.isa == Isa::kGeneric ? Isa::kGeneric : Isa::kAvx2;
@@ -93,4 +93,4 @@ const Kernels& kernels(Isa isa) {
   }
 }
 
-}  // namespace ucm::model::cpu::f32
+}  // namespace ucm::kernels::cpu::f32

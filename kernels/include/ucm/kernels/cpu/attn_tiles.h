@@ -1,11 +1,11 @@
-// pipelines/model/include/ucm/model/attn_tiles.h: how the CPU attention kernels (cpu_fp32.h, cpu_bf16.h) tile a
+// kernels/include/ucm/kernels/cpu/attn_tiles.h: how the CPU attention kernels (fp32.h, bf16.h) tile a
 // unit's keys: one rule, each kernel giving its own rows per pass, key block and element sizes.
 // Header-only arithmetic (no standard header but <cstdint>): safe to include in a unit compiled
 // for any ISA.
 #pragma once
 #include <cstdint>
 
-namespace ucm::model::cpu {
+namespace ucm::kernels::cpu {
 
 /// Passes of a unit whose scores are kept at once (a pass group): as many as a 4 MiB budget
 /// holds of `row_bytes` bytes per score column (fp32 scores: 4; scores and probabilities: 8) for
@@ -27,4 +27,4 @@ inline int64_t chunk_keys(int64_t hd, int64_t key_block, int64_t elem_bytes) {
   return c < key_block ? key_block : c;
 }
 
-}  // namespace ucm::model::cpu
+}  // namespace ucm::kernels::cpu

@@ -1,4 +1,4 @@
-// pipelines/model/cpu_fp32_avx512.cc: cpu_fp32_kernels.inc compiled for AVX-512F (+DQ, BW, VL) and FMA: one register a vector.
+// kernels/cpu/fp32_avx512.cc: fp32_kernels.inc compiled for AVX-512F (+DQ, BW, VL) and FMA: one register a vector.
 // The standard headers come before the target pragma (no library code built for this ISA).
 #include <immintrin.h>
 
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "ucm/model/cpu_fp32.h"
+#include "ucm/kernels/cpu/fp32.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,fma")
@@ -18,7 +18,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-namespace ucm::model::cpu::f32::avx512 {
+namespace ucm::kernels::cpu::f32::avx512 {
 
 #define UCM_F32_FMA(a, b, c) (vf)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c))
 #define UCM_F32_LANES 16
@@ -26,7 +26,7 @@ namespace ucm::model::cpu::f32::avx512 {
 #define UCM_F32_ACC 24
 #define UCM_F32_SROWS 12
 #define UCM_F32_ROWS 12
-#include "cpu_fp32_kernels.inc"
+#include "fp32_kernels.inc"
 #undef UCM_F32_FMA
 #undef UCM_F32_LANES
 #undef UCM_F32_KB
@@ -34,7 +34,7 @@ namespace ucm::model::cpu::f32::avx512 {
 #undef UCM_F32_SROWS
 #undef UCM_F32_ROWS
 
-}  // namespace ucm::model::cpu::f32::avx512
+}  // namespace ucm::kernels::cpu::f32::avx512
 
 #pragma GCC diagnostic pop
 #if defined(__clang__)

@@ -1,8 +1,8 @@
-// pipelines/model/include/ucm/model/cpu_bf16.h: the CPU kernels of the bf16 compute path's non-GEMM work (RMSNorm
+// kernels/include/ucm/kernels/cpu/bf16.h: the CPU kernels of the bf16 compute path's non-GEMM work (RMSNorm
 // into a GEMM's bf16 input, causal attention, SiLU gate, residual add), on raw pointers, in two
 // implementations that give the same bits on the same inputs: AVX-512F + AVX512-BF16 intrinsics
-// (cpu::hw, cpu_bf16.cc, the one unit compiled for them) and plain C++ for any x86-64 CPU
-// (cpu::portable, cpu_bf16_portable.cc: each instruction of the first emulated, vdpbf16ps as the
+// (cpu::hw, bf16.cc, the one unit compiled for them) and plain C++ for any x86-64 CPU
+// (cpu::portable, bf16_portable.cc: each instruction of the first emulated, vdpbf16ps as the
 // Intel SDM defines it). Nothing here includes libtorch. The GEMMs stay libtorch's (oneDNN:
 // AMX-BF16 or AVX512-BF16, emulated on CPUs without them).
 //
@@ -15,16 +15,16 @@
 //
 // Each function below runs the implementation its Bf16Path picks (kAuto: kernel_path(), the
 // hardware one where the CPU has AVX512-BF16; every CPU with AMX-BF16 has it). Thread rules: every
-// function is reentrant; callers split rows or attention units across threads. Internal to
-// ucm_model; both implementations are tested against libtorch, and against each other bit for bit,
+// function is reentrant; callers split rows or attention units across threads. Library
+// ucm_kernels_cpu (no libtorch); its libtorch glue is the model runner's (ucm/model/llama_ops.h). Both are tested against libtorch, and against each other bit for bit,
 // in tests/model/test_compute_dtype.cc.
 #pragma once
-#include "ucm/model/attn_tiles.h"
+#include "ucm/kernels/cpu/attn_tiles.h"
 
 #include <cstddef>
 #include <cstdint>
 
-namespace ucm::model::cpu {
+namespace ucm::kernels::cpu {
 
 /// True when this CPU has AVX-512F and AVX512-BF16 (cpu_flags(): avx512f, avx512_bf16).
 bool have_avx512_bf16();
@@ -139,7 +139,7 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
                     Bf16Path path = Bf16Path::kAuto);
 
 // The two implementations the functions above dispatch to, with their arguments.
-namespace hw {  // cpu_bf16.cc; call only where have_avx512_bf16()
+namespace hw {  // bf16.cc; call only where have_avx512_bf16()
 void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
                    int64_t r0, int64_t r1);
 void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int64_t r1);
@@ -149,7 +149,7 @@ void qkv_rope(const uint16_t* qkv, const float* bias, const float* cos, const fl
 void add_bf16(float* x, const uint16_t* y, int64_t n);
 void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch);
 }  // namespace hw
-namespace portable {  // cpu_bf16_portable.cc
+namespace portable {  // bf16_portable.cc
 void rms_norm_bf16(const float* x, int64_t ldx, const float* w, int64_t H, float eps, uint16_t* out, int64_t ldo,
                    int64_t r0, int64_t r1);
 void silu_mul_bf16(const uint16_t* gu, int64_t I, uint16_t* out, int64_t r0, int64_t r1);
@@ -160,4 +160,4 @@ void add_bf16(float* x, const uint16_t* y, int64_t n);
 void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch);
 }  // namespace portable
 
-}  // namespace ucm::model::cpu
+}  // namespace ucm::kernels::cpu

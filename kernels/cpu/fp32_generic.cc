@@ -1,4 +1,4 @@
-// pipelines/model/cpu_fp32_generic.cc: cpu_fp32_kernels.inc compiled for the x86-64 baseline (SSE2; no FMA, so a * b + c rounds twice): the portable path.
+// kernels/cpu/fp32_generic.cc: fp32_kernels.inc compiled for the x86-64 baseline (SSE2; no FMA, so a * b + c rounds twice): the portable path.
 // The standard headers come before the target pragma (no library code built for this ISA).
 #include <immintrin.h>
 
@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <utility>
 
-#include "ucm/model/cpu_fp32.h"
+#include "ucm/kernels/cpu/fp32.h"
 
-namespace ucm::model::cpu::f32::generic {
+namespace ucm::kernels::cpu::f32::generic {
 
 #define UCM_F32_FMA(a, b, c) ((a) * (b) + (c))
 #define UCM_F32_LANES 16
@@ -16,7 +16,7 @@ namespace ucm::model::cpu::f32::generic {
 #define UCM_F32_ACC 3
 #define UCM_F32_SROWS 4
 #define UCM_F32_ROWS 4
-#include "cpu_fp32_kernels.inc"
+#include "fp32_kernels.inc"
 #undef UCM_F32_FMA
 #undef UCM_F32_LANES
 #undef UCM_F32_KB
@@ -24,4 +24,4 @@ namespace ucm::model::cpu::f32::generic {
 #undef UCM_F32_SROWS
 #undef UCM_F32_ROWS
 
-}  // namespace ucm::model::cpu::f32::generic
+}  // namespace ucm::kernels::cpu::f32::generic

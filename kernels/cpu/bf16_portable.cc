@@ -1,6 +1,6 @@
-// pipelines/model/cpu_bf16_portable.cc: the portable implementation of cpu_bf16.h's kernels
+// kernels/cpu/bf16_portable.cc: the portable implementation of bf16.h's kernels
 // (cpu::portable::*): plain C++ for any x86-64 CPU, giving the AVX512-BF16 kernels' bits
-// (cpu_bf16.cc) on the same inputs. Each instruction of those kernels is emulated on 16-lane
+// (bf16.cc) on the same inputs. Each instruction of those kernels is emulated on 16-lane
 // arrays, in their order of operations:
 //   * vdpbf16ps (Intel SDM, "VDPBF16PS"): per fp32 lane i, acc += a[2i+1] * b[2i+1], then
 //     acc += a[2i] * b[2i], each an FMA rounded to nearest even, bf16 inputs and acc denormals
@@ -12,7 +12,7 @@
 //     then the 128-bit halves, then lanes {2, 3, 0, 1}, then {1, 0}; vmaxps keeps its second
 //     operand unless the first is greater;
 //   * exp16's Cephes polynomial with its FMAs (std::fma) and vscalefps (one rounding).
-// Compiled like cpu_bf16.cc, with -ffp-contract=off (pipelines/model/CMakeLists.txt): every product
+// Compiled like bf16.cc, with -ffp-contract=off (kernels/cpu/CMakeLists.txt): every product
 // and sum is rounded apart unless written std::fma. Tested bit for bit against the hardware
 // kernels, and against libtorch on every CPU, in tests/model/test_compute_dtype.cc.
 #include <algorithm>
@@ -21,9 +21,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ucm/model/cpu_bf16.h"
+#include "ucm/kernels/cpu/bf16.h"
 
-namespace ucm::model::cpu::portable {
+namespace ucm::kernels::cpu::portable {
 namespace {
 
 constexpr int kL = 16;  // the hardware kernels' fp32 lanes
@@ -53,7 +53,7 @@ uint16_t cvtne(float x) {
   return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);                        // RNE (inf stays inf)
 }
 
-// cpu_bf16.cc's store_bf16_exact on one lane: libtorch's float -> bfloat16 (RNE on the bits,
+// bf16.cc's store_bf16_exact on one lane: libtorch's float -> bfloat16 (RNE on the bits,
 // subnormals kept, NaN 0xFFFF).
 uint16_t bf16_exact(float x) {
   if (std::isnan(x)) return 0xFFFF;
@@ -110,7 +110,7 @@ float reduce_max(const float* v) {
   return vmax(vmax(t6[0], t6[2]), vmax(t6[1], t6[3]));
 }
 
-// cpu_bf16.cc's exp16 on one lane.
+// bf16.cc's exp16 on one lane.
 float exp1(float x) {
   x = vmax(vmin(x, 88.3762626647949f), -88.3762626647949f);
   const float n = std::nearbyint(x * 1.44269504088896341f);  // vrndscaleps, round to nearest even
@@ -126,7 +126,7 @@ float exp1(float x) {
   return float(double(y) * std::ldexp(1.0, int(n)));  // vscalefps: y 2^n, exact in double, rounded once
 }
 
-constexpr int64_t kRows = 4;  // cpu_bf16.cc's query rows per pass (its scratch layout)
+constexpr int64_t kRows = 4;  // bf16.cc's query rows per pass (its scratch layout)
 int64_t pad_keys(int64_t S) { return (S + 31) / 32 * 32; }
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -201,7 +201,7 @@ void add_bf16(float* x, const uint16_t* y, int64_t n) {
 
 namespace {
 
-// cpu_bf16.cc's softmax_row for one row: the probabilities of sc[lo, hi), rounded to bf16 and
+// bf16.cc's softmax_row for one row: the probabilities of sc[lo, hi), rounded to bf16 and
 // widened back, in place; the entries of the pairs around the range's ends that fall outside it
 // are 0 (as weigh_values reads them, in pairs).
 void softmax_row(float* sc, int64_t lo, int64_t hi) {
@@ -224,7 +224,7 @@ void softmax_row(float* sc, int64_t lo, int64_t hi) {
 void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, void* scratch) {
   const int64_t hd = a.hd, np = hd / 2, G = a.nh / a.nkv, sp = pad_keys(a.S);
   const int64_t ntb = (a.T + kAttnUnitRows - 1) / kAttnUnitRows;
-  // Within attention_scratch_bytes(a) (cpu_bf16.cc's layout): K in blocks of 16 keys, each block
+  // Within attention_scratch_bytes(a) (bf16.cc's layout): K in blocks of 16 keys, each block
   // [hd][16] (dim-major: lane l = key 16 blk + l, as the hardware's score lanes); V rows [key][hd];
   // both bf16 with vdpbf16ps's DAZ applied; then one score row (fp32 [sp], within the hardware's
   // score rows) and one query row (fp32 [hd], within its probability rows).
@@ -315,4 +315,4 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
   }
 }
 
-}  // namespace ucm::model::cpu::portable
+}  // namespace ucm::kernels::cpu::portable

@@ -1,4 +1,4 @@
-// pipelines/model/include/ucm/model/cpu_fp32.h: the CPU kernels of the fp32 prefill's non-GEMM work (RMSNorm,
+// kernels/include/ucm/kernels/cpu/fp32.h: the CPU kernels of the fp32 prefill's non-GEMM work (RMSNorm,
 // RoPE on the q/k/v projection with the K/V cache's rounding, causal attention, the SiLU gate), on
 // raw pointers. The GEMMs stay OpenBLAS's (libtorch's fp32 mm / addmm, the residual adds
 // included: addmm_ with beta 1).
@@ -8,7 +8,7 @@
 // bf16 units (the fp32 path's home) they cost the fp32 prefill its lead over vLLM's CPU build
 // (issue 40, docs/benchmarks.md "fp32 kernels").
 //
-// One source (cpu_fp32_kernels.inc, GCC vector extensions of 16 floats), compiled three times:
+// One source (fp32_kernels.inc, GCC vector extensions of 16 floats), compiled three times:
 // for AVX-512F (16 floats a register), for AVX2 + FMA (two registers a vector) and for the
 // x86-64 baseline (SSE2, no FMA: the portable path, which runs on every CPU and is what the tests
 // hold the others to). Isa picks one at run time (best_isa(): the CPU's flags, capped by
@@ -17,15 +17,15 @@
 // tests/model/test_fp32_kernels.cc.
 //
 // Thread rules: every function is reentrant; callers split rows or attention units across
-// threads. Internal to ucm_model.
+// threads. Library ucm_kernels_cpu (no libtorch); its libtorch glue is the model runner's (ucm/model/llama_ops.h).
 #pragma once
-#include "ucm/model/attn_tiles.h"
+#include "ucm/kernels/cpu/attn_tiles.h"
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-namespace ucm::model::cpu::f32 {
+namespace ucm::kernels::cpu::f32 {
 
 /// The instruction sets the kernels are compiled for, slowest first.
 enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
@@ -33,7 +33,7 @@ enum class Isa { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
 /// "generic" | "avx2" | "avx512".
 const char* isa_name(Isa isa);
 
-/// The best Isa this CPU runs (cpu_runtime.h's cpu_flags(): avx512f, avx512dq, avx512bw, avx512vl for kAvx512;
+/// The best Isa this CPU runs (features.h's cpu_flags(): avx512f, avx512dq, avx512bw, avx512vl for kAvx512;
 /// avx2 and fma for kAvx2).
 Isa cpu_isa();
 
@@ -92,7 +92,7 @@ int64_t attention_units(const AttnArgs& a);
 /// Scratch bytes one thread needs for attention (packed K and V of one unit, score rows).
 size_t attention_scratch_bytes(const AttnArgs& a);
 
-/// The kernels of one Isa (cpu_fp32_kernels.inc says what each computes).
+/// The kernels of one Isa (fp32_kernels.inc says what each computes).
 struct Kernels {
   /// out[r, j] = w[j] * (x[r, j] * (1 / sqrt(mean_j x[r, j]^2 + eps))) for rows [r0, r1)
   /// (transformers LlamaRMSNorm). x fp32 [rows, H] (row stride ldx), w fp32 [H], out fp32 (ldo).
@@ -118,4 +118,4 @@ struct Kernels {
 /// The kernels compiled for isa (any Isa: callers check that the CPU runs it, cpu_isa()).
 const Kernels& kernels(Isa isa);
 
-}  // namespace ucm::model::cpu::f32
+}  // namespace ucm::kernels::cpu::f32
