@@ -1,5 +1,5 @@
 // The bf16 path's fused CPU kernels (kernels/include/ucm/kernels/cpu/bf16.h): the portable implementation
-// (cpu_bf16_portable.cc) gives the AVX512-BF16 one's bits, on random inputs of many shapes with
+// (kernels/cpu/bf16_portable.cc) gives the AVX512-BF16 one's bits, on random inputs of many shapes with
 // values at and next to bf16 rounding ties, denormals, signed zeros, infinities and products below
 // FLT_MIN (vdpbf16ps's DAZ and FTZ). Skips where the hardware kernels do not run (no AVX512-BF16,
 // or UCM_CPU_NO_BF16=1); the checks of both implementations against libtorch, which run on every
