@@ -15,7 +15,6 @@ void setup_bench_precompute(CLI::App& bench) {
     precompute::PrecomputeOptions o;
     uint64_t docs = 24;
     int rounds = 1;
-    std::string dtype = "bf16", config;
     CommonFlags common;
   };
   auto a = std::make_shared<Args>();
@@ -40,7 +39,7 @@ void setup_bench_precompute(CLI::App& bench) {
   c->add_option("--batch-tokens", a->o.batch_tokens, "Padded tokens per batch")->capture_default_str();
   c->add_option("--max-doc-tokens", a->o.max_doc_tokens, "Cut documents here (0 = model maximum)")
       ->capture_default_str();
-  c->add_option("--dtype", a->dtype, "Payload dtype")->capture_default_str();
+  c->add_option("--dtype", a->o.fingerprint.dtype, "Payload dtype")->capture_default_str();
   c->add_option("--device", a->o.device, "Where prefill runs: cpu, cuda or cuda:N (a CUDA libtorch)")
       ->capture_default_str();
   c->add_option("--compute-dtype", a->o.compute_dtype, "GEMM dtype: auto, bf16 or fp32 (as precompute)")
@@ -52,8 +51,7 @@ void setup_bench_precompute(CLI::App& bench) {
   add_common_flags(c, &a->common);
   c->callback([a] {
     precompute::BenchResult r;
-    Status st = parse_dtype(a->dtype, &a->o.dtype);
-    if (st.ok()) st = precompute::bench_precompute(a->o, a->docs, &r, a->rounds);
+    Status st = precompute::bench_precompute(a->o, a->docs, &r, a->rounds);
     finish("bench precompute", a->common, st, r, st.ok());
   });
 }

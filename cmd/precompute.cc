@@ -49,14 +49,14 @@ void run(const PrecomputeArgs& a) {
   set_str("corpus-suffix", a.corpus_suffix, &o.corpus_suffix);
   set_str("store", a.store, &o.store);
   set_str("template", a.tmpl, &o.template_file);
-  set_str("namespace-name", a.ns_name, &o.namespace_name);
+  set_str("namespace-name", a.ns_name, &o.fingerprint.namespace_name);
   set_str("device", a.device, &o.device);
   set_str("compute-dtype", a.compute_dtype, &o.compute_dtype);
   if (was_given(a, "threads")) o.threads = a.threads;
   // Batches sized for a GPU unless the command line says otherwise: 8x the CPU default.
   if (o.device != "cpu" && !was_given(a, "batch-tokens") && o.batch_tokens == 4096) o.batch_tokens = 32768;
-  if (was_given(a, "block-size")) o.block_size = a.block_size;
-  if (was_given(a, "hash-bits")) o.hash_bits = a.hash_bits;
+  if (was_given(a, "block-size")) o.fingerprint.block_size = a.block_size;
+  if (was_given(a, "hash-bits")) o.fingerprint.hash_bits = a.hash_bits;
   if (was_given(a, "limit")) o.limit = a.limit;
   if (was_given(a, "batch-tokens")) o.batch_tokens = a.batch_tokens;
   if (was_given(a, "max-doc-tokens")) o.max_doc_tokens = a.max_doc_tokens;
@@ -65,17 +65,14 @@ void run(const PrecomputeArgs& a) {
   if (a.chunks) o.chunks = true;
   if (a.strict) o.strict = true;
   o.progress = a.common.progress;
-  if (was_given(a, "dtype")) {
-    Status st = parse_dtype(a.dtype, &o.dtype);
-    if (!st.ok()) fail(Status::InvalidArgument("--dtype: " + st.message()));
-  }
+  set_str("dtype", a.dtype, &o.fingerprint.dtype);  // checked by run_precompute (validate)
   if (was_given(a, "shard")) {
     Status st = parse_shard(a.shard, &o.shard_index, &o.shard_count);
     if (!st.ok()) fail(Status::InvalidArgument("--shard: " + st.message()));
   }
   set_str("shard-name", a.shard_name, &o.shard_name);
   if (was_given(a, "dense-layers")) {
-    Status st = parse_layers(a.dense, &o.dense_layers);
+    Status st = parse_layers(a.dense, &o.fingerprint.dense_layers);
     if (!st.ok()) fail(Status::InvalidArgument("--dense-layers: " + st.message()));
   }
   Status st = run_precompute(o, Resources{}, &sum);

@@ -78,7 +78,7 @@ Status read_documents(const PrecomputeOptions& o, const tok::Tokenizer* tk, uint
       }
     }
     if (ids.size() > max_tokens) ids.resize(max_tokens);
-    ids.resize(ids.size() - ids.size() % o.block_size);
+    ids.resize(ids.size() - ids.size() % o.fingerprint.block_size);
     if (!ids.empty()) all->push_back(std::move(ids));
   }
   if (all->empty()) return Status::InvalidArgument("bench: no document of at least one block in " + o.corpus);
@@ -163,7 +163,7 @@ Status full_precompute(PrecomputeOptions o, const model::LlamaModel* m, const to
   fs::path tmp = fs::temp_directory_path() /
                  ("ucm-bench-precompute-" + std::to_string(::getpid()) + "-" + std::to_string(now_ms()));
   o.store = tmp.string();
-  o.namespace_name.clear();
+  o.fingerprint.namespace_name.clear();
   Status st = run_precompute(o, Resources{m, tk}, sum);
   std::error_code ec;
   ucm::remove_tree(tmp, ec);
@@ -241,13 +241,13 @@ Status bench_precompute(const PrecomputeOptions& o_in, uint64_t docs, BenchResul
   const auto& c = m->config();
   uint64_t max_tokens = o.max_doc_tokens ? std::min<uint64_t>(o.max_doc_tokens, c.max_position_embeddings)
                                          : uint64_t(c.max_position_embeddings);
-  max_tokens -= max_tokens % o.block_size;
+  max_tokens -= max_tokens % o.fingerprint.block_size;
   std::vector<std::vector<int32_t>> all;
   st = read_documents(o, tk, max_tokens, docs, &all);
   if (!st.ok()) return st;
   const std::vector<DocBatch> batches = pack_batches(o, all);
   out->device = m->device().str();
-  BarePrefill bare_prefill(m, o.dtype, batches);
+  BarePrefill bare_prefill(m, payload_dtype(o), batches);
   bare_prefill.warm_up();
   // Bare prefill is timed before and after each full precompute (A B A, A B A B A with 2 rounds):
   // on a shared machine the load drifts, and the mean of the two brackets the precompute run in

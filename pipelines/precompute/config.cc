@@ -54,28 +54,7 @@ Status load_config(const std::string& path, PrecomputeOptions* o) {
   }
   // The fingerprint keys (namespace_name, block_size, dtype, hash_bits, dense_layers,
   // projection_seed) have one reader, shared with the engine (pipelines/model/include/ucm/model/fingerprint.h).
-  model::FingerprintOptions fp = fingerprint_options(*o);
-  Status st = model::read_fingerprint_keys(root, path, &fp);
-  if (!st.ok()) return st;
-  st = parse_dtype(fp.dtype, &o->dtype);
-  if (!st.ok()) return Status::InvalidArgument("config " + path + ": dtype: " + st.message());
-  o->namespace_name = fp.namespace_name;
-  o->block_size = fp.block_size;
-  o->hash_bits = fp.hash_bits;
-  o->dense_layers = fp.dense_layers;
-  o->projection_seed = fp.projection_seed;
-  return Status::OK();
-}
-
-model::FingerprintOptions fingerprint_options(const PrecomputeOptions& o) {
-  model::FingerprintOptions fp;
-  fp.dtype = dtype_name(o.dtype);
-  fp.block_size = o.block_size;
-  fp.hash_bits = o.hash_bits;
-  fp.dense_layers = o.dense_layers;
-  fp.projection_seed = o.projection_seed;
-  fp.namespace_name = o.namespace_name;
-  return fp;
+  return model::read_fingerprint_keys(root, path, &o->fingerprint);
 }
 
 Status parse_shard(const std::string& s, uint32_t* index, uint32_t* count) {
@@ -100,17 +79,26 @@ namespace detail {
 
 Status validate(const PrecomputeOptions& o) {
   if (o.corpus.empty()) return Status::InvalidArgument("no corpus: pass --corpus PATH (JSONL file or directory)");
-  if (o.block_size == 0 || o.block_size > 4096)
-    return Status::InvalidArgument("--block-size must be in [1, 4096], got " + std::to_string(o.block_size));
-  if (o.hash_bits == 0 || o.hash_bits % 8 != 0 || o.hash_bits > 4096)
+  const model::FingerprintOptions& fp = o.fingerprint;
+  if (fp.block_size == 0 || fp.block_size > 4096)
+    return Status::InvalidArgument("--block-size must be in [1, 4096], got " + std::to_string(fp.block_size));
+  DType dtype;
+  if (Status st = parse_dtype(fp.dtype, &dtype); !st.ok()) return Status::InvalidArgument("--dtype: " + st.message());
+  if (fp.hash_bits == 0 || fp.hash_bits % 8 != 0 || fp.hash_bits > 4096)
     return Status::InvalidArgument("--hash-bits must be a positive multiple of 8 (<= 4096), got " +
-                                   std::to_string(o.hash_bits));
+                                   std::to_string(fp.hash_bits));
   if (o.shard_count == 0 || o.shard_index >= o.shard_count)
     return Status::InvalidArgument("--shard I/N needs 0 <= I < N");
   if (o.batch_tokens == 0) return Status::InvalidArgument("--batch-tokens must be positive");
-  if (o.max_doc_tokens && o.max_doc_tokens < o.block_size)
+  if (o.max_doc_tokens && o.max_doc_tokens < fp.block_size)
     return Status::InvalidArgument("--max-doc-tokens must be at least the block size");
   return Status::OK();
+}
+
+DType payload_dtype(const PrecomputeOptions& o) {
+  DType d = DType::kBF16;
+  (void)parse_dtype(o.fingerprint.dtype, &d);  // validate() refused any other name
+  return d;
 }
 
 DocSourceOptions source_options(const PrecomputeOptions& o) {

@@ -11,7 +11,7 @@
 
 namespace ucm::precompute {
 Status make_namespace(const model::LlamaModel& m, const PrecomputeOptions& o, NamespaceDesc* out) {
-  return NamespaceDesc::from_json(model::namespace_desc_json(m, fingerprint_options(o)), out);
+  return NamespaceDesc::from_json(model::namespace_desc_json(m, o.fingerprint), out);
 }
 
 namespace detail {
@@ -23,7 +23,7 @@ Status setup_namespace(Store* store, const model::LlamaModel& m, const Precomput
   NamespaceDesc desc;
   UCM_RETURN_IF_ERROR(make_namespace(m, o, &desc));
   const NamespaceMatch found = match_namespace(store->namespaces(), desc, 0, o.store);
-  if (!found.exact && !found.same_model.empty() && o.namespace_name.empty()) {
+  if (!found.exact && !found.same_model.empty() && o.fingerprint.namespace_name.empty()) {
     std::string msg = "store " + o.store + " already holds model " + desc.model_id +
                       " under a different namespace fingerprint (";
     for (size_t i = 0; i < found.same_model.size(); ++i) msg += (i ? "; " : "") + found.same_model[i];

@@ -33,6 +33,8 @@ using ucm::now_ms;  // ucm/clock.h
 /// InvalidArgument naming the bad option (corpus, block size, hash bits, shard, batch tokens,
 /// max doc tokens); OK otherwise (config.cc).
 Status validate(const PrecomputeOptions& o);
+/// o.fingerprint.dtype as a DType (config.cc); validate() has refused any other name.
+DType payload_dtype(const PrecomputeOptions& o);
 /// The corpus reader's options for `o` (config.cc).
 DocSourceOptions source_options(const PrecomputeOptions& o);
 
@@ -48,7 +50,7 @@ Status load_tokenizer(const PrecomputeOptions& o, const Resources& res, std::uni
 
 /// Registers (or finds) the run's namespace in `store` and its r4_projection attachment
 /// (namespace_setup.cc). Refuses a store that holds the same model under another fingerprint
-/// unless o.namespace_name is set. Fills sum->namespace_id / namespace_name.
+/// unless o.fingerprint.namespace_name is set. Fills sum->namespace_id / namespace_name.
 Status setup_namespace(Store* store, const model::LlamaModel& m, const PrecomputeOptions& o, PrecomputeSummary* sum,
                        NamespaceId* ns, NamespaceDesc* desc, std::vector<float>* proj);
 

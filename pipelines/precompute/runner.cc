@@ -93,8 +93,9 @@ class Runner {
     L_ = c.num_hidden_layers;
     H_ = c.num_key_value_heads;
     D_ = c.head_dim;
-    bs_ = o.block_size;
-    spec_ = ReprSpec{uint32_t(L_), uint32_t(H_), uint32_t(D_), bs_, o.hash_bits, o.dtype};
+    bs_ = o.fingerprint.block_size;
+    dtype_ = payload_dtype(o);
+    spec_ = ReprSpec{uint32_t(L_), uint32_t(H_), uint32_t(D_), bs_, o.fingerprint.hash_bits, dtype_};
     root_ = root_hash(hash_seed);  // spec §7.1: chains start from the namespace's hash seed
     max_tokens_ = o.max_doc_tokens ? o.max_doc_tokens : uint64_t(c.max_position_embeddings);
     max_tokens_ = std::min<uint64_t>(max_tokens_, uint64_t(c.max_position_embeddings));
@@ -415,7 +416,7 @@ class Runner {
     }
     auto t0 = Clock::now();
     // Attention reads K/V rounded to the store dtype, as a server with a KV cache in that dtype does.
-    b->out = m_.forward(tokens, lengths, false, torch_dtype(o_.dtype));
+    b->out = m_.forward(tokens, lengths, false, torch_dtype(dtype_));
     prefill_seconds_ += secs_since(t0);
     return b;
   }
@@ -424,7 +425,7 @@ class Runner {
   BatchPtr process(BatchPtr b) {
     if (!b) return b;
     c10::InferenceMode guard;
-    const auto dt = torch_dtype(o_.dtype);
+    const auto dt = torch_dtype(dtype_);
     const int64_t B = int64_t(b->docs.size()), T = b->T;
     b->kp.resize(size_t(L_));
     b->vp.resize(size_t(L_));
@@ -443,7 +444,7 @@ class Runner {
     }
     if (gpu) torch::cuda::synchronize();
     b->out = {};
-    const size_t esz = dtype_size(o_.dtype);
+    const size_t esz = dtype_size(dtype_);
     b->dumps.resize(size_t(B));
     tbb::parallel_for(int64_t(0), B, [&](int64_t bi) {
       auto& doc = b->docs[size_t(bi)];
@@ -482,7 +483,7 @@ class Runner {
           dd.pages[(k * size_t(L_) + size_t(l)) * 2 + 1] = vb;
         }
         // Representations from the payload's keys, R4's dot products in fp32 (repr_encode.h).
-        repr::encode_block_repr_payload(spec_, kptr.data(), o_.dtype, size_t(H_ * D_), proj_, &dd.reprs[k]);
+        repr::encode_block_repr_payload(spec_, kptr.data(), dtype_, size_t(H_ * D_), proj_, &dd.reprs[k]);
         DumpItem& it = dd.items[k];
         it.hash = dd.hashes[i];
         it.parent = i == 0 ? root_ : dd.hashes[i - 1];
@@ -596,6 +597,7 @@ class Runner {
   PrecomputeSummary* sum_;
   int64_t L_ = 0, H_ = 0, D_ = 0;
   uint32_t bs_ = 16;
+  DType dtype_ = DType::kBF16;  // o_.fingerprint.dtype
   ReprSpec spec_;
   BlockHash root_{};
   uint64_t max_tokens_ = 0;

@@ -484,7 +484,7 @@ TEST_F(PrecomputeTest, ProjectionIsOrthogonalAndDeterministic) {
   ASSERT_TRUE(s->get_attachment(ns, "r4_projection", &proj).ok());
   const auto& c = model_->config();
   auto P = ucm::r4_projection(uint32_t(c.num_hidden_layers), uint32_t(c.num_key_value_heads), uint32_t(c.head_dim), 128,
-                           PrecomputeOptions{}.projection_seed);
+                           PrecomputeOptions{}.fingerprint.projection_seed);
   ASSERT_EQ(proj.size(), P.size() * 4);
   EXPECT_EQ(std::memcmp(proj.data(), P.data(), proj.size()), 0);
   const int64_t D = c.head_dim, NB = 128;
@@ -500,7 +500,7 @@ TEST_F(PrecomputeTest, ProjectionIsOrthogonalAndDeterministic) {
   // libucm's QR against LAPACK's (torch::linalg_qr, the generator before ucm 0.9.0) for the
   // same normals: equal within the 1e-6 that create_namespace accepts (store_v1.md §7.3).
   const auto ref = lapack_projection(uint32_t(c.num_hidden_layers), uint32_t(c.num_key_value_heads),
-                                     uint32_t(c.head_dim), 128, PrecomputeOptions{}.projection_seed);
+                                     uint32_t(c.head_dim), 128, PrecomputeOptions{}.fingerprint.projection_seed);
   ASSERT_EQ(ref.size(), P.size());
   double worst = 0;
   size_t differ = 0;
@@ -584,7 +584,7 @@ TEST_F(PrecomputeTest, ShardsMergedEqualSingleRun) {
 
 TEST_F(PrecomputeTest, NamespaceMismatchIsAClearErrorAndLosesNothing) {
   PrecomputeOptions o = base_options(root_ / "storeA");
-  o.dtype = DType::kFP16;
+  o.fingerprint.dtype = "fp16";
   PrecomputeSummary sum;
   Status st = run_precompute(o, Resources{model_, tok_}, &sum);
   ASSERT_EQ(st.code(), Code::kInvalidArgument) << st.ToString();
@@ -784,7 +784,7 @@ TEST(PrecomputeOptions, ParseShardLayersConfig) {
   EXPECT_FALSE(parse_layers("a", &v).ok());
   PrecomputeOptions o;
   EXPECT_TRUE(load_config(std::string(UCM_SOURCE_DIR) + "/configs/precompute.yaml", &o).ok());
-  EXPECT_EQ(o.block_size, 16u);
+  EXPECT_EQ(o.fingerprint.block_size, 16u);
   fs::path bad = fs::temp_directory_path() / ("ucm-bad-config-" + std::to_string(::getpid()) + ".yaml");
   std::ofstream(bad) << "block_sise: 16\n";
   Status st = load_config(bad.string(), &o);
@@ -794,10 +794,10 @@ TEST(PrecomputeOptions, ParseShardLayersConfig) {
   std::ofstream(bad) << "dtype: fp16\ndense_layers: \"3,1,3\"\nblock_size: 32\nprojection_seed: 7\n";
   PrecomputeOptions f;
   ASSERT_TRUE(load_config(bad.string(), &f).ok());
-  EXPECT_EQ(f.dtype, DType::kFP16);
-  EXPECT_EQ(f.dense_layers, (std::vector<uint32_t>{1, 3}));
-  EXPECT_EQ(f.block_size, 32u);
-  EXPECT_EQ(f.projection_seed, 7u);
+  EXPECT_EQ(f.fingerprint.dtype, "fp16");
+  EXPECT_EQ(f.fingerprint.dense_layers, (std::vector<uint32_t>{1, 3}));
+  EXPECT_EQ(f.fingerprint.block_size, 32u);
+  EXPECT_EQ(f.fingerprint.projection_seed, 7u);
   std::ofstream(bad) << "dtype: int8\n";
   st = load_config(bad.string(), &f);
   EXPECT_EQ(st.code(), Code::kInvalidArgument);

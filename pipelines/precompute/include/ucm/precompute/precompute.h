@@ -18,12 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "ucm/model/identity.h"
 #include "ucm/namespace.h"
 #include "ucm/status.h"
 
 namespace ucm::model {
 class LlamaModel;
-struct FingerprintOptions;
 }
 namespace ucm::tok {
 class Tokenizer;
@@ -38,12 +38,12 @@ struct PrecomputeOptions {
   std::string corpus_suffix;  ///< directory corpora: only files whose name ends with this ("" = all)
   std::string store;          ///< store directory; created when missing
   std::string template_file;  ///< prompt template (see docs/precompute.md); "" = none
-  std::string namespace_name; ///< "" = default name (model/dtype/b<bs>/<id8>)
-  uint32_t block_size = 16;   ///< tokens per block
-  DType dtype = DType::kBF16; ///< payload and R0/R1 element type
-  uint32_t hash_bits = 128;   ///< R4 bits per token (multiple of 8)
-  std::vector<uint32_t> dense_layers = {0, 1};  ///< recorded in the namespace for servers
-  uint64_t projection_seed = 20240611;          ///< seed of the r4_projection
+  /// The options that enter the namespace fingerprint (ucm/model/identity.h, their one owner):
+  /// namespace_name ("" = the default name model/dtype/b<bs>/<id8>), block_size (tokens per
+  /// block), dtype (payload and R0/R1 element type: "bf16", "fp16", "fp32"), hash_bits (R4 bits
+  /// per token, a multiple of 8), dense_layers (recorded in the namespace for servers),
+  /// projection_seed (seed of the r4_projection).
+  model::FingerprintOptions fingerprint;
   uint64_t limit = 0;                ///< stop after this many documents read (0 = all)
   uint32_t shard_index = 0, shard_count = 1;  ///< process documents with ordinal % N == I
   /// The writer shard of a sharded store (store_v1.md §11) this run writes: "" = "precompute-I"
@@ -60,7 +60,7 @@ struct PrecomputeOptions {
   bool strict = false;               ///< malformed corpus lines / invalid UTF-8 are fatal
   bool progress = false;             ///< force the progress line (default: only when stderr is a TTY)
   uint64_t batch_tokens = 4096;      ///< padded tokens per prefill batch (B * T_max)
-  uint64_t max_doc_tokens = 0;       ///< 0 = max_position_embeddings rounded down to block_size
+  uint64_t max_doc_tokens = 0;       ///< 0 = max_position_embeddings rounded down to fingerprint.block_size
   uint32_t max_batches_in_flight = 3;///< bound on live batches (memory bound)
   uint32_t sort_window_batches = 8;  ///< documents buffered for length sorting, in batches
   bool handle_signals = true;        ///< SIGINT/SIGTERM stop reading and finish in-flight work
@@ -71,7 +71,7 @@ struct PrecomputeOptions {
   std::string device = "cpu";
   /// The dtype of the runner's GEMMs: "fp32" (default), "bf16" (fp32 accumulation; refused on a
   /// CPU without AMX-BF16 or AVX512-BF16) or "auto" (bf16 where the device has bf16 matrix units,
-  /// fp32 elsewhere). The stored K/V are in `dtype` either way. fp32 stays the default until bf16
+  /// fp32 elsewhere). The stored K/V are in `fingerprint.dtype` either way. fp32 stays the default until bf16
   /// meets the K/V parity bar on every layer (docs/model.md, "Compute dtype").
   std::string compute_dtype = "fp32";
   /// Prefill threads; 0 = the default. On the fused CPU kernels (either compute dtype) one
@@ -143,9 +143,7 @@ struct Resources {
   const tok::Tokenizer* tokenizer = nullptr;
 };
 
-/// The options of `o` that enter the namespace fingerprint.
-model::FingerprintOptions fingerprint_options(const PrecomputeOptions& o);
-/// The namespace descriptor `ucm precompute` registers for `model` and the options: the one the
+/// The namespace descriptor `ucm precompute` registers for `model` and o.fingerprint: the one the
 /// engine computes too (model::namespace_desc_json). InvalidArgument when it does not validate.
 Status make_namespace(const model::LlamaModel& model, const PrecomputeOptions& o, NamespaceDesc* out);
 
