@@ -22,7 +22,19 @@ void add_events_options(CLI::App* sub, EventsCmdOptions* opt) {
   sub->add_option("--replay-endpoint", opt->replay_endpoint,
                   "ROUTER endpoint answering vLLM replay requests (start sequence, 8 bytes big-endian); '' = none")
       ->capture_default_str();
-  sub->add_option("--topic", opt->topic, "First frame of every message (vLLM's topic; default empty)");
+  sub->add_option("--topic", opt->topic,
+                  "First frame of every message (vLLM's topic; default empty). llm-d's indexer subscribes to \"kv@\" "
+                  "and reads kv@<pod>@<model> (docs/operations.md)");
+  sub->add_option("--data-parallel-rank", opt->dp_rank,
+                  "The batches' data_parallel_rank, as vLLM's publishers stamp it; -1: none (a two-field batch)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 20));
+  sub->add_flag("--no-clear", opt->no_clear,
+                "Do not publish AllBlocksCleared before the snapshot (a router clears a topic's whole pod on it: use "
+                "this when the topic names a serving pod)");
+  sub->add_option("--resend-interval", opt->resend_interval,
+                  "A subscriber that connects later gets the store's blocks again, at most once per this long "
+                  "(default 5s; 0: never, subscribers then rely on replay)");
   sub->add_option("--medium", opt->medium,
                   "The events' medium (default \"ucm:<store directory name>\", as the vLLM connector names it)");
   sub->add_option("--poll", opt->poll, "How often the store's journals are read (default 1s; 100ms, 5s)");
@@ -44,12 +56,18 @@ void run_events(const EventsCmdOptions& opt) {
   uint64_t ms = 0;
   Status st = parse_option(admin::parse_duration, "--poll", opt.poll, &ms, true);
   if (st.ok()) st = parse_option(admin::parse_duration, "--run-for", opt.run_for, &o.run_for_ms);
+  uint64_t resend_ms = 5000;
+  if (st.ok())
+    st = parse_option(admin::parse_duration, "--resend-interval", opt.resend_interval, &resend_ms, true);
   if (!st.ok()) finish("events", opt.common, st, rep, false);
   o.poll_ms = static_cast<uint32_t>(std::max<uint64_t>(ms, 10));
   o.ns = opt.ns;
   o.endpoint = opt.endpoint;
   o.replay_endpoint = opt.replay_endpoint;
   o.topic = opt.topic;
+  o.data_parallel_rank = opt.dp_rank;
+  o.clear_on_start = !opt.no_clear;
+  o.resend_min_ms = static_cast<uint32_t>(std::min<uint64_t>(resend_ms, UINT32_MAX));
   o.medium = opt.medium;
   o.max_blocks_per_batch = opt.batch_blocks;
   o.buffer_batches = opt.buffer_batches;

@@ -37,7 +37,10 @@ class Publisher {
 
   Status open(std::string* pub_ep, std::string* replay_ep) {
     try {
-      pub_ = zmq::socket_t(ctx_, zmq::socket_type::pub);
+      // XPUB: a PUB socket that also hands over the subscriptions (verbose: every one, also a
+      // topic another subscriber has), so a subscriber that comes late can get the snapshot.
+      pub_ = zmq::socket_t(ctx_, zmq::socket_type::xpub);
+      pub_.set(zmq::sockopt::xpub_verbose, 1);
       pub_.set(zmq::sockopt::sndhwm, static_cast<int>(o_.hwm));
       pub_.set(zmq::sockopt::linger, 1000);
       if (is_bind_endpoint(o_.endpoint)) {
@@ -70,7 +73,7 @@ class Publisher {
       while (end < events.size() && (end == begin || blocks + events[end].hashes.size() <= o_.max_blocks_per_batch))
         blocks += std::max<size_t>(1, events[end++].hashes.size());
       const double ts = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-      std::string payload = encode_kv_event_batch(ts, events, begin, end, medium_);
+      std::string payload = encode_kv_event_batch(ts, events, begin, end, medium_, o_.data_parallel_rank);
       const int64_t seq = static_cast<int64_t>(seq_++);
       // zmq::buffer keeps a pointer: the sequence frame's bytes must outlive the send (a temporary
       // be64() here dangled, and at -O3 the replay frames came out wrong).
@@ -84,6 +87,22 @@ class Publisher {
       begin = end;
       serve_replay(0, rep);  // a long snapshot must not starve replay requests
     }
+  }
+
+  /// Reads the subscription messages that reached the PUB socket; counts, and returns true for,
+  /// subscriptions whose prefix matches the topic (their subscriber receives our messages).
+  bool take_subscriptions(EventsReport* rep) {
+    bool any = false;
+    zmq::message_t m;
+    while (pub_.recv(m, zmq::recv_flags::dontwait)) {
+      const auto* d = static_cast<const char*>(m.data());
+      if (m.size() < 1 || d[0] != 1) continue;  // 0: an unsubscription
+      const std::string prefix(d + 1, m.size() - 1);
+      if (o_.topic.compare(0, prefix.size(), prefix) != 0) continue;
+      ++rep->subscriptions;
+      any = true;
+    }
+    return any;
   }
 
   /// Answers replay requests for up to `wait_ms`.
@@ -168,10 +187,14 @@ Status publish_events_impl(const std::string& store, const EventsOptions& opts, 
     rep->rescans = s.rescans;
     rep->shards = s.shards;
     rep->published = f->published();
+    rep->blocks_resent = s.blocks_resent;
     rep->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  std::vector<KvEvent> events(1);
-  events[0].kind = KvEvent::Kind::kCleared;  // what a router knew of this publisher is stale
+  std::vector<KvEvent> events;
+  if (opts.clear_on_start) {  // what a router knew of this publisher is stale
+    events.emplace_back();
+    events.back().kind = KvEvent::Kind::kCleared;
+  }
   st = f->snapshot(&events, opts.max_blocks_per_batch);
   if (!st.ok()) return st;
   pub.publish(events, rep);
@@ -182,11 +205,21 @@ Status publish_events_impl(const std::string& store, const EventsOptions& opts, 
                   " batches on " + rep->endpoint);
 
   auto last_progress = Clock::now();
+  // Any subscription, also one that came while the snapshot went out, gets the blocks again.
+  Clock::time_point last_resend{};
+  bool resend_due = false;
   while (!(opts.stop && opts.stop->load())) {
     if (opts.run_for_ms && Clock::now() - t0 >= std::chrono::milliseconds(opts.run_for_ms)) break;
     pub.serve_replay(opts.poll_ms, rep);
+    resend_due = (pub.take_subscriptions(rep) && opts.resend_min_ms > 0) || resend_due;
     events.clear();
     st = f->poll(&events, opts.max_blocks_per_batch);
+    if (st.ok() && resend_due && Clock::now() - last_resend >= std::chrono::milliseconds(opts.resend_min_ms)) {
+      st = f->resend(&events, opts.max_blocks_per_batch);
+      resend_due = false;
+      last_resend = Clock::now();
+      ++rep->resends;
+    }
     if (!st.ok()) {
       fill();
       return st;

@@ -90,6 +90,25 @@ class Follower final : public StoreFollower {
     return Status::OK();
   }
 
+  Status resend(std::vector<KvEvent>* out, uint32_t max_run) override {
+    std::unordered_set<Key, KeyHash> sent;  // a block held by several shards goes once
+    for (auto& s : shards_) {
+      std::unordered_map<Key, BlockHash, KeyHash> held;  // held block -> parent
+      Status st = s->view->index().for_each_block(nullptr, [&](const NamespaceId& ns, const BlockHash& h,
+                                                               const fmt::BlockRecord& r) {
+        const Key k{ns, h};
+        if (s->held.count(k) && !sent.count(k)) held.emplace(k, r.parent);
+        return true;
+      });
+      if (!st.ok()) return Status(st.code(), where(*s) + st.message());
+      chain_order(held, [&](const Key& k) {
+        sent.insert(k);
+        publish_stored(*s, k, *meta(*s, k.ns), out, max_run, /*resend=*/true);
+      });
+    }
+    return Status::OK();
+  }
+
   const FollowStats& stats() const override { return stats_; }
   uint64_t published() const override { return count_.size(); }
 
@@ -173,15 +192,18 @@ class Follower final : public StoreFollower {
   }
 
   // Publishes block k (held by shard s, count already 1) as stored; on failure undoes the hold.
-  void publish_stored(Shard& s, const Key& k, const NsMeta& m, std::vector<KvEvent>* out, uint32_t max_run) {
+  // `resend`: k was published before (resend()): counted apart, nothing undone on failure.
+  void publish_stored(Shard& s, const Key& k, const NsMeta& m, std::vector<KvEvent>* out, uint32_t max_run,
+                      bool resend = false) {
     std::vector<uint32_t> ids;
     BlockHash parent{};
     if (!read_tokens(s, k, &ids, &parent) || ids.size() != m.block_size) {
+      if (resend) return;
       s.held.erase(k);
       count_.erase(k);
       return;
     }
-    ++stats_.blocks_stored;
+    ++(resend ? stats_.blocks_resent : stats_.blocks_stored);
     if (!out->empty()) {
       KvEvent& b = out->back();
       if (b.kind == KvEvent::Kind::kStored && b.ns == k.ns && b.hashes.back() == parent && b.hashes.size() < max_run) {
@@ -222,6 +244,31 @@ class Follower final : public StoreFollower {
     out->push_back(std::move(e));
   }
 
+  // Calls visit(k) for every block of `blocks` (block -> parent), parents before children: depth
+  // first from the blocks whose parent is not among them.
+  template <class F>
+  static void chain_order(const std::unordered_map<Key, BlockHash, KeyHash>& blocks, const F& visit) {
+    std::unordered_map<Key, std::vector<BlockHash>, KeyHash> children;  // (ns, parent) -> children
+    std::vector<Key> roots;
+    for (const auto& [k, parent] : blocks) {
+      const Key pk{k.ns, parent};
+      if (blocks.count(pk)) children[pk].push_back(k.h);
+      else roots.push_back(k);
+    }
+    std::vector<Key> stack;
+    for (auto r = roots.rbegin(); r != roots.rend(); ++r) {
+      stack.push_back(*r);
+      while (!stack.empty()) {
+        const Key k = stack.back();
+        stack.pop_back();
+        visit(k);
+        auto c = children.find(k);
+        if (c == children.end()) continue;
+        for (auto h = c->second.rbegin(); h != c->second.rend(); ++h) stack.push_back(Key{k.ns, *h});
+      }
+    }
+  }
+
   // Reads the shard's blocks at one catch-up point and publishes the difference with what it
   // held: removals, then the new blocks in chain order (parents first).
   Status rescan(Shard& s, std::vector<KvEvent>* out, uint32_t max_run) {
@@ -250,30 +297,12 @@ class Follower final : public StoreFollower {
       s.held.erase(k);
       drop(k, out, max_run);
     }
-    // New blocks, parents before children: depth-first from the blocks whose parent is not new.
-    std::unordered_map<Key, std::vector<BlockHash>, KeyHash> children;  // (ns, parent) -> new children
-    std::vector<Key> roots;
-    for (const auto& [k, parent] : cur) {
-      if (s.held.count(k)) continue;
-      const Key pk{k.ns, parent};
-      if (cur.count(pk) && !s.held.count(pk))
-        children[pk].push_back(k.h);
-      else
-        roots.push_back(k);
-    }
-    std::vector<Key> stack;
-    for (auto r = roots.rbegin(); r != roots.rend(); ++r) {
-      stack.push_back(*r);
-      while (!stack.empty()) {
-        const Key k = stack.back();
-        stack.pop_back();
-        s.held.insert(k);
-        if (++count_[k] == 1) publish_stored(s, k, *meta(s, k.ns), out, max_run);
-        auto c = children.find(k);
-        if (c == children.end()) continue;
-        for (auto h = c->second.rbegin(); h != c->second.rend(); ++h) stack.push_back(Key{k.ns, *h});
-      }
-    }
+    // New blocks, parents before children.
+    for (auto it = cur.begin(); it != cur.end();) it = s.held.count(it->first) ? cur.erase(it) : std::next(it);
+    chain_order(cur, [&](const Key& k) {
+      s.held.insert(k);
+      if (++count_[k] == 1) publish_stored(s, k, *meta(s, k.ns), out, max_run);
+    });
     return Status::OK();
   }
 

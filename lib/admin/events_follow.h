@@ -40,6 +40,7 @@ struct KvEvent {
 struct FollowStats {
   uint64_t blocks_stored = 0;    ///< blocks published as stored
   uint64_t blocks_removed = 0;   ///< blocks published as removed
+  uint64_t blocks_resent = 0;    ///< blocks published again as stored by resend()
   uint64_t without_tokens = 0;   ///< blocks seen without token ids (not published)
   uint64_t unreadable = 0;       ///< blocks whose ids could not be read (gone, corrupt: not published)
   uint64_t rescans = 0;          ///< shard rescans (journal trimmed past us, index rebuilt, new shard)
@@ -57,6 +58,10 @@ class StoreFollower {
   virtual Status snapshot(std::vector<KvEvent>* out, uint32_t max_run) = 0;
   /// Appends the changes since the last snapshot()/poll(), in journal order per shard.
   virtual Status poll(std::vector<KvEvent>* out, uint32_t max_run) = 0;
+  /// Appends BlockStored events again for every block published now, parents before children (as
+  /// snapshot()), reading their ids again: what a subscriber that came after the snapshot needs.
+  /// Call right after poll(). Changes nothing that is published.
+  virtual Status resend(std::vector<KvEvent>* out, uint32_t max_run) = 0;
   virtual const FollowStats& stats() const = 0;
   /// Blocks currently published (stored and not removed).
   virtual uint64_t published() const = 0;

@@ -25,6 +25,9 @@ std::string EventsReport::to_json() const {
   j["rescans"] = rescans;
   j["shards"] = shards;
   j["replay_requests"] = replay_requests;
+  j["subscriptions"] = subscriptions;
+  j["resends"] = resends;
+  j["blocks_resent"] = blocks_resent;
   j["seconds"] = seconds;
   return j.dump();
 }
@@ -39,6 +42,8 @@ std::string EventsReport::to_text() const {
   o << "not published    " << without_tokens << " blocks without token ids, " << unreadable << " unreadable\n";
   o << "store            " << shards << (shards == 1 ? " shard" : " shards") << ", " << rescans << " rescans; "
     << replay_requests << " replay requests; " << seconds << " s\n";
+  o << "subscribers      " << subscriptions << " subscriptions; " << resends << " snapshots sent again (" << blocks_resent
+    << " blocks)\n";
   return o.str();
 }
 

@@ -59,13 +59,14 @@ void event(Packer& p, const KvEvent& e, const std::string& medium) {
 }  // namespace
 
 std::string encode_kv_event_batch(double ts, const std::vector<KvEvent>& events, size_t begin, size_t end,
-                                  const std::string& medium) {
+                                  const std::string& medium, int dp_rank) {
   msgpack::sbuffer buf;
   Packer p(buf);
-  p.pack_array(2);
+  p.pack_array(dp_rank < 0 ? 2 : 3);
   p.pack_double(ts);
   p.pack_array(static_cast<uint32_t>(end - begin));
   for (size_t i = begin; i < end; ++i) event(p, events[i], medium);
+  if (dp_rank >= 0) p.pack_int32(dp_rank);
   return std::string(buf.data(), buf.size());
 }
 

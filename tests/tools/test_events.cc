@@ -279,11 +279,19 @@ TEST(Events, BatchLayoutIsVllmsKVEventBatch) {
   evs[1].has_parent = false;
   evs[2].kind = KvEvent::Kind::kRemoved;
   evs[2].hashes = {BlockHash{3}};
-  const std::string b = admin::encode_kv_event_batch(1234.5, evs, 0, 3, "ucm:corpus");
+  const std::string b = admin::encode_kv_event_batch(1234.5, evs, 0, 3, "ucm:corpus", 0);
   msgpack::object_handle oh = msgpack::unpack(b.data(), b.size());
   const msgpack::object& o = oh.get();
   ASSERT_EQ(o.type, msgpack::type::ARRAY);
-  ASSERT_EQ(o.via.array.size, 2u);  // [ts, events]: data_parallel_rank omitted (None)
+  ASSERT_EQ(o.via.array.size, 3u);  // [ts, events, data_parallel_rank], as vLLM's publisher stamps it
+  EXPECT_EQ(o.via.array.ptr[2].type, msgpack::type::POSITIVE_INTEGER);
+  EXPECT_EQ(o.via.array.ptr[2].as<int>(), 0);
+  {  // rank 3; and None: omitted, the class default
+    const std::string r3 = admin::encode_kv_event_batch(1.0, evs, 0, 1, "m", 3);
+    EXPECT_EQ(msgpack::unpack(r3.data(), r3.size()).get().via.array.ptr[2].as<int>(), 3);
+    const std::string none = admin::encode_kv_event_batch(1.0, evs, 0, 1, "m", -1);
+    EXPECT_EQ(msgpack::unpack(none.data(), none.size()).get().via.array.size, 2u);
+  }
   EXPECT_EQ(o.via.array.ptr[0].type, msgpack::type::FLOAT64);
   EXPECT_EQ(o.via.array.ptr[0].as<double>(), 1234.5);
   const msgpack::object& events = o.via.array.ptr[1];
@@ -330,6 +338,7 @@ TEST(Events, PublishesVllmFramesAndAnswersReplay) {
   o.replay_endpoint = "tcp://127.0.0.1:0";
   o.topic = "kv";
   o.poll_ms = 50;
+  o.resend_min_ms = 0;  // the sequence numbers below: no snapshot sent again for the subscriber
   o.stop = &stop;
   o.on_ready = [&](const std::string& p, const std::string& r) { ready.set_value({p, r}); };
   admin::EventsReport rep;
@@ -396,6 +405,76 @@ TEST(Events, PublishesVllmFramesAndAnswersReplay) {
   EXPECT_EQ(rep.batches, 2u);
   EXPECT_EQ(rep.blocks_stored, 6u);
   EXPECT_EQ(rep.replay_requests, 1u);
+}
+
+// A subscriber that connects after the snapshot went out gets the store's blocks again on the PUB
+// socket (XPUB), without AllBlocksCleared; one whose subscription does not match the topic does not
+// make it happen; with --no-clear the first snapshot has no AllBlocksCleared either.
+TEST(Events, LateSubscriberGetsTheSnapshotAgain) {
+  TempDir dir("late");
+  Chain a;
+  start_chain(dir.path, 4, 23, 4, &a);
+  ASSERT_FALSE(HasFailure());
+  std::atomic<bool> stop{false};
+  std::promise<std::string> ready;
+  admin::EventsOptions o;
+  o.endpoint = "tcp://*:0";
+  o.replay_endpoint.clear();
+  o.topic = "kv@ucm-store@SmolLM2";
+  o.poll_ms = 20;
+  o.resend_min_ms = 1;
+  o.clear_on_start = false;
+  o.stop = &stop;
+  o.on_ready = [&](const std::string& p, const std::string&) { ready.set_value(p); };
+  admin::EventsReport rep;
+  Status result;
+  std::thread t([&] { result = admin::publish_events(dir.path, o, &rep); });
+  struct Join {  // an ASSERT below returns early: stop the publisher first
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  } join{stop, t};
+  const std::string bound = ready.get_future().get();
+  const std::string ep = "tcp://127.0.0.1:" + bound.substr(bound.rfind(':') + 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the first snapshot is out: nobody heard it
+
+  zmq::context_t ctx;
+  zmq::socket_t other(ctx, zmq::socket_type::sub);  // another topic: no resend for it
+  other.set(zmq::sockopt::subscribe, "zz");
+  other.connect(ep);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+
+  zmq::socket_t sub(ctx, zmq::socket_type::sub);  // llm-d's filter
+  sub.set(zmq::sockopt::subscribe, "kv@");
+  sub.set(zmq::sockopt::rcvtimeo, 10000);
+  sub.connect(ep);
+  std::vector<zmq::message_t> f;
+  ASSERT_TRUE(zmq::recv_multipart(sub, std::back_inserter(f)));
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[0].to_string(), o.topic);
+  EXPECT_EQ(f[1].to_string(), std::string("\0\0\0\0\0\0\0\1", 8));  // after the first snapshot's batch
+  msgpack::object_handle h = msgpack::unpack(static_cast<const char*>(f[2].data()), f[2].size());
+  const msgpack::object& evs = h.get().via.array.ptr[1];
+  ASSERT_EQ(evs.via.array.size, 1u);  // the 4-block run, no AllBlocksCleared
+  const msgpack::object& ev = evs.via.array.ptr[0];
+  std::map<std::string, msgpack::object> m;
+  for (uint32_t i = 0; i < ev.via.map.size; ++i) m[ev.via.map.ptr[i].key.as<std::string>()] = ev.via.map.ptr[i].val;
+  EXPECT_EQ(m["type"].as<std::string>(), "BlockStored");
+  ASSERT_EQ(m["block_hashes"].via.array.size, 4u);
+  EXPECT_TRUE(m["parent_block_hash"].is_nil());
+  stop = true;
+  t.join();
+  ASSERT_TRUE(result.ok()) << result.ToString();
+  EXPECT_EQ(rep.subscriptions, 1u);  // "zz" does not match the topic
+  EXPECT_EQ(rep.resends, 1u);
+  EXPECT_EQ(rep.blocks_resent, 4u);
+  EXPECT_EQ(rep.blocks_stored, 4u);  // published once; resent apart
+  EXPECT_EQ(rep.batches, 2u);
+  // The first snapshot had no AllBlocksCleared (clear_on_start off): its one event is the run.
+  EXPECT_EQ(rep.events, 2u);
 }
 
 }  // namespace

@@ -56,22 +56,28 @@ class Subscriber:
     """vLLM's subscriber pattern (examples/online_serving/kv_events_subscriber.py of vLLM): a SUB
     socket for live batches, a DEALER on the replay socket asking for what it missed."""
 
-    def __init__(self, endpoint, replay_endpoint):
+    def __init__(self, endpoint, replay_endpoint, topic=""):
         import msgspec
         import zmq
         from vllm.distributed.kv_events import KVEventBatch
         self.zmq = zmq
         self.decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
+        self.encoder = msgspec.msgpack.Encoder()  # what vLLM's ZmqEventPublisher encodes with
         self.ctx = zmq.Context()
         self.sub = self.ctx.socket(zmq.SUB)
         self.sub.connect(endpoint)
-        self.sub.setsockopt_string(zmq.SUBSCRIBE, "")
+        self.sub.setsockopt_string(zmq.SUBSCRIBE, topic)
         self.replay = self.ctx.socket(zmq.DEALER)
         self.replay.connect(replay_endpoint)
         self.batches = {}  # seq -> KVEventBatch
 
     def _take(self, seq, payload):
-        self.batches.setdefault(seq, self.decoder.decode(payload))  # raises on anything vLLM would not read
+        batch = self.decoder.decode(payload)  # raises on anything vLLM would not read
+        # The bytes vLLM's own publisher writes for the same batch: [ts, events, data_parallel_rank],
+        # each event a map in its class's field order.
+        assert self.encoder.encode(batch) == payload, (batch, payload.hex())
+        assert batch.data_parallel_rank == 0
+        self.batches.setdefault(seq, batch)
 
     def ask_replay(self, start):
         self.replay.send_multipart([b"", start.to_bytes(8, "big")])
@@ -82,13 +88,13 @@ class Subscriber:
                 return
             self._take(seq, payload)
 
-    def drain(self, seconds):
+    def drain(self, seconds, replay=True):
         end = time.time() + seconds
         while time.time() < end:
             if self.sub.poll(100):
                 topic, seq, payload = self.sub.recv_multipart()
                 self._take(int.from_bytes(seq, "big"), payload)
-        if self.batches:  # a gap (the slow-joiner start, or a dropped message): replay it
+        if self.batches and replay:  # a gap (the slow-joiner start, or a dropped message): replay it
             missing = [s for s in range(max(self.batches) + 1) if s not in self.batches]
             if missing:
                 self.ask_replay(missing[0])
@@ -156,7 +162,8 @@ def test_ucm_events_in_vllms_wire_format(tmp_path):
         stored = [e for e in snap if type(e).__name__ == "BlockStored"]
         medium = ucm.event_medium(str(store))
         assert medium == "ucm:corpus-store" and all(e.medium == medium for e in stored)
-        n_snap = sum(len(e.block_hashes) for e in stored)
+        # Blocks, not announcements: the subscription may also have had the snapshot sent again.
+        n_snap = len({h for e in stored for h in e.block_hashes})
 
         # What the store holds, through the library.
         with ucm.Store(str(store)) as s:
@@ -178,6 +185,14 @@ def test_ucm_events_in_vllms_wire_format(tmp_path):
         index = router_index(snap)
         for d in docs:
             assert router_prefix_blocks(index, d["token_ids"], bs) == len(d["token_ids"]) // bs, d["id"]
+
+        # A router that starts later, with llm-d's filter and without asking for a replay: its
+        # subscription (XPUB) makes ucm send the store's blocks again.
+        late = Subscriber(f"tcp://127.0.0.1:{port}", rep, topic="")
+        late.drain(7.0, replay=False)  # --resend-interval: 5 s after the first subscriber's
+        late_index = router_index(late.events())
+        for d in docs:
+            assert router_prefix_blocks(late_index, d["token_ids"], bs) == len(d["token_ids"]) // bs, d["id"]
 
         # Live: a writer adds two documents, then gc halves the store.
         precompute(later_file, store)
@@ -214,5 +229,6 @@ def test_ucm_events_in_vllms_wire_format(tmp_path):
     assert proc.returncode == 0, err
     report = json.loads(out)
     assert report["snapshot_blocks"] == n_snap and report["blocks_removed"] == len(removed)
+    assert report["subscriptions"] >= 2 and report["resends"] >= 1
     print(f"\nucm events: snapshot {n_snap} blocks; live +{len(added)} / -{len(removed)}; "
           f"{report['batches']} batches, {report['replay_requests']} replay requests; report {report}")

@@ -19,7 +19,19 @@ struct EventsOptions {
   /// ROUTER socket answering replay requests (an 8-byte big-endian start sequence; replies
   /// (topic, seq, payload) per buffered batch, then ("", -1, "")); "" = none.
   std::string replay_endpoint = "tcp://*:5558";
-  std::string topic;                             ///< first frame of every message (vLLM's default "")
+  /// First frame of every message (vLLM's default ""). llm-d's indexer subscribes to "kv@" and reads
+  /// the pod and model from "kv@<pod>@<model>" (docs/operations.md).
+  std::string topic;
+  /// The batches' data_parallel_rank, as vLLM's publishers stamp theirs (0 without data
+  /// parallelism); < 0: None (omitted: [ts, events]).
+  int data_parallel_rank = 0;
+  /// Publish AllBlocksCleared before the first snapshot (what a router knew of this publisher is
+  /// stale). Off where the topic names a serving pod whose own entries a pod-wide clear would wipe.
+  bool clear_on_start = true;
+  /// A subscription that arrives after the first snapshot (the PUB socket is a ZeroMQ XPUB) gets
+  /// the store's current blocks again, at most once per this many ms (later ones wait for it);
+  /// 0: never (subscribers then rely on replay).
+  uint32_t resend_min_ms = 5000;
   std::string medium;                            ///< "" = kv_event_medium(store) ("ucm:<dir name>")
   uint32_t poll_ms = 1000;                       ///< how often the journals are read
   uint32_t max_blocks_per_batch = 1024;          ///< blocks per KVEventBatch (and per event)
@@ -45,14 +57,17 @@ struct EventsReport {
   uint64_t rescans = 0;         ///< shard rescans (journal trimmed past us, index rebuilt, new shard)
   uint64_t shards = 0;
   uint64_t replay_requests = 0;
+  uint64_t subscriptions = 0;   ///< subscriptions seen on the PUB socket that match the topic
+  uint64_t resends = 0;         ///< snapshots sent again for them
+  uint64_t blocks_resent = 0;   ///< blocks in those
   double seconds = 0;
   std::string to_json() const;
   std::string to_text() const;
 };
 
-/// Publishes AllBlocksCleared, then the store's blocks with ids as BlockStored,
+/// Publishes AllBlocksCleared (clear_on_start), then the store's blocks with ids as BlockStored,
 /// parents first, then follows every shard's journal (store_v1.md §5.5) every poll_ms until
-/// *opts.stop or run_for_ms. Needs only read access to the store. Errors: InvalidArgument (not
+/// *opts.stop or run_for_ms; a new subscriber gets the current blocks again (resend_min_ms). Needs only read access to the store. Errors: InvalidArgument (not
 /// a store, unknown namespace, bad endpoint), IOError (a socket cannot bind), NotSupported (built
 /// without libzmq), and the store's errors.
 Status publish_events(const std::string& store, const EventsOptions& opts, EventsReport* report);
