@@ -10,7 +10,8 @@ install(TARGETS ucm EXPORT ucmTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 set(UCM_PUBLIC_HEADERS ${PROJECT_SOURCE_DIR}/lib/include/ucm/ucm.h ${PROJECT_SOURCE_DIR}/lib/include/ucm/retrieval.h
-                       ${PROJECT_SOURCE_DIR}/lib/include/ucm/blend.h ${UCM_GENERATED_INCLUDE}/ucm/version.h)
+                       ${PROJECT_SOURCE_DIR}/lib/include/ucm/blend.h ${PROJECT_SOURCE_DIR}/lib/include/ucm/corpus.h
+                       ${UCM_GENERATED_INCLUDE}/ucm/version.h)
 install(FILES ${UCM_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ucm)
 install(EXPORT ucmTargets NAMESPACE ucm:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ucm)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ucmConfig.cmake.in

@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log"
 # Exactly the C ABI headers (docs/library.md, "Installed headers"); no C++ header.
 headers=$(cd "$tmp/prefix/include/ucm" && ls | tr '\n' ' ')
-test "$headers" = "blend.h retrieval.h ucm.h version.h " || { echo "installed headers: $headers" >&2; exit 1; }
+test "$headers" = "blend.h corpus.h retrieval.h ucm.h version.h " || { echo "installed headers: $headers" >&2; exit 1; }
 ls -l "$tmp/prefix/lib/" | grep -q 'libucm.so ->' || { echo "libucm.so symlink missing" >&2; exit 1; }
 soname=$(objdump -p "$tmp/prefix/lib/libucm.so" | awk '/SONAME/ {print $2}')
 echo "installed $(basename "$(readlink -f "$tmp/prefix/lib/libucm.so")"), SONAME $soname"

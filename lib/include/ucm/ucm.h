@@ -19,9 +19,10 @@
  *    thread uses the task. Close a store only after every task it created has been freed
  *    (ucm_task_free waits for a task that is still running). The log callback (ucm_log_set_callback)
  *    is called from libucm's own threads as well as from the caller's.
- *  - Structs that grow (every params and info struct of ucm.h, ucm/retrieval.h and ucm/blend.h):
- *    the first field is `uint32_t struct_size`, which the caller sets to the sizeof of the struct
- *    it was compiled with (the defaults calls set it). A release may add fields at the end only.
+ *  - Structs that grow (every params and info struct of ucm.h, ucm/retrieval.h, ucm/blend.h and
+ *    ucm/corpus.h): the first field is `uint32_t struct_size`, which the caller sets to the
+ *    sizeof of the struct it was compiled with (the defaults calls set it). A release may add
+ *    fields at the end only.
  *    libucm accepts any struct_size from the struct's minimum (the size of its first release,
  *    given at each struct) upwards:
  *      - in-structs: the fields beyond the caller's struct_size are not read; they take their
@@ -33,7 +34,8 @@
  *        them, and leaves struct_size as the caller set it;
  *      - a struct_size below the minimum is UCM_E_INVALID (the message gives the minimum).
  *  - Sized outputs (ucm_store_namespace_find, ucm_store_namespace_list, ucm_store_attachment_get,
- *    ucm_store_document_get, ucm_store_metrics): the output goes into a caller buffer buf[cap].
+ *    ucm_store_document_get, ucm_store_metrics, ucm_corpus_template): the output goes into a
+ *    caller buffer buf[cap].
  *    The length out-parameter (desc_len, len: may be NULL where documented) is always set to the
  *    length the output needs, in bytes, without the NUL of a text. Then:
  *      - buf NULL: a size query; nothing is written, and the call returns UCM_OK;

@@ -1,10 +1,11 @@
 /* A tiny program built against an installed ucm (tests/install/check_install.sh): opens a new
- * store through the C ABI, hashes a block, takes the retrieval and blend defaults (so that every
- * installed header compiles as C), and prints the library version. */
+ * store through the C ABI, hashes a block, takes the retrieval, blend and corpus defaults (so
+ * that every installed header compiles as C), and prints the library version. */
 #include <stdio.h>
 #include <string.h>
 
 #include <ucm/blend.h>
+#include <ucm/corpus.h>
 #include <ucm/retrieval.h>
 #include <ucm/ucm.h>
 
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
   if (rc != UCM_OK || nb != 1) return 1;
   ucm_retriever_params rp = ucm_retriever_default_params();
   ucm_rope_params rope = ucm_rope_default_params();
-  if (rp.struct_size != sizeof rp || rope.struct_size != sizeof rope) return 1;
+  ucm_corpus_open_params cp = ucm_corpus_default_open_params();
+  if (rp.struct_size != sizeof rp || rope.struct_size != sizeof rope || cp.struct_size != sizeof cp) return 1;
   printf("consumer: libucm %s ok\n", ucm_version());
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "ucm/blend.h"
+#include "ucm/corpus.h"
 #include "ucm/retrieval.h"
 #include "ucm/status.h"
 #include "ucm/ucm.h"
@@ -50,6 +51,9 @@ inline constexpr size_t kMinStructSize<ucm_blend_select_params> =
 // 0.6.0: the layout changed (uint32_t struct_size), so this release is the first.
 template <>
 inline constexpr size_t kMinStructSize<ucm_rope_params> = sizeof(ucm_rope_params);
+// corpus.h, 0.10.0.
+template <>
+inline constexpr size_t kMinStructSize<ucm_corpus_open_params> = sizeof(ucm_corpus_open_params);
 
 template <class T>
 constexpr void static_check_struct() {
