@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "ucm/blend.h"
+#include "ucm/corpus.h"
 #include "ucm/retrieval.h"
 #include "ucm/ucm.h"
 
@@ -75,6 +76,12 @@ int main(void) {
   F(ucm_store_dump_params, struct_size); F(ucm_store_dump_params, reprs); F(ucm_store_dump_params, repr_lens);
   F(ucm_store_dump_params, tokens); F(ucm_store_dump_params, kv_pages); F(ucm_store_dump_params, token_stride);
   F(ucm_store_dump_params, head_stride);
+  close_struct();
+  S(ucm_corpus_open_params);
+  F(ucm_corpus_open_params, struct_size); F(ucm_corpus_open_params, strict); F(ucm_corpus_open_params, suffix);
+  F(ucm_corpus_open_params, glob); F(ucm_corpus_open_params, limit); F(ucm_corpus_open_params, shard_index);
+  F(ucm_corpus_open_params, shard_count); F(ucm_corpus_open_params, on_issue);
+  F(ucm_corpus_open_params, on_issue_data);
   close_struct();
   printf("\n}\n");
   return 0;

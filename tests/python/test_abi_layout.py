@@ -21,6 +21,7 @@ MIRROR = {
     "ucm_blend_select_params": L.BlendSelectParamsC,
     "ucm_store_load_params": L.LoadParamsC,
     "ucm_store_dump_params": L.DumpParamsC,
+    "ucm_corpus_open_params": L.CorpusOpenParamsC,
 }
 
 
@@ -52,7 +53,8 @@ def test_size_and_offsets_match_the_c_layout(c_layout, name):
                                     ("ucm_store_default_dump_params", L.DumpParamsC),
                                     ("ucm_retriever_default_params", L.RetrieverParamsC),
                                     ("ucm_rope_default_params", L.RopeParamsC),
-                                    ("ucm_blend_select_default_params", L.BlendSelectParamsC)])
+                                    ("ucm_blend_select_default_params", L.BlendSelectParamsC),
+                                    ("ucm_corpus_default_open_params", L.CorpusOpenParamsC)])
 def test_the_library_defaults_say_the_same_size(fn, cls):
     """struct_size as the loaded libucm sets it: a package beside an older or newer library."""
     p = getattr(L.lib(), fn)()

@@ -23,6 +23,7 @@ import pytest
 
 import ucm
 from doc_corpus import run, write_corpus
+from ucm.corpus import read_template
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ["c-api/apiabiversion.rst.txt", "library/pickletools.rst.txt", "library/sched.rst.txt",
@@ -52,9 +53,7 @@ def server_tok(model_dir):
 
 
 def template_parts():
-    t = TEMPLATE.read_text(encoding="utf-8")
-    i = t.find("{document}")
-    return (t, "") if i < 0 else (t[:i], t[i + len("{document}"):])
+    return read_template(str(TEMPLATE))  # split as precompute splits it (ucm/corpus.h)
 
 
 def server_prompt_ids(tok, text):

@@ -1,7 +1,8 @@
 """ucm: durable, shareable LLM KV caches. The Python package over libucm's C ABI.
 
-A thin ctypes layer: libucm's C ABI (ucm/ucm.h, ucm/retrieval.h, ucm/blend.h) stays the one
-contract; nothing is compiled at install time and torch is never imported. Guide: docs/python.md.
+A thin ctypes layer: libucm's C ABI (ucm/ucm.h, ucm/retrieval.h, ucm/blend.h, ucm/corpus.h) stays
+the one contract; nothing is compiled at install time and torch is never imported. Guide:
+docs/python.md.
 
     import ucm
     with ucm.Store("stores/python311-doc") as store:

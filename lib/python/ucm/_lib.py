@@ -1,4 +1,5 @@
-"""Loading libucm.so and declaring its C ABI (ucm/ucm.h, ucm/retrieval.h, ucm/blend.h) for ctypes.
+"""Loading libucm.so and declaring its C ABI (ucm/ucm.h, ucm/retrieval.h, ucm/blend.h, ucm/corpus.h)
+for ctypes.
 
 The library is searched, in order, at:
   1. ``$UCM_LIB`` (a path; when set, nothing else is tried);
@@ -31,6 +32,8 @@ REPR_R0, REPR_R1, REPR_R4 = 0x1, 0x2, 0x4
 POLICY_ESA, POLICY_QUEST, POLICY_GSA, POLICY_PSA = 0, 1, 2, 3
 # ucm/blend.h
 ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_LLAMA3 = 0, 1, 2
+# ucm/corpus.h
+CORPUS_MALFORMED, CORPUS_EMPTY = 1, 2
 
 u8p = C.POINTER(C.c_uint8)
 u32p = C.POINTER(C.c_uint32)
@@ -90,6 +93,14 @@ class BlendSelectParamsC(C.Structure):
 
 LOG_CALLBACK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_void_p)
 LAYER_CALLBACK = C.CFUNCTYPE(None, C.c_uint32, C.c_int, C.c_void_p)
+CORPUS_ISSUE_CALLBACK = C.CFUNCTYPE(None, C.c_int32, C.c_char_p, C.c_char_p, C.c_void_p)
+
+
+class CorpusOpenParamsC(C.Structure):
+    """ucm_corpus_open_params (ucm 0.10.0)."""
+    _fields_ = [("struct_size", C.c_uint32), ("strict", C.c_int32), ("suffix", C.c_char_p), ("glob", C.c_char_p),
+                ("limit", C.c_uint64), ("shard_index", C.c_uint64), ("shard_count", C.c_uint64),
+                ("on_issue", CORPUS_ISSUE_CALLBACK), ("on_issue_data", C.c_void_p)]
 
 
 class LoadParamsC(C.Structure):
@@ -108,7 +119,7 @@ class DumpParamsC(C.Structure):
 
 _I = C.c_int  # return codes (and plain ints: devices, timeouts)
 _E = C.c_int32  # enum-like values passed in: UCM_DEST_*, UCM_DTYPE_*, UCM_LOG_* (ucm.h conventions)
-# name: (restype, argtypes). Every function of the three public headers.
+# name: (restype, argtypes). Every function of the four public headers.
 SIGNATURES = {
     # ucm/ucm.h
     "ucm_version": (C.c_char_p, []),
@@ -180,6 +191,13 @@ SIGNATURES = {
                                        u32p, C.c_size_t, szp, f32p]),
     "ucm_blend_select_relevant": (_I, [C.POINTER(BlendSelectParamsC), f32p, f32p, u32p, f32p, C.c_size_t,
                                        C.c_size_t, u32p, C.c_size_t, szp, f32p]),
+    # ucm/corpus.h
+    "ucm_corpus_default_open_params": (CorpusOpenParamsC, []),
+    "ucm_corpus_open": (_I, [C.c_char_p, C.POINTER(CorpusOpenParamsC), vpp]),
+    "ucm_corpus_next": (_I, [C.c_void_p, vpp, szp]),
+    "ucm_corpus_stats": (_I, [C.c_void_p, u64p, u64p, u64p]),
+    "ucm_corpus_close": (None, [C.c_void_p]),
+    "ucm_corpus_template": (_I, [C.c_char_p, C.c_char_p, C.c_size_t, szp]),
 }
 
 _lock = threading.Lock()

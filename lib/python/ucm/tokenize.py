@@ -9,9 +9,10 @@ per document that `ucm precompute --corpus` takes as it is:
     {"id": ..., "source": ..., "token_ids": [...]}                       (whole-prompt mode)
     {"id": ..., "source": ..., "token_ids": [...], "prefix_tokens": P}   (--chunks: C ++ D)
 
-Ids and order follow ucm's corpus reader (docs/corpus.md): a directory gives every file (with
---corpus-suffix) in bytewise order of its relative path; a JSONL file its entries, with "id" as
-written (absent: the line number). transformers is imported only when this runs.
+The corpus is read by ucm's corpus reader, the one precompute uses (libucm's ucm/corpus.h,
+docs/corpus.md): a directory gives every file (with --corpus-suffix) in bytewise order of its
+relative path; a JSONL file its entries, with "id" as written (absent: the line number); the
+template is split by the same reader. transformers is imported only when this runs.
 
     python -m ucm.tokenize --tokenizer models/SmolLM2-135M-Instruct \\
         --template configs/template_chat.txt --corpus /usr/share/doc/python3.11/html/_sources \\
@@ -24,89 +25,21 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional
 
-
-def read_template(path: Optional[str]) -> Tuple[str, str]:
-    """(prefix, suffix) of a template file: split at the first "{document}", else all prefix."""
-    if not path:
-        return "", ""
-    text = Path(path).read_bytes().decode("utf-8")
-    i = text.find("{document}")
-    return (text, "") if i < 0 else (text[:i], text[i + len("{document}"):])
-
-
-def _number_as_written(value: Any) -> str:
-    # ucm's reader writes a numeric id as nlohmann::json dumps it: integers plainly, floats
-    # shortest round-trip (json.dumps agrees for the common cases).
-    return json.dumps(value)
+from .corpus import Corpus, read_template  # noqa: F401  (read_template: ucm.vllm.precompute uses it)
 
 
 def read_corpus(corpus: str, suffix: str = "", limit: int = 0) -> Iterator[Dict[str, Any]]:
-    """Entries of a corpus in ucm's order: {"id", "source", "text"} or, for JSONL entries that carry
-    token_ids already, {"id", "source", "token_ids", ...} (passed through). Malformed entries are
-    reported on stderr and left out, as precompute would skip them."""
-    p = Path(corpus)
-    n = 0
-    if p.is_dir():
-        files = []
-        for root, _dirs, names in os.walk(p, followlinks=False):
-            for name in names:
-                f = Path(root) / name
-                if not f.is_file() or (suffix and not name.endswith(suffix)):
-                    continue
-                files.append(f.relative_to(p).as_posix())
-        for rel in sorted(files, key=lambda s: s.encode()):
-            if limit and n >= limit:
-                return
-            data = (p / rel).read_bytes()
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                print(f"ucm.tokenize: {p / rel}: invalid UTF-8 at byte {e.start}, skipped", file=sys.stderr)
-                continue
-            if not text:
-                continue
-            n += 1
-            yield {"id": rel, "source": str(p / rel), "text": text}
-        return
-    with open(p, "rb") as fh:
-        for line_no, raw in enumerate(fh, 1):
-            if limit and n >= limit:
-                return
-            line = raw.decode("utf-8", "replace")
-            if not line.strip(" \t\r\n"):
-                continue
-            loc = f"{p}:{line_no}"
-            try:
-                j = json.loads(line)
-            except json.JSONDecodeError as e:
-                print(f"ucm.tokenize: {loc}: bad JSON ({e}), skipped", file=sys.stderr)
-                continue
-            if not isinstance(j, dict) or ("text" not in j and "token_ids" not in j):
-                print(f"ucm.tokenize: {loc}: not an object with \"text\", skipped", file=sys.stderr)
-                continue
-            if "id" not in j:
-                doc_id = str(line_no)
-            elif isinstance(j["id"], str):
-                doc_id = j["id"]
-            elif isinstance(j["id"], (int, float)) and not isinstance(j["id"], bool):
-                doc_id = _number_as_written(j["id"])
-            else:
-                print(f"ucm.tokenize: {loc}: \"id\" is neither a string nor a number, skipped", file=sys.stderr)
-                continue
-            n += 1
-            out = {"id": doc_id, "source": loc}
-            if "token_ids" in j:
-                out["token_ids"] = j["token_ids"]
-                if "prefix_tokens" in j:
-                    out["prefix_tokens"] = j["prefix_tokens"]
-            else:
-                if not isinstance(j["text"], str) or not j["text"]:
-                    print(f"ucm.tokenize: {loc}: \"text\" is not a non-empty string, skipped", file=sys.stderr)
-                    continue
-                out["text"] = j["text"]
-            yield out
+    """Entries of a corpus as `ucm precompute` reads them, through libucm's corpus reader
+    (ucm.corpus.Corpus, ucm/corpus.h): {"id", "source", "text"} or, for JSONL entries that carry
+    token_ids already, {"id", "source", "token_ids"[, "prefix_tokens"]}. Skipped entries (malformed,
+    empty) are reported on stderr and left out, as precompute skips them."""
+    def report(kind: str, location: str, reason: str) -> None:
+        print(f"ucm.tokenize: {location}: {reason}, skipped ({kind})", file=sys.stderr)
+
+    with Corpus(corpus, suffix=suffix, limit=limit, on_issue=report) as c:
+        yield from c
 
 
 def load_tokenizer(name_or_dir: str):
