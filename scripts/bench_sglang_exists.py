@@ -39,6 +39,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--ucm", default=str(ROOT / "build/bin/ucm"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--model", default=str(ROOT / "models/SmolLM2-135M-Instruct"),
+                    help="the model directory whose fingerprint picks the namespace (the backend's model_dir)")
     a = ap.parse_args()
     P = a.page_size
     docs = json.loads(subprocess.run([a.ucm, "inspect", a.store, "--docs", "--json"], capture_output=True, text=True,
@@ -55,7 +57,8 @@ def main():
             ids.append(np.asarray(t[:full], dtype=np.int64))
     keys = keys[:a.keys]
     tokens = np.concatenate(ids)[:a.keys * P]
-    cfg = SimpleNamespace(extra_config={"store": a.store}, is_mla_model=False, tp_rank=0, tp_size=1, model_name=None)
+    cfg = SimpleNamespace(extra_config={"store": a.store, "model_dir": a.model}, is_mla_model=False, tp_rank=0,
+                          tp_size=1, model_name=None)
     be = UcmHiCacheStorage(cfg, {})
     be.register_mem_pool_host(SimpleNamespace(layout="page_first", page_size=P, layer_num=ns.num_layers,
                                               head_num=ns.num_kv_heads, head_dim=ns.head_dim, dtype=None))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates (or reuses) .venv-sglang: SGLang 0.5.23 with only what its HiCache modules import
 # (sglang.srt.mem_cache.hicache_storage, .storage, .pool_host.mha, .memory_pool_host,
-# sglang.srt.managers.cache_controller), for the SGLang HiCache L3 adapter tests. Usage:
+# sglang.srt.managers.cache_controller, sglang.srt.observability.metrics_collector's storage
+# metrics), for the SGLang HiCache L3 adapter tests. Usage:
 #   scripts/venv_sglang.sh [VENV_DIR]      (default: <repo root>/.venv-sglang)
 # About 5.5 GB and ~6 minutes. `pip install sglang==0.5.23` with its dependencies is not an option
 # on a CPU machine (flashinfer[cu13], sglang-kernel, deep-ep, flash-mla, tilelang, ...), so:
@@ -29,8 +30,10 @@ from sglang.srt.mem_cache.storage import StorageBackendFactory
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 import sglang.srt.mem_cache.memory_pool_host
 from sglang.srt.managers.cache_controller import HiCacheController
+from sglang.srt.observability.metrics_collector import StorageMetrics, StorageMetricsCollector
 print("venv_sglang: sglang", sglang.__version__, "torch", torch.__version__,
-      "- HiCacheStorage, StorageBackendFactory, MHATokenToKVPoolHost, memory_pool_host, HiCacheController import OK")
+      "- HiCacheStorage, StorageBackendFactory, MHATokenToKVPoolHost, memory_pool_host, HiCacheController,",
+      "StorageMetricsCollector import OK")
 PY
 }
 
@@ -58,7 +61,7 @@ echo "venv_sglang: installing the import-time dependencies of sglang.srt.mem_cac
   compressed-tensors==0.18.0 torchvision==0.29.2 \
   numpy==2.4.6 orjson==3.13.0 psutil==7.2.2 pybase64==1.5.1 requests==2.34.2 pillow==13.0.0 \
   starlette==1.10.0 msgspec==0.22.0 pydantic==2.14.4 pyzmq==27.3.0 tqdm==4.70.1 \
-  ipython==9.18.1 aiohttp==3.14.5 dill==0.4.1 loguru==0.7.3 gguf==0.19.0 \
+  ipython==9.18.1 aiohttp==3.14.5 dill==0.4.1 loguru==0.7.3 gguf==0.19.0 prometheus-client==0.25.0 \
   ninja pytest
 # Last, so that pip's resolver does not list sglang's ~50 deliberately missing requirements.
 echo "venv_sglang: installing sglang==0.5.23 --no-deps" >&2

@@ -138,7 +138,7 @@ def test_misses_and_bad_calls_answer_as_misses(store):
     assert be.batch_get_v1(["xyz", keys[0]], idx[:2 * P]) == [False, False]
     assert be.batch_exists(["xyz"]) == 0
     assert be.batch_set_v1(keys, idx[:P]) == [False, False]            # indices for one page
-    assert be.get_stats()["errors"] >= 3
+    assert be.counters()["errors"] >= 3
     be.close()
 
 
@@ -216,7 +216,11 @@ def test_pages_sglang_writes_are_read_back_by_a_later_server(store, layout, tp):
     original = buf.copy()
     buf ^= 0x5555                                            # other bytes at the same slots
     assert be.batch_set_v1(keys, idx) == [True] * 4          # already stored: nothing written again
-    assert be.get_stats()["set_written"] == 4
+    assert be.counters()["set_written"] == 4
+    io = be.get_stats()  # outside SGLang: StorageMetrics' lists as a dict, since the last call
+    assert io["backup_pgs"] == [4, 0] and io["prefetch_pgs"] == []
+    assert io["backup_bandwidth"][0] > 0 and io["backup_bandwidth"][1] == 0
+    assert be.get_stats()["backup_pgs"] == []
     buf[...] = original
     be.close()
     with open(Path(path) / "UCMSTORE", "rb") as f:
@@ -232,6 +236,8 @@ def test_pages_sglang_writes_are_read_back_by_a_later_server(store, layout, tp):
     assert be2.batch_get_v1(keys, idx2) == [True] * 4
     for a, b in zip(first, first2):
         assert np.array_equal(host_page(buf2, layout2, int(b)), host_page(buf, layout, int(a)))
+    io = be2.get_stats()
+    assert io["prefetch_pgs"] == [4] and io["prefetch_bandwidth"][0] > 0
     be2.close()
     # Pages written at TP 1 hold all heads: a rank of TP 3 reads its head of them. Pages a TP 3
     # rank wrote hold its head only: not a TP 1 server's.

@@ -191,7 +191,42 @@ def test_misses_and_bad_calls_never_raise(corpus, caplog):
         assert be.batch_exists(["not a key"]) == 0
     assert be.get(unknown[0], hp.get_dummy_flat_data_page()) is None
     assert be.batch_set_v1(keys, idx[:P]) == [False, False]                # indices for one page
-    assert be.get_stats()["errors"] >= 3
+    assert be.counters()["errors"] >= 3
+    be.close()
+
+
+def test_storage_metrics_through_sglangs_collector(corpus):
+    """With --enable-storage-metrics SGLang's scheduler (unified_radix_cache.py, 0.5.23) takes
+    get_stats(), sets .prefetch_stats on it and hands it to StorageMetricsCollector, which asserts a
+    StorageMetrics: the same steps here, then the histograms in prometheus_client's registry."""
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from sglang.srt.observability.metrics_collector import StorageMetrics, StorageMetricsCollector
+    ns, docs = corpus
+    hp = host_pool(ns, "page_first", ns.num_kv_heads)
+    be = StorageBackendFactory.create_backend("dynamic", storage_config(), hp)
+    be.register_mem_pool_host(hp)
+    _, ids, _ = docs[0]
+    keys = get_hash_str(ids[:3 * P], None, page_size=P)
+    idx = hp.alloc(3 * P)
+    assert be.batch_get_v1(keys, idx) == [True] * 3
+    assert be.batch_get_v1(keys[:1], idx[:P]) == [True]
+    labels = {"storage_backend": "dynamic", "tp_rank": 0, "dp_rank": 0, "pp_rank": 0, "pp_size": 1,
+              "attn_cp_rank": 0, "attn_cp_size": 1}
+    collector = StorageMetricsCollector(labels)
+    m = be.get_stats()                                   # the scheduler's lines
+    if m is None:
+        m = StorageMetrics()
+    if not hasattr(m, "prefetch_stats"):
+        m.prefetch_stats = {}
+    assert isinstance(m, StorageMetrics) and m.prefetch_pgs == [3, 1] and m.backup_pgs == []
+    assert all(bw > 0 for bw in m.prefetch_bandwidth)
+    collector.log_storage_metrics(m)
+    lab = {k: str(v) for k, v in labels.items()}
+    reg = prometheus_client.REGISTRY
+    assert reg.get_sample_value("sglang:prefetch_pgs_count", lab) == 2
+    assert reg.get_sample_value("sglang:prefetch_pgs_sum", lab) == 4
+    assert reg.get_sample_value("sglang:prefetch_bandwidth_count", lab) == 2
+    assert be.get_stats().prefetch_pgs == []              # each call since the last
     be.close()
 
 

@@ -93,6 +93,10 @@ class UcmHiCacheStorage(_Base):
         self._lock = threading.Lock()
         self.stats = {"exists_keys": 0, "exists_hits": 0, "get_pages": 0, "get_ok": 0, "set_pages": 0,
                       "set_written": 0, "errors": 0}
+        # Per call, since the last get_stats(), as SGLang's StorageMetrics holds them: pages, GB/s.
+        self._io: Dict[str, List[float]] = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [],
+                                            "backup_bandwidth": []}
+        self._page_bytes = 0  # one page of this rank's heads in the host pool (K and V, every layer)
         log.info("ucm.sglang: store %s%s, model %s, TP rank %d/%d: KV heads [%d, %d)", path,
                  f" (writer shard {self.shard})" if self.shard else " (read only)", self._want["model_id"], self.tp_rank,
                  self.tp_size, self.heads[0], self.heads[1])
@@ -182,6 +186,7 @@ class UcmHiCacheStorage(_Base):
                     "layout": 1, "hash_scheme": "sglang-sha256-page-v1",
                     "extra": {"sglang_pages": {"of": ns.id.hex(), "page_size": P, "head_begin": h0, "head_end": h1,
                                                "num_kv_heads": ns.num_kv_heads}}}
+        self._page_bytes = 2 * ns.num_layers * P * (self.heads[1] - self.heads[0]) * ns.head_dim * dtypes.BYTES[dt]
         self._page_descs = {"own": desc(*self.heads)}
         if self.heads != (0, ns.num_kv_heads):
             self._page_descs["all"] = desc(0, ns.num_kv_heads)
@@ -253,7 +258,10 @@ class UcmHiCacheStorage(_Base):
             if not n or self._geom is None:
                 return [False] * n
             layout, P = self._geom
-            return self._load_pages(keys, _first_slots(host_indices, n, P), layout, P, self.mem_pool_host.kv_buffer)
+            t0 = time.perf_counter()
+            out = self._load_pages(keys, _first_slots(host_indices, n, P), layout, P, self.mem_pool_host.kv_buffer)
+            self._record("prefetch", sum(out), time.perf_counter() - t0)
+            return out
         except Exception as e:
             self._miss("batch_get_v1", e)
             return [False] * n
@@ -314,7 +322,10 @@ class UcmHiCacheStorage(_Base):
             pk = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
             if pk:
                 prior = pk[-1]
-            return self._save_pages(keys, first, layout, P, self.mem_pool_host.kv_buffer, prior)
+            t0, written = time.perf_counter(), self.stats["set_written"]
+            out = self._save_pages(keys, first, layout, P, self.mem_pool_host.kv_buffer, prior)
+            self._record("backup", self.stats["set_written"] - written, time.perf_counter() - t0)  # pages written
+            return out
         except Exception as e:
             self._miss("batch_set_v1", e)
             return [False] * n
@@ -370,7 +381,32 @@ class UcmHiCacheStorage(_Base):
     def clear(self) -> None:
         pass
 
-    def get_stats(self) -> Dict[str, int]:
+    def _record(self, kind: str, pages: int, seconds: float) -> None:
+        """One call's pages and GB/s (the pages' bytes in the host pool over the call's wall time)."""
+        with self._lock:
+            self._io[kind + "_pgs"].append(int(pages))
+            self._io[kind + "_bandwidth"].append(pages * self._page_bytes / max(seconds, 1e-9) / (1 << 30))
+
+    def get_stats(self) -> Any:
+        """SGLang's StorageMetrics (sglang.srt.observability.metrics_collector) of the calls since the
+        last get_stats(): per batch_get_v1 the pages loaded (prefetch_pgs) and their GB/s
+        (prefetch_bandwidth), per batch_set_v1 the pages stored and their GB/s (backup_*); SGLang's
+        scheduler adds its prefetch stats to it and its StorageMetricsCollector exports them
+        (`--enable-storage-metrics`). Outside SGLang (no such module): a dict of the same lists.
+        The running totals are counters()."""
+        with self._lock:
+            io = {k: list(v) for k, v in self._io.items()}
+            for v in self._io.values():
+                v.clear()
+        try:
+            from sglang.srt.observability.metrics_collector import StorageMetrics
+        except ImportError:
+            return io
+        return StorageMetrics(**io)
+
+    def counters(self) -> Dict[str, int]:
+        """Running totals: keys asked and found (exists_*), pages asked and loaded (get_pages, get_ok),
+        pages to store and written (set_pages, set_written), calls answered as a miss (errors)."""
         return dict(self.stats)
 
     def close(self) -> None:
