@@ -21,6 +21,7 @@
 #include "ucm/model/compute.h"
 #include "ucm/model/cpu_runtime.h"
 #include "ucm/kernels/cpu/fp32.h"
+#include "ucm/model/attn_ops.h"
 #include "ucm/model/crew.h"
 #include "ucm/model/llama_model.h"
 #include "ucm/model/llama_ops.h"
@@ -72,33 +73,10 @@ std::vector<torch::Tensor> qkv_rope(f32::Isa isa, const torch::Tensor& qkv, cons
 torch::Tensor attention(f32::Isa isa, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& qpos, int64_t window, float scale, const torch::Tensor& q_len = {},
                         const torch::Tensor& keep = {}, torch::Tensor* probs = nullptr, int64_t deal = 0) {
-  f32::AttnArgs a;
-  a.B = q.size(0);
-  a.T = q.size(1);
-  a.nh = q.size(2);
-  a.hd = q.size(3);
-  a.S = k.size(1);
-  a.nkv = k.size(2);
+  f32::AttnArgs a;  // the shapes and pointers as the glue fills them (attn_ops.h)
+  const auto hold = ucm::model::ops::detail::fill_attn_args("test", q, k, v, qpos, window, scale, q_len, a);
   auto out = torch::full({a.B, a.T, a.nh, a.hd}, std::numeric_limits<float>::quiet_NaN());
-  a.q = q.data_ptr<float>();
-  if (k.scalar_type() == torch::kBFloat16) {
-    a.k16 = bits(k);
-    a.v16 = bits(v);
-  } else {
-    a.k = k.data_ptr<float>();
-    a.v = v.data_ptr<float>();
-  }
-  a.q_sb = q.stride(0);
-  a.q_st = q.stride(1);
-  a.k_sb = k.stride(0);
-  a.k_st = k.stride(1);
-  a.v_sb = v.stride(0);
-  a.v_st = v.stride(1);
   a.out = out.data_ptr<float>();
-  a.qpos = qpos.data_ptr<int64_t>();
-  a.q_len = q_len.defined() ? q_len.data_ptr<int64_t>() : nullptr;
-  a.window = window;
-  a.scale = scale;
   if (keep.defined()) a.keep = keep.data_ptr<uint8_t>();
   if (probs) {
     *probs = torch::full({a.nkv, a.nh / a.nkv * a.T, a.S}, std::numeric_limits<float>::quiet_NaN());
