@@ -396,3 +396,33 @@ def test_steps_describe_every_scheduled_request_as_vllm_sent_it():
     assert [(s.blocks, s.replace, s.before, s.after) for s in steps] == [([9, 8, 7], True, 0, 64)]
     _, _, steps = p.plan(out(cached=[("a", None, 64, False)], sched={"a": 1}))
     assert [(s.blocks, s.replace) for s in steps] == [(None, False)]
+
+
+def test_announced_blocks_gc_removed_are_found_round_robin_and_bounded():
+    """connector_events.Announced: the blocks a server announced, checked against the store a
+    bounded round at a time; those gone are returned once (announced removed) and forgotten."""
+    from ucm.vllm.connector_events import Announced
+    now = [0.0]
+    a = Announced(max_blocks=6, per_check=3, interval_s=5.0, clock=lambda: now[0])
+    a.add([bytes([i]) * 16 for i in range(4)])
+    a.add([bytes([2]) * 16])                      # again: no duplicate, now the newest
+    assert len(a) == 4
+    store = {bytes([i]) * 16 for i in range(4)} - {bytes([1]) * 16}   # gc removed block 1
+    asked = []
+
+    def present(hs):
+        asked.append(list(hs))
+        return [h in store for h in hs]
+    assert a.check(present) == [] and asked == []  # not due yet
+    now[0] = 5.0
+    assert a.check(present) == [bytes([1]) * 16]  # the first round: blocks 0, 1, 3
+    assert asked[-1] == [bytes([i]) * 16 for i in (0, 1, 3)]
+    assert len(a) == 3
+    now[0] = 6.0
+    assert a.check(present) == []                 # not due again before 10 s
+    now[0] = 10.0
+    store.discard(bytes([2]) * 16)
+    assert a.check(present) == [bytes([2]) * 16]  # the next round starts with the block not checked yet
+    assert asked[-1][0] == bytes([2]) * 16
+    a.add([bytes([9 + i]) * 16 for i in range(6)])  # beyond max_blocks: the oldest are forgotten
+    assert len(a) == 6 and a.forgotten == 2

@@ -60,6 +60,12 @@ def vllm(tmp, name, prompts, store=None, save=False, load=True, dtype="bfloat16"
     return None, p.stderr
 
 
+def ucm_metric(tmp, name, metric, **labels):
+    """The sum of the `metric` samples (with `labels`) of run `name` on vLLM's Prometheus registry."""
+    ms = json.loads((tmp / f"{name}.out.json").read_text())["ucm_metrics"]
+    return sum(m["value"] for m in ms if m["name"] == metric and all(m["labels"].get(k) == v for k, v in labels.items()))
+
+
 def template_prefix():
     t = TEMPLATE.read_text()
     i = t.find("{document}")
@@ -96,6 +102,10 @@ def fp32_saved(tmp, prompts):
     store = tmp / "fp32-store"
     saved, err = vllm(tmp, "fp32-save", prompts, store=store, save=True, dtype="float32")
     assert saved == base or [r["tokens"] for r in saved] == [r["tokens"] for r in base]
+    # The connector's counters on vLLM's /metrics registry (ucm_*, through build_prom_metrics).
+    assert ucm_metric(tmp, "fp32-save", "ucm_saved_blocks") > 0
+    assert ucm_metric(tmp, "fp32-save", "ucm_saved_bytes") > 0
+    assert ucm_metric(tmp, "fp32-save", "ucm_lookups") >= len(prompts)
     return base, store
 
 
@@ -136,6 +146,9 @@ def test_fault_corrupt_block_is_recomputed(tmp, prompts, fp32_saved):
     got, err = vllm(tmp, "fp32-fault", prompts, store=bad, dtype="float32")
     assert [g["tokens"] for g in got] == [b_["tokens"] for b_ in base]
     assert "failed to load" in err and "UCM_E_CORRUPTION" in err, err[-3000:]
+    assert ucm_metric(tmp, "fp32-fault", "ucm_load_errors", code="UCM_E_CORRUPTION") >= 1
+    assert ucm_metric(tmp, "fp32-fault", "ucm_loaded_blocks") > 0
+    assert ucm_metric(tmp, "fp32-fault", "ucm_hit_tokens") > 0
 
 
 # Targets: top-1 >= 0.99 and mean KL <= 1e-3. At fp32 both sides compute in fp32. At bf16 ucm's

@@ -58,10 +58,15 @@ def _worker(medium="ucm:test-store", tp_rank=0, tp_size=1, on=True):
     return c
 
 
-def _scheduler(on=True):
+def _scheduler(on=True, medium="ucm:test-store"):
+    """The scheduler side without __init__ (no engine, no store: the announced blocks' check is
+    not due within a test)."""
+    from ucm.vllm import connector_events as events
     from ucm.vllm.connector import UcmConnector
     c = UcmConnector.__new__(UcmConnector)
     c._events_on, c._sched_events = on, []
+    c.event_medium, c.store, c.ns, c.sched_stats = medium, None, None, {"store_errors": 0}
+    c._announced = events.Announced() if on else None
     return c
 
 

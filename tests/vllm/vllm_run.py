@@ -129,14 +129,24 @@ def main():
                                       for j in range(len(it["cont"]))]
             res.append(r)
     preemptions = None
+    ucm_metrics = []  # the connector's series on vLLM's Prometheus registry (ucm/vllm/metrics.py)
     try:
         for m in llm.get_metrics():
             if m.name == "vllm:num_preemptions":
                 preemptions = int(getattr(m, "value", 0) or 0) + (preemptions or 0)
     except Exception as e:  # pragma: no cover
         print(f"vllm_run: metrics: {e}", file=sys.stderr)
+    # What vLLM's /metrics serves is its process's prometheus_client registry (LLM.get_metrics()
+    # reads only the vllm: series of it).
+    from prometheus_client import REGISTRY
+    for fam in REGISTRY.collect():
+        if fam.name.startswith("ucm_"):
+            for smp in fam.samples:
+                if smp.name.endswith("_total") or fam.type == "gauge":
+                    ucm_metrics.append({"name": fam.name, "labels": dict(smp.labels), "value": smp.value})
     with open(a.out, "w") as f:
-        json.dump({"startup_seconds": startup, "results": res, "preemptions": preemptions}, f)
+        json.dump({"startup_seconds": startup, "results": res, "preemptions": preemptions,
+                   "ucm_metrics": ucm_metrics}, f)
     if scores:
         import numpy as np
         np.savez(a.out + ".npz", **scores)

@@ -44,14 +44,14 @@ import torch
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
                                                                  KVConnectorRole)
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
-from vllm.distributed.kv_events import BlockStored, KVConnectorKVEvents
+from vllm.distributed.kv_events import BlockRemoved, BlockStored, KVConnectorKVEvents
 
 import ucm
 from ucm import dtypes
 from ucm.model import descriptor, model_dir_of
 
 from . import connector_events as events
+from . import metrics
 from .planner import LoadSpec, Planner, SaveSpec, bypass_reason, head_range
 from .lora import adapter_desc, adapter_digest, adapter_of
 from .validity import BlockValidity, StepReq
@@ -78,26 +78,6 @@ class UcmMetadata(KVConnectorMetadata):
 
 _COUNTERS = ("loaded_blocks", "loaded_bytes", "load_seconds", "load_errors", "saved_blocks", "saved_bytes",
              "saves_dropped", "saves_cut_at_bad_kv", "bad_reads_reported", "store_errors")
-
-
-class UcmConnectorStats(KVConnectorStats):
-    """The connector's counters since the last report, for vLLM's connector-stats logging (sums)."""
-
-    def reset(self):
-        self.data = {k: 0 for k in _COUNTERS}
-
-    def aggregate(self, other):
-        for k in _COUNTERS:
-            self.data[k] = self.data.get(k, 0) + other.data.get(k, 0)
-        return self
-
-    def reduce(self):
-        d = {k: self.data.get(k, 0) for k in _COUNTERS}
-        d["load_GBps"] = d["loaded_bytes"] / d["load_seconds"] / 1e9 if d["load_seconds"] else 0.0
-        return d
-
-    def is_empty(self):
-        return not any(self.data.get(k, 0) for k in _COUNTERS)
 
 
 class UcmKVEvents(events.EventQuorum, KVConnectorKVEvents):
@@ -152,6 +132,7 @@ class UcmConnector(KVConnectorBase_V1):
                                    load_tokens=self._events_on)
             self.sched_stats = {"store_errors": 0}
             self._sched_events: list = []         # from the workers, until take_events
+            self._announced = events.Announced() if self._events_on else None
         else:
             self._kv: Dict[int, torch.Tensor] = {}
             self._isa: Dict[int, str] = {}
@@ -366,10 +347,22 @@ class UcmConnector(KVConnectorBase_V1):
             self._sched_events.extend(ev.aggregate().get_all_events())
 
     def take_events(self):
-        """The KV events since the last call, for vLLM's publisher (called once per step)."""
-        if not self._events_on or not self._sched_events:
+        """The KV events since the last call, for vLLM's publisher (called once per step); and,
+        every few seconds, BlockRemoved for blocks it announced that the store no longer holds."""
+        if not self._events_on:
             return []
         out, self._sched_events = self._sched_events, []
+        for e in out:
+            if isinstance(e, BlockStored) and e.medium == self.event_medium:
+                self._announced.add(e.block_hashes)
+        try:
+            gone = self._announced.check(lambda hs: self.store.lookup(self.ns, hs).present)
+        except Exception as e:  # a store that fails: checked again next round
+            self.sched_stats["store_errors"] += 1
+            log.warning("UcmConnector: checking announced blocks failed (%s: %s)", type(e).__name__, e)
+            gone = []
+        if gone:
+            out.append(BlockRemoved(block_hashes=gone, medium=self.event_medium))
         return out
 
     # ------------------------------------------------------------------ worker side
@@ -435,7 +428,7 @@ class UcmConnector(KVConnectorBase_V1):
                 good.append(self._load(ld))
             except Exception as e:
                 self.stats["store_errors"] += 1
-                self._log_failed_load(ld, ld.first_token // self.T, f"{type(e).__name__}: {e}")
+                self._log_failed_load(ld, ld.first_token // self.T, f"{type(e).__name__}: {e}", "EXCEPTION")
                 good.append(0)
         if self.tp_size > 1 and meta.loads:   # every rank keeps what every rank loaded (same state)
             good = self._tp_min(good)
@@ -485,8 +478,10 @@ class UcmConnector(KVConnectorBase_V1):
         while not os.path.exists(path) and time.time() < deadline:
             time.sleep(0.05)
 
-    def _log_failed_load(self, ld: LoadSpec, ucm_index: int, why: str) -> None:
+    def _log_failed_load(self, ld: LoadSpec, ucm_index: int, why: str, code: str) -> None:
         self.stats["load_errors"] += 1
+        key = metrics.ERROR_PREFIX + code
+        self.stats[key] = self.stats.get(key, 0) + 1
         h = ld.hashes[ucm_index].tobytes().hex() if ld.hashes is not None and ucm_index < len(ld.hashes) else "-"
         log.warning("UcmConnector: request %s: ucm block %d (hash %s) of its prompt failed to load (%s); its engine "
                     "blocks from %d hold no good KV", ld.req_id, ucm_index, h, why, ucm_index * self.T // self.engine_block)
@@ -496,7 +491,7 @@ class UcmConnector(KVConnectorBase_V1):
         t0 = time.perf_counter()
         first = ld.first_token // self.T                          # ucm blocks vLLM already holds
         if ld.hashes is None:                                     # accepted, but not loadable
-            self._log_failed_load(ld, first, "the scheduler could not plan it")
+            self._log_failed_load(ld, first, "the scheduler could not plan it", "UNPLANNED")
             return 0
         n = len(ld.hashes) - first
         h0, h1 = self.heads
@@ -528,7 +523,8 @@ class UcmConnector(KVConnectorBase_V1):
                 v = staging[:good, l, 1].reshape(n_tok, hs, d)
                 write(self._kv[l], k, v, slots, self._isa[l])
         if len(bad):
-            self._log_failed_load(ld, first + good, ucm.code_name(int(status[good])))
+            code = ucm.code_name(int(status[good]))
+            self._log_failed_load(ld, first + good, code, code)
         dt = time.perf_counter() - t0
         self.stats["loaded_blocks"] += good
         self.stats["loaded_bytes"] += good * ns.block_bytes((h0, h1))
@@ -763,19 +759,30 @@ class UcmConnector(KVConnectorBase_V1):
                 f.write(json.dumps(event) + "\n")
 
     def get_kv_connector_stats(self):
-        """The counters since the last call (vLLM sums them per logging interval)."""
-        st = getattr(self, "stats", None)
-        if not st:
+        """The counts since the last call (ucm/vllm/metrics.py): a worker's loads, saves and errors
+        with its save queue's bytes, or the scheduler's lookups and hit tokens; None when nothing
+        happened. vLLM sums them and exports them (`ucm_*` on /metrics)."""
+        if hasattr(self, "planner"):
+            now = {"lookups": self.planner.counters["lookups"], "hit_tokens": self.planner.counters["hit_tokens"],
+                   "store_errors": self.sched_stats["store_errors"]}
+        elif hasattr(self, "stats"):
+            now = dict(self.stats)
+        else:
             return None
-        last = getattr(self, "_reported", {k: 0 for k in _COUNTERS})
-        delta = {k: st[k] - last.get(k, 0) for k in _COUNTERS}
-        self._reported = {k: st[k] for k in _COUNTERS}
-        out = UcmConnectorStats(data=delta)
-        return None if out.is_empty() else out
+        d = metrics.delta(now, getattr(self, "_reported", {}))
+        self._reported = now
+        q = getattr(self, "_saves", None)
+        if q is not None and (d or q.queued_bytes):
+            d["save_queue_bytes"] = q.queued_bytes
+        return metrics.UcmConnectorStats(data=d) if d else None
 
     @classmethod
     def build_kv_connector_stats(cls, data=None):
-        return UcmConnectorStats(data=dict(data or {k: 0 for k in _COUNTERS}))
+        return metrics.UcmConnectorStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return metrics.UcmPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     def get_block_ids_with_load_errors(self) -> set:
         errs, self._errors = self._errors, set()

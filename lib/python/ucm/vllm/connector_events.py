@@ -137,3 +137,50 @@ class EventBuffer:
         with self._lock:
             out, self._events = self._events, []
             return out
+
+
+class Announced:
+    """The blocks this server announced as stored (its saves and loads, by ucm block hash), so
+    that it can announce them removed once the store no longer holds them (`ucm gc` removed them):
+    a router otherwise keeps crediting this server with them.
+
+    Bounded: at most `max_blocks` (the oldest forgotten first: never announced removed; `ucm
+    events` publishes gc's removals of every block). check() is due every `interval_s`; it takes
+    the `per_check` blocks checked longest ago (round robin), so a check costs at most that many
+    lookups whatever the count."""
+
+    def __init__(self, max_blocks: int = 1 << 20, per_check: int = 4096, interval_s: float = 5.0,
+                 clock: Any = None):
+        import time
+        self.max_blocks, self.per_check, self.interval_s = max_blocks, per_check, interval_s
+        self._clock = clock or time.monotonic
+        self._blocks: "collections.OrderedDict[bytes, None]" = collections.OrderedDict()
+        self._next = self._clock() + interval_s
+        self.forgotten = 0
+
+    def add(self, hashes: Sequence[bytes]) -> None:
+        for h in hashes:
+            self._blocks[bytes(h)] = None
+            self._blocks.move_to_end(bytes(h))
+        while len(self._blocks) > self.max_blocks:
+            self._blocks.popitem(last=False)
+            self.forgotten += 1
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def check(self, present: Any) -> List[bytes]:
+        """When due: the blocks of this round that `present(hashes) -> [bool]` says the store no
+        longer holds (forgotten here); [] otherwise."""
+        if self._clock() < self._next or not self._blocks:
+            return []
+        self._next = self._clock() + self.interval_s
+        batch = [h for h, _ in zip(self._blocks, range(self.per_check))]
+        gone = []
+        for h, there in zip(batch, present(batch)):
+            if there:
+                self._blocks.move_to_end(h)  # checked: to the back of the round
+            else:
+                del self._blocks[h]
+                gone.append(h)
+        return gone
