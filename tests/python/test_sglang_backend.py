@@ -288,3 +288,38 @@ def test_written_pages_are_counted_by_inspect_and_collected_by_gc(store, ucm_bin
     be.register_mem_pool_host(pool(ns, "page_first", ns.num_kv_heads)[0])
     assert be.batch_exists(keys) == 0
     be.close()
+
+
+def test_pages_written_after_precomputed_pages_survive_gc(store, ucm_bin, tmp_path):
+    """SGLang writes the pages after a precomputed prefix (served through the page table, another
+    namespace): their parent would be outside their page namespace, an orphan to gc. They start a
+    chain instead (store_v1.md §12.2), in one call or with the prefix in extra_info.prefix_keys."""
+    import shutil
+    path, ns, ids = store
+    copy = tmp_path / "store"
+    shutil.copytree(path, copy)
+    new = [(13 * j + 7) % 49000 for j in range(2 * P)]
+    keys = ucm.sglang.page_hashes(ids[:2 * P] + new, P)          # 2 precomputed pages, then 2 new ones
+    be = backend(str(copy))
+    hp, buf = pool(ns, "page_first", ns.num_kv_heads)
+    be.register_mem_pool_host(hp)
+    assert be.batch_exists(keys) == 2
+    buf[...] = np.random.default_rng(3).integers(0, 1 << 16, size=buf.shape, dtype=np.uint16)
+    assert be.batch_set_v1(keys[:3], np.arange(3 * P)) == [True] * 3          # page 2 after page 1 (precomputed)
+    extra = SimpleNamespace(prefix_keys=keys[:2])                              # page 3 after page 2 (written)
+    assert be.batch_set_v1(keys[3:], np.arange(3 * P, 4 * P), extra) == [True]
+    keys2 = ucm.sglang.page_hashes(ids[:P] + new[:P], P)                      # a page after precomputed page 0,
+    assert be.batch_set_v1(keys2[1:], np.arange(4 * P, 5 * P), SimpleNamespace(prefix_keys=keys2[:1])) == [True]
+    written = [host_page(buf, "page_first", f).copy() for f in (2 * P, 3 * P, 4 * P)]
+    be.close()
+    v = subprocess.run([ucm_bin, "gc", str(copy), "--verify", "--json"], capture_output=True, text=True)
+    assert v.returncode == 0, v.stderr
+    assert json.loads(v.stdout)["orphans_removed"] == 0
+    be = backend(str(copy))
+    hp2, buf2 = pool(ns, "page_first", ns.num_kv_heads)
+    be.register_mem_pool_host(hp2)
+    assert be.batch_exists(keys) == 4 and be.batch_exists(keys2) == 2
+    assert be.batch_get_v1([keys[2], keys[3], keys2[1]], np.arange(3 * P)) == [True] * 3
+    for i, w in enumerate(written):
+        assert np.array_equal(host_page(buf2, "page_first", i * P), w)
+    be.close()

@@ -340,15 +340,24 @@ class UcmHiCacheStorage(_Base):
                 log.info("ucm.sglang: serving read-only; pages SGLang computes are not written")
             return [False] * n
         karr = keys_array(keys)
-        _, _, have, _ = self._presence(karr)
+        _, _, have, written = self._presence(karr)
         sel = np.flatnonzero(~have)
         if not sel.size:
             return [True] * n
         pns = self._pages_ns("own", create=True)
-        # Parent of page i: the page before it (in this call, else SGLang's prefix_keys), else the
-        # chain root (the page is taken as a chain start: store_v1.md §12.2).
-        prev = np.vstack([keys_array([prior])[:, :16] if prior else
-                          np.frombuffer(hash_root(pns.hash_seed), dtype=np.uint8)[None, :], karr[:-1, :16]])
+        # Parent of page i: the page before it (in this call, else SGLang's prefix_keys) when that
+        # page is in this page namespace (there already, or written now), else the chain root: a
+        # page after a precomputed one (served through the page table) or after a page this
+        # namespace lacks starts a chain (store_v1.md §12.2), so gc never takes it for an orphan.
+        own = np.zeros(n, dtype=bool)
+        own[sel] = True
+        for wns, _, m in written:
+            if wns.id == pns.id:
+                own |= m
+        root = np.frombuffer(hash_root(pns.hash_seed), dtype=np.uint8)[None, :]
+        before = np.vstack([keys_array([prior])[:, :16] if prior else root, karr[:-1, :16]])
+        before_own = np.concatenate([[bool(prior) and self._holds(pns, prior)], own[:-1]])
+        prev = np.where(before_own[:, None], before, root)
         ptrs, ts, hs = page_pointers(kv_buffer, layout, P, P, self.ns.num_layers, first_slots[sel])
         st = self.store.dump_pages(pns, np.ascontiguousarray(karr[sel, :16]), np.ascontiguousarray(prev[sel]),
                                    ptrs, (ts, hs))
@@ -356,6 +365,10 @@ class UcmHiCacheStorage(_Base):
         out[sel] = np.asarray(st) == 0
         self.stats["set_written"] += int((np.asarray(st) == 0).sum())
         return out.tolist()
+
+    def _holds(self, pns: Namespace, key: str) -> bool:
+        """Whether page namespace pns holds the page of `key`."""
+        return bool(np.asarray(self.store.lookup(pns, np.ascontiguousarray(keys_array([key])[:, :16])).present)[0])
 
     def batch_set(self, keys: List[str], values: Any = None, target_locations: Any = None,
                   target_sizes: Any = None) -> bool:
