@@ -24,6 +24,9 @@ struct Report {
     j["documents_used"] = r.documents_used;
     j["documents_skipped"] = r.documents_skipped;
     if (!r.first_skip.empty()) j["first_skip"] = r.first_skip;
+    j["chains"] = r.chains;
+    j["chains_used"] = r.chains_used;
+    j["chains_skipped"] = r.chains_skipped;
     j["pages"] = r.pages;
     j["table_bytes"] = r.table_bytes;
     return j.dump();
@@ -31,7 +34,8 @@ struct Report {
   std::string to_text() const {
     std::string s = "namespace " + ns_name + ": SGLang page table for page size " + std::to_string(r.page_size) +
                     " (block size " + std::to_string(r.block_size) + "): " + std::to_string(r.pages) + " pages from " +
-                    std::to_string(r.documents_used) + " of " + std::to_string(r.documents) + " documents, " +
+                    std::to_string(r.documents_used) + " of " + std::to_string(r.documents) + " documents and " +
+                    std::to_string(r.chains_used) + " of " + std::to_string(r.chains) + " other chains with ids, " +
                     std::to_string(r.table_bytes) + " bytes\n";
     if (r.documents_skipped)
       s += std::to_string(r.documents_skipped) + " document(s) skipped; first: " + r.first_skip + "\n";

@@ -1,7 +1,9 @@
 // lib/src/sglang_pages.cc: SGLang page aliases (store_v1.md §12.1; ucm/sglang_pages.h): the
-// table's builder (from the documents' stored token ids) and its in-memory reader.
+// table's builder (from the stored token ids of the documents' chains, then of every other chain)
+// and its in-memory reader.
 #include "ucm/sglang_pages.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <unordered_set>
@@ -11,6 +13,68 @@
 #include "ucm/hash.h"
 
 namespace ucm {
+
+namespace {
+
+struct BlockHashHasher {  // block hashes are MD5 digests: any 8 bytes spread well
+  size_t operator()(const BlockHash& h) const noexcept {
+    size_t v;
+    std::memcpy(&v, h.data(), sizeof v);
+    return v;
+  }
+};
+
+// The table being built: each distinct page key once, with its k blocks.
+struct PageTableBuild {
+  fmt::SglangPages t;
+  std::unordered_set<SglangPageHash, SglangPageHashHasher> seen;
+  std::vector<uint32_t> tokens;
+  std::vector<BlockHash> hashes;
+  std::vector<SglangPageHash> keys;
+};
+
+// Adds the full pages of the chain ending at `last` (its stored ids, from the chain's start);
+// sets *pages to how many it gave. Errors as Store::chain_tokens, and Corruption when the ids do
+// not hash to `last`.
+Status add_chain(Store* store, const NamespaceId& ns, const NamespaceDesc& d, const BlockHash& last,
+                 PageTableBuild* b, size_t* pages) {
+  *pages = 0;
+  Status s = store->chain_tokens(ns, last, &b->tokens);
+  if (!s.ok()) return s;
+  b->hashes.clear();
+  hash_blocks(root_hash(d.hash_seed()), b->tokens.data(), b->tokens.size(), d.block_size, &b->hashes);
+  if (b->hashes.empty() || b->hashes.back() != last)
+    return Status::Corruption("its stored ids do not hash to its last block " + to_hex(last));
+  b->keys.clear();
+  sglang_page_hashes(std::nullopt, b->tokens.data(), b->tokens.size(), b->t.page_size, &b->keys);
+  const uint32_t k = b->t.page_size / d.block_size;
+  *pages = b->keys.size();
+  for (size_t i = 0; i < b->keys.size(); ++i) {
+    if (!b->seen.insert(b->keys[i]).second) continue;  // a shared prefix: the same blocks
+    b->t.keys.push_back(b->keys[i]);
+    b->t.blocks.insert(b->t.blocks.end(), b->hashes.begin() + i * k, b->hashes.begin() + (i + 1) * k);
+  }
+  return Status::OK();
+}
+
+// The last blocks of the namespace's chains that hold ids and end at no document's last block
+// (blocks servers saved): blocks with ids that are no block's parent.
+Status other_chain_ends(Store* store, const NamespaceId& ns, const std::unordered_set<BlockHash, BlockHashHasher>& docs,
+                        std::vector<BlockHash>* out) {
+  std::unordered_set<BlockHash, BlockHashHasher> with_ids, parents;
+  Status s = store->for_each_block(ns, [&](const BlockHash& h, const BlockInfo& info) {
+    if (info.has_tokens) with_ids.insert(h);
+    parents.insert(info.parent);
+    return true;
+  });
+  if (!s.ok()) return s;
+  for (const auto& h : with_ids)
+    if (!parents.count(h) && !docs.count(h)) out->push_back(h);
+  std::sort(out->begin(), out->end());  // a table that does not depend on hash-set order
+  return Status::OK();
+}
+
+}  // namespace
 
 Status build_sglang_pages(Store* store, const NamespaceId& ns, uint32_t page_size, SglangPagesBuildReport* report,
                           const std::function<void(const std::string&)>& progress) {
@@ -25,50 +89,49 @@ Status build_sglang_pages(Store* store, const NamespaceId& ns, uint32_t page_siz
                                    " of namespace " + d.display_name());
   r.page_size = page_size;
   r.block_size = d.block_size;
-  const uint32_t k = page_size / d.block_size;
-  const BlockHash root = root_hash(d.hash_seed());
-  fmt::SglangPages t;
-  t.page_size = page_size;
-  t.block_size = d.block_size;
-  std::unordered_set<SglangPageHash, SglangPageHashHasher> seen;
+  PageTableBuild b;
+  b.t.page_size = page_size;
+  b.t.block_size = d.block_size;
   const auto docs = store->documents(ns);
   r.documents = docs.size();
-  std::vector<uint32_t> tokens;
-  std::vector<BlockHash> hashes;
-  std::vector<SglangPageHash> keys;
+  std::unordered_set<BlockHash, BlockHashHasher> doc_ends;
   for (size_t di = 0; di < docs.size(); ++di) {
     const DocumentEntry& doc = docs[di];
+    doc_ends.insert(doc.last_block);
     if (progress && di && di % 1000 == 0)
       progress("sglang pages: " + std::to_string(di) + "/" + std::to_string(docs.size()) + " documents, " +
-               std::to_string(t.keys.size()) + " pages");
-    s = store->chain_tokens(ns, doc.last_block, &tokens);
-    hashes.clear();
-    if (s.ok()) {
-      hash_blocks(root, tokens.data(), tokens.size(), d.block_size, &hashes);
-      if (hashes.empty() || hashes.back() != doc.last_block)
-        s = Status::Corruption("document " + doc.id + ": its stored ids do not hash to its last block " +
-                               to_hex(doc.last_block));
-    }
+               std::to_string(b.t.keys.size()) + " pages");
+    size_t pages = 0;
+    s = add_chain(store, ns, d, doc.last_block, &b, &pages);
+    if (s.code() == Code::kIOError) return s;
     if (!s.ok()) {
-      if (s.code() == Code::kIOError) return s;
       ++r.documents_skipped;
       if (r.first_skip.empty()) r.first_skip = "document " + doc.id + ": " + s.message();
       continue;
     }
-    keys.clear();
-    sglang_page_hashes(std::nullopt, tokens.data(), tokens.size(), page_size, &keys);
-    if (!keys.empty()) ++r.documents_used;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (!seen.insert(keys[i]).second) continue;  // a shared prefix: the same blocks
-      t.keys.push_back(keys[i]);
-      t.blocks.insert(t.blocks.end(), hashes.begin() + i * k, hashes.begin() + (i + 1) * k);
+    if (pages) ++r.documents_used;
+  }
+  // Then every other chain whose blocks hold ids (a saving server's), so pages of prompts vLLM
+  // saved are served to SGLang too.
+  std::vector<BlockHash> ends;
+  s = other_chain_ends(store, ns, doc_ends, &ends);
+  if (!s.ok()) return s;
+  r.chains = ends.size();
+  for (const BlockHash& last : ends) {
+    size_t pages = 0;
+    s = add_chain(store, ns, d, last, &b, &pages);
+    if (s.code() == Code::kIOError) return s;
+    if (!s.ok()) {
+      ++r.chains_skipped;  // a block on the way without ids, or gone meanwhile
+      continue;
     }
+    if (pages) ++r.chains_used;
   }
   std::string bytes;
-  s = fmt::encode_sglang_pages(t, &bytes);
+  s = fmt::encode_sglang_pages(b.t, &bytes);
   if (s.ok()) s = store->put_attachment(ns, fmt::sglang_pages_name(page_size), bytes.data(), bytes.size());
   if (!s.ok()) return s;
-  r.pages = t.keys.size();
+  r.pages = b.t.keys.size();
   r.table_bytes = bytes.size();
   if (report) *report = r;
   return Status::OK();

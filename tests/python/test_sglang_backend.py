@@ -9,6 +9,7 @@ layout; the store steps to format 5; `ucm inspect` counts them and `ucm gc` coll
 same backend inside SGLang's own factory and host pool:
 tests/sglang/test_backend_sglang.py (scripts/test_sglang.sh)."""
 import json
+import time
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -322,4 +323,41 @@ def test_pages_written_after_precomputed_pages_survive_gc(store, ucm_bin, tmp_pa
     assert be.batch_get_v1([keys[2], keys[3], keys2[1]], np.arange(3 * P)) == [True] * 3
     for i, w in enumerate(written):
         assert np.array_equal(host_page(buf2, "page_first", i * P), w)
+    be.close()
+
+
+def test_blocks_a_vllm_server_saved_are_served_to_sglang(store, ucm_bin, tmp_path):
+    """A chain saved with its token ids (the vLLM connector's save path: Store.dump with tokens)
+    and no document: `ucm sglang-pages` lists its pages too, and the SGLang backend reads them."""
+    import shutil
+    path, ns0, _ = store
+    copy = tmp_path / "store"
+    shutil.copytree(path, copy)
+    T = ns0.block_size
+    ids = [(29 * j + 3) % 49000 for j in range(3 * P)]            # three pages nobody registered
+    with ucm.Store(str(copy), mode="w") as s:
+        ns = s.namespace(ns0.id)
+        hs = ucm.hash_blocks(ns.hash_seed, ids, T)
+        payload = np.random.default_rng(5).integers(0, 1 << 16, size=(len(hs),) + tuple(ns.payload_shape()),
+                                                   dtype=np.uint16)
+        assert (np.asarray(s.dump(ns, hs, ucm.parents_of(ns.hash_seed, hs), payload, tokens=ids)) == 0).all()
+    be = backend(str(copy), write=False)                          # a reading server that runs already
+    hp, buf = pool(ns0, "page_first", ns0.num_kv_heads, pages=3)
+    be.register_mem_pool_host(hp)
+    keys = ucm.sglang.page_hashes(ids, P)
+    assert be.batch_exists(keys) == 0
+    out = subprocess.run([ucm_bin, "sglang-pages", str(copy), "--page-size", str(P), "--namespace", ns0.id.hex(),
+                          "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["chains_used"] == 1 and rep["documents_used"] == 2
+    deadline = time.time() + 30          # libucm reads a rebuilt table again within 5 s (store_v1.md §12.1)
+    while be.batch_exists(keys) < 3 and time.time() < deadline:
+        time.sleep(0.5)
+    assert be.batch_exists(keys) == 3
+    assert be.batch_get_v1(keys, np.arange(3 * P)) == [True] * 3
+    k = P // T
+    for i in range(3):  # page i = blocks k*i .. k*i+k-1, [L][2][T][H][D] each, as [2][L][P][H][D]
+        want = np.concatenate([payload[k * i + j].transpose(1, 0, 2, 3, 4) for j in range(k)], axis=2)
+        assert np.array_equal(host_page(buf, "page_first", i * P), want)
     be.close()

@@ -157,6 +157,18 @@ TEST(SglangPages, BuiltFromDocumentsAndLookedUpThroughTheCAbi) {
     // a: 4 full pages of 2 blocks (9 blocks); b: the same first 2 pages, then 2 of its own.
     EXPECT_EQ(r.pages, 6u);
     EXPECT_EQ(r.table_bytes, 64u + 6 * 64 + 8);
+    EXPECT_EQ(r.chains, 0u);
+    // A chain with ids and no document (a saving server's blocks): the next build lists its pages
+    // too, and a's pages once (e shares a's first 3 blocks: one page of them, then its own).
+    std::vector<uint32_t> te(ta.begin(), ta.begin() + 16 * 3), more = random_ids(16 * 3, 31);
+    te.insert(te.end(), more.begin(), more.end());
+    (void)dump_chain(s.get(), ns, d, &te);
+    ASSERT_TRUE(build_sglang_pages(s.get(), ns, 32, &r).ok());
+    EXPECT_EQ(r.documents_used, 2u);
+    EXPECT_EQ(r.chains, 1u);
+    EXPECT_EQ(r.chains_used, 1u);
+    EXPECT_EQ(r.chains_skipped, 0u);
+    EXPECT_EQ(r.pages, 6u + 2);  // e's 3 pages: the first is a's, the other two are new
   }
   // The keys SGLang computes for a's ids (page 32), and 4 more for ids never stored.
   std::vector<SglangPageHash> keys;
@@ -176,7 +188,7 @@ TEST(SglangPages, BuiltFromDocumentsAndLookedUpThroughTheCAbi) {
   uint64_t np = 0;
   ASSERT_EQ(ucm_sglang_pages_info(pages, &k, &np), UCM_OK);
   EXPECT_EQ(k, 2u);
-  EXPECT_EQ(np, 6u);
+  EXPECT_EQ(np, 8u);  // a's and b's 6, then the 2 of the chain without a document
   std::vector<uint8_t> blocks(keys.size() * 2 * 16, 0xee), present(keys.size(), 9);
   size_t prefix = 99;
   ASSERT_EQ(ucm_sglang_pages_lookup(pages, keys[0].data(), keys.size(), blocks.data(), present.data(), &prefix), UCM_OK);

@@ -33,6 +33,9 @@ struct SglangPagesBuildReport {
   uint64_t documents = 0;           ///< registered documents of the namespace
   uint64_t documents_used = 0;      ///< whose chains gave at least one full page
   uint64_t documents_skipped = 0;   ///< chains without ids (tokens unknown) or with a block gone
+  uint64_t chains = 0;              ///< other chains with ids (ending at no document: a server's saves)
+  uint64_t chains_used = 0;         ///< of those, whose ids gave at least one full page
+  uint64_t chains_skipped = 0;      ///< of those, with a block on the way without ids or gone
   uint64_t pages = 0;               ///< distinct page keys in the table
   uint64_t table_bytes = 0;         ///< the attachment's payload
   std::string first_skip;           ///< why the first skipped document was skipped
