@@ -690,7 +690,7 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
     int64_t kmax = 0, kmin = a.S;
     for (int64_t t = t0; t < tr; ++t) {
       kmax = std::max(kmax, std::min(a.S, a.qpos[t] + 1));
-      kmin = std::min(kmin, a.window > 0 ? std::max<int64_t>(0, a.qpos[t] - a.window + 1) : int64_t{0});
+      kmin = std::min(kmin, first_visible_key(a.qpos[t], a.window));
     }
     const int64_t k0 = std::min(kmin, kmax) / 32 * 32, kpad = pad_keys(std::max<int64_t>(0, kmax - k0));
     const int64_t packed =
@@ -702,7 +702,7 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
     // kAttnPassRows holds (groups wider than that: kAttnPassRows heads of one token at a time),
     // taken in groups of up to attention_group_passes() that share one sweep of the keys.
     const int64_t tpp = G <= kAttnPassRows ? kAttnPassRows / G : 1, hpp = G <= kAttnPassRows ? G : kAttnPassRows;
-    auto lo_of = [&](int64_t t) { return (a.window > 0 ? std::max<int64_t>(0, a.qpos[t] - a.window + 1) : 0) - k0; };
+    auto lo_of = [&](int64_t t) { return first_visible_key(a.qpos[t], a.window) - k0; };
     auto hi_of = [&](int64_t t) { return std::min(a.S, a.qpos[t] + 1) - k0; };
     int64_t n_in = 0;
     for (int64_t t = t0; t < tr;) {

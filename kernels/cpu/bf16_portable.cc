@@ -261,7 +261,7 @@ void attention_bf16(const AttnArgs& a, int64_t u0, int64_t u1, int64_t step, voi
       std::memset(a.out + ((b * a.T + t) * a.nh + h * G) * hd, 0, size_t(G * hd * 2));
     for (int64_t t = t0; t < rows; ++t) {
       const int64_t hi = std::min(a.S, a.qpos[t] + 1);
-      const int64_t lo = a.window > 0 ? std::max<int64_t>(0, a.qpos[t] - a.window + 1) : 0;
+      const int64_t lo = first_visible_key(a.qpos[t], a.window);
       for (int64_t g = 0; g < G; ++g) {
         uint16_t* o = a.out + ((b * a.T + t) * a.nh + h * G + g) * hd;
         if (hi <= lo) {

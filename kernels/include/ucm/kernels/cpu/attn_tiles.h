@@ -1,5 +1,6 @@
 // kernels/include/ucm/kernels/cpu/attn_tiles.h: how the CPU attention kernels (fp32.h, bf16.h) tile a
-// unit's keys: one rule, each kernel giving its own rows per pass, key block and element sizes.
+// unit's keys: one rule, each kernel giving its own rows per pass, key block and element sizes; and
+// which keys a query row sees (the sliding window).
 // Header-only arithmetic (no standard header but <cstdint>): safe to include in a unit compiled
 // for any ISA.
 #pragma once
@@ -25,6 +26,13 @@ inline int64_t group_passes(int64_t S, int64_t pass_rows, int64_t key_block, int
 inline int64_t chunk_keys(int64_t hd, int64_t key_block, int64_t elem_bytes) {
   const int64_t c = (int64_t(128) << 10) / (hd * elem_bytes) / key_block * key_block;
   return c < key_block ? key_block : c;
+}
+
+/// The first key a query row at position `qpos` attends (causal attention with a sliding window
+/// of `window` positions, 0: none): it sees keys j with first_visible_key(qpos, window) <= j <= qpos
+/// (transformers' sliding-window mask: qpos - j < window). Every CPU attention kernel's one rule.
+inline int64_t first_visible_key(int64_t qpos, int64_t window) {
+  return window > 0 && qpos - window + 1 > 0 ? qpos - window + 1 : 0;
 }
 
 }  // namespace ucm::kernels::cpu
