@@ -44,14 +44,13 @@ def main() -> int:
     import torch
     import transformers
     import ucm
+    import ucm.corpus
 
     torch.manual_seed(0)
     tok = transformers.AutoTokenizer.from_pretrained(a.model)
     model = transformers.AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
     model.eval()
-    t = Path(a.template).read_text(encoding="utf-8")
-    i = t.find("{document}")
-    pre, suf = (t, "") if i < 0 else (t[:i], t[i + len("{document}"):])
+    pre, suf = ucm.corpus.read_template(a.template)  # precompute's split (ucm_corpus_template)
     docs = [json.loads(l) for l in open(a.corpus) if l.strip()]
     rows, ok = [], True
     with ucm.Store(a.text_store) as ts, ucm.Store(a.ids_store) as ids_s:

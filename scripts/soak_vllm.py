@@ -65,8 +65,8 @@ def build_requests(n, n_docs, seed, tok):
     docs = sorted(p for p in DOCS_DIR.rglob("*.rst.txt") if p.stat().st_size > 7000)
     rng.shuffle(docs)
     docs = docs[:n_docs]
-    tmpl = (ROOT / "configs/template_chat.txt").read_text()
-    pre, post = tmpl.split("{document}", 1) if "{document}" in tmpl else (tmpl, "")
+    from ucm.corpus import read_template  # precompute's split (ucm_corpus_template)
+    pre, post = read_template(str(ROOT / "configs/template_chat.txt"))
     texts = {}
     out = []
     for i in range(n):

@@ -67,9 +67,8 @@ def ucm_metric(tmp, name, metric, **labels):
 
 
 def template_prefix():
-    t = TEMPLATE.read_text()
-    i = t.find("{document}")
-    return t if i < 0 else t[:i]
+    from ucm.corpus import read_template  # precompute's split (ucm_corpus_template)
+    return read_template(str(TEMPLATE))[0]
 
 
 def docs_tmp(tmp_path_factory, docs, name):
