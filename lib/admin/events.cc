@@ -190,6 +190,11 @@ Status publish_events_impl(const std::string& store, const EventsOptions& opts, 
     rep->blocks_resent = s.blocks_resent;
     rep->seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   };
+  // Events go out every 256 (and at the end of each call): a snapshot is never held whole.
+  f->set_sink([&](std::vector<KvEvent>* ev) {
+    pub.publish(*ev, rep);
+    ev->clear();
+  }, 256);
   std::vector<KvEvent> events;
   if (opts.clear_on_start) {  // what a router knew of this publisher is stale
     events.emplace_back();

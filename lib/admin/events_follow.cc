@@ -2,6 +2,7 @@
 // rescans of every shard of a store.
 #include "events_follow.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <unordered_map>
@@ -107,6 +108,11 @@ class Follower final : public StoreFollower {
       });
     }
     return Status::OK();
+  }
+
+  void set_sink(std::function<void(std::vector<KvEvent>*)> sink, size_t every) override {
+    sink_ = std::move(sink);
+    sink_every_ = std::max<size_t>(1, every);
   }
 
   const FollowStats& stats() const override { return stats_; }
@@ -221,6 +227,7 @@ class Follower final : public StoreFollower {
     e.tokens = std::move(ids);
     e.block_size = m.block_size;
     out->push_back(std::move(e));
+    if (sink_ && out->size() >= sink_every_) sink_(out);
   }
 
   // One holder fewer for k; published as removed when it was the last.
@@ -242,6 +249,7 @@ class Follower final : public StoreFollower {
     e.ns = k.ns;
     e.hashes.push_back(k.h);
     out->push_back(std::move(e));
+    if (sink_ && out->size() >= sink_every_) sink_(out);
   }
 
   // Calls visit(k) for every block of `blocks` (block -> parent), parents before children: depth
@@ -358,7 +366,9 @@ class Follower final : public StoreFollower {
   bool sharded_;
   bool snapshot_done_ = false;
   std::vector<std::unique_ptr<Shard>> shards_;
-  std::unordered_map<Key, uint32_t, KeyHash> count_;  // published block -> shards holding it
+  std::unordered_map<Key, uint32_t, KeyHash> count_;
+  std::function<void(std::vector<KvEvent>*)> sink_;  // set_sink()
+  size_t sink_every_ = 0;  // published block -> shards holding it
   FollowStats stats_;
 };
 

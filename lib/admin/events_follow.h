@@ -12,6 +12,7 @@
 // Not thread-safe: one thread calls snapshot() once, then poll().
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,10 @@ class StoreFollower {
   /// (not a store; `ns` names no namespace of the store), Version, Corruption, IOError.
   static Status Open(const std::string& store, const std::string& ns, std::unique_ptr<StoreFollower>* out);
   virtual ~StoreFollower() = default;
+  /// From now on, whenever the vector given to snapshot(), poll() or resend() holds at least
+  /// `every` events, hands it to `sink` (which publishes them and empties it), so a snapshot of
+  /// millions of blocks is never held whole; the events keep their order.
+  virtual void set_sink(std::function<void(std::vector<KvEvent>*)> sink, size_t every) = 0;
   /// Appends BlockStored events for every block with ids, parents before children; blocks of
   /// one chain come in runs of at most `max_run` blocks per event. Call once, first.
   virtual Status snapshot(std::vector<KvEvent>* out, uint32_t max_run) = 0;
