@@ -138,6 +138,9 @@ def runner(argv):
     ap.add_argument("--prompts", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--save", action="store_true")
+    ap.add_argument("--gc-after", action="store_true",
+                    help="after the prompts: `ucm gc --max-bytes 0` (every block goes), then steps past the "
+                         "connector's 5 s check of the blocks it announced")
     a = ap.parse_args(argv)
     from vllm import LLM, SamplingParams
     from vllm.config import KVEventsConfig, KVTransferConfig
@@ -171,10 +174,18 @@ def runner(argv):
         st.close()
         time.sleep(0.5)
         waited = time.time() - t1
+    gc = None
+    if a.gc_after:
+        g = subprocess.run([os.environ["UCM_BIN"], "gc", a.store, "--max-bytes", "0", "--grace", "0", "--json"],
+                           capture_output=True, text=True)
+        gc = {"returncode": g.returncode, "stderr": g.stderr[-2000:],
+              "report": json.loads(g.stdout) if g.returncode == 0 else None}
+        time.sleep(6.0)
+        llm.generate(["Hello."], sp, use_tqdm=False)
     llm.generate(["Hi."], sp, use_tqdm=False)
     with open(a.out, "w") as f:
         json.dump({"results": res, "engine_block": llm.llm_engine.vllm_config.cache_config.block_size,
-                   "startup_seconds": startup, "save_wait_seconds": waited}, f)
+                   "startup_seconds": startup, "save_wait_seconds": waited, "gc": gc}, f)
     shutdown_and_exit(llm, "runner")
 
 
@@ -217,12 +228,12 @@ class Subscriber:
         self.ctx.term()
 
 
-def run_engine(tmp, name, store, prompts, save):
+def run_engine(tmp, name, store, prompts, save, gc_after=False):
     sub = Subscriber()
     pfile, out = tmp / f"{name}.prompts.json", tmp / f"{name}.out.json"
     pfile.write_text(json.dumps(prompts))
     cmd = [sys.executable, __file__, "--store", str(store), "--endpoint", sub.endpoint, "--prompts", str(pfile),
-           "--out", str(out)] + (["--save"] if save else [])
+           "--out", str(out)] + (["--save"] if save else []) + (["--gc-after"] if gc_after else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib/python"), "UCM_BIN": UCM_BIN, "UCM_LIB": UCM_LIB,
            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
     t0 = time.time()
@@ -328,6 +339,20 @@ def test_saves_and_loads_published_as_vllm_kv_events(tmp):
           f"{others} other events")
     assert set(reused) == want and len(reused) == len(want)
     st.close()
+
+    # Run 3: a server loads, then `ucm gc` removes every block while it runs: the blocks it
+    # announced go out as BlockRemoved of the ucm medium (connector_events.Announced).
+    sub, meta3 = run_engine(tmp, "gc", store, prompts, save=False, gc_after=True)
+    assert meta3["gc"]["returncode"] == 0, meta3["gc"]["stderr"]
+    assert not sub.errors, sub.errors
+    stored3, removed3 = set(), []
+    for _, batch in sub.batches:
+        for e in batch.events:
+            if getattr(e, "medium", None) == medium:
+                (removed3.extend if type(e).__name__ == "BlockRemoved" else stored3.update)(e.block_hashes)
+    print(f"run 3 (load, then gc of every block): {len(stored3)} ucm blocks announced, {len(removed3)} announced "
+          f"removed; gc removed {meta3['gc']['report'].get('evicted_blocks')}")
+    assert stored3 and set(removed3) == stored3 and len(removed3) == len(stored3)
 
 
 if __name__ == "__main__":
