@@ -2,6 +2,7 @@
 #include "ucm/ucm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -268,6 +269,44 @@ UCM_API int ucm_store_document_get(ucm_store_t* store, const uint8_t* ns, const 
     if (blocks) *blocks = e.blocks;
     if (tokens) *tokens = e.tokens;
     return sized_output("ucm_store_document_get", e.source, true, source, cap, nullptr);
+  });
+}
+
+UCM_API int ucm_store_document_put(ucm_store_t* store, const uint8_t* ns, const char* id, const char* source,
+                                   const uint32_t* tokens, size_t n_tokens, const char* input) {
+  return guarded("ucm_store_document_put", [&] {
+    if (!store || !ns || !id || !source)
+      return fail(UCM_E_INVALID, "ucm_store_document_put: store, ns, id and source must not be NULL");
+    if (n_tokens && !tokens) return fail(UCM_E_INVALID, "ucm_store_document_put: tokens is NULL");
+    if (store->s->read_only())
+      return fail(UCM_E_INVALID, "ucm_store_document_put: the store is open read-only (open it as a writer)");
+    ucm::NamespaceDesc d;
+    ucm::Status s = store->s->get_namespace(ns_of(ns), &d);
+    if (!s.ok()) return fail(s);
+    std::vector<ucm::BlockHash> hs;
+    ucm::hash_blocks(ucm::root_hash(d.hash_seed()), tokens, n_tokens, d.block_size, &hs);
+    if (hs.empty())
+      return fail(UCM_E_INVALID, "ucm_store_document_put: document " + std::string(id) + " has " +
+                                     std::to_string(n_tokens) + " ids, less than one block of " +
+                                     std::to_string(d.block_size));
+    ucm::BlockInfo last;
+    s = store->s->get_block(ns_of(ns), hs.back(), &last);
+    if (!s.ok())
+      return fail(s.code() == ucm::Code::kNotFound ? UCM_E_NOT_FOUND : UCM_E_IO,
+                  "ucm_store_document_put: document " + std::string(id) + ": its last full block " +
+                      ucm::to_hex(hs.back()) + " is not stored (register a document after its blocks are durable)");
+    ucm::DocumentEntry e;
+    e.id = id;
+    e.source = source;
+    e.first_block = hs.front();
+    e.last_block = hs.back();
+    e.blocks = uint32_t(hs.size());
+    e.tokens = n_tokens;
+    e.created_ms = uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch()).count());
+    e.input = input ? input : "";
+    s = store->s->put_document(ns_of(ns), e);
+    return s.ok() ? ok() : fail(s);
   });
 }
 

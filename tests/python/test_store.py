@@ -6,8 +6,10 @@ KV-head range (contiguous and paged) and checks the bytes against the payload la
 store_v1.md §4.2, reads the metrics, and checks that errors raise the right ucm.Error subclass.
 """
 import hashlib
+import json
 import os
 import struct
+import subprocess
 import threading
 from pathlib import Path
 
@@ -277,3 +279,31 @@ def test_token_ids_are_stored_and_a_chain_comes_back(tmp_path):
         head = blob[at - 32: at - 32 + 4096]
         assert head[:4] == b"UCMR" and struct.unpack_from("<I", head, 12)[0] & 2
         assert head[128: 128 + 4 * T] == want
+
+
+def test_a_server_registers_its_documents_as_precompute_does(tmp_path, ucm_bin):
+    """Store.put_document (ucm_store_document_put): once a document's blocks are stored, its entry
+    is what `ucm precompute` records (first and last block, blocks, tokens, source), `ucm inspect
+    --docs` lists it; refused before its last block is stored, for fewer ids than a block, and on a
+    read-only handle."""
+    path = str(tmp_path / "store")
+    ids = list(range(9000, 9000 + 2 * T + 5))              # two full blocks and a tail
+    with ucm.Store(path, mode="c") as w:
+        ns = w.register_namespace(DESC)
+        hs = ucm.hash_blocks(ns.hash_seed, ids, T)
+        with pytest.raises(ucm.NotFound, match=hs[-1].tobytes().hex()):
+            w.put_document(ns, "doc-a", ids, source="corpus.jsonl:1")
+        assert list(w.dump(ns, hs, ucm.parents_of(ns.hash_seed, hs), [payload(0), payload(1)],
+                           tokens=ids[:2 * T])) == [0, 0]
+        w.put_document(ns, "doc-a", ids, source="corpus.jsonl:1", input="token_ids")
+        with pytest.raises(ucm.Invalid, match="less than one block"):
+            w.put_document(ns, "short", ids[:T - 1])
+        d = w.document(ns, "doc-a")
+        assert (d.source, d.blocks, d.tokens) == ("corpus.jsonl:1", 2, len(ids))
+    with ucm.Store(path) as r:
+        with pytest.raises(ucm.Invalid, match="read-only"):
+            r.put_document(ns, "doc-b", ids)
+    docs = json.loads(subprocess.run([ucm_bin, "inspect", path, "--docs", "--json"], capture_output=True, text=True,
+                                     check=True).stdout)["docs"]
+    (doc,) = docs
+    assert doc["id"] == "doc-a" and doc["last_block"] == hs[-1].tobytes().hex() and doc["tokens"] == len(ids)

@@ -216,8 +216,11 @@ def test_precompute_through_vllm_and_resume(tmp):
            str(store), "--template", str(TEMPLATE), "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
-    first = json.loads(p.stdout.strip().splitlines()[-1])
-    assert first["documents"] == 2 and first["resumed"] == 0
+    first = json.loads(p.stdout)                       # --json: stdout is the summary alone
+    assert first["documents"] == 2 and first["resumed"] == 0 and first["registered"] == 2
+    docs = json.loads(subprocess.run([UCM_BIN, "inspect", str(store), "--docs", "--json"], capture_output=True,
+                                     text=True, check=True).stdout)["docs"]
+    assert sorted(d["id"] for d in docs) == sorted(DOCS[2:])   # registered as `ucm precompute` registers
     from transformers import AutoTokenizer
     import ucm
     tok = AutoTokenizer.from_pretrained(str(MODEL))
@@ -232,7 +235,7 @@ def test_precompute_through_vllm_and_resume(tmp):
         bufs = ucm.ReprBuffers(info, 1)
         assert s.load_repr(ns, ucm.hash_blocks(ns.hash_seed, ids, ns.block_size)[:1], bufs).tolist() == [0]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    again = json.loads(p.stdout.strip().splitlines()[-1])
+    again = json.loads(p.stdout)
     assert again["documents"] == 0 and again["resumed"] == 2, again
     v = subprocess.run([UCM_BIN, "inspect", str(store), "--verify", "--json"], capture_output=True, text=True)
     assert v.returncode == 0, v.stderr

@@ -255,6 +255,18 @@ UCM_API int ucm_store_attachment_get(ucm_store_t* store, const uint8_t* ns, cons
  * nothing copied, the message gives the size). */
 UCM_API int ucm_store_document_get(ucm_store_t* store, const uint8_t* ns, const char* id, char* source, size_t cap,
                                    uint64_t* blocks, uint64_t* tokens);
+/* Registers document `id` of namespace ns (store_v1.md §5.6) as `ucm precompute` does, once its
+ * blocks are stored (a server that saved a corpus's prompts, `python -m ucm.vllm.precompute`):
+ * tokens[n_tokens] are the ids of its prompt (template and document, or the corpus entry's ids),
+ * source the corpus file or "<file>:<line>", input "" (text, tokenized) or "token_ids" (NULL:
+ * ""). libucm chains the full blocks' hashes from the namespace's root and records the first and
+ * the last, the block count and n_tokens; an entry with the same id is replaced. Writers only.
+ * Errors: UCM_E_INVALID (NULL store, ns, id or source; tokens NULL with n_tokens > 0; fewer ids
+ * than one block; a read-only handle), UCM_E_NOT_FOUND (the namespace; the document's last full
+ * block is not stored: register it after its blocks are durable), UCM_E_IO. Thread-safe. Added in
+ * ucm 0.10.0. */
+UCM_API int ucm_store_document_put(ucm_store_t* store, const uint8_t* ns, const char* id, const char* source,
+                                   const uint32_t* tokens, size_t n_tokens, const char* input);
 
 /* Chained block hashes (store_v1.md §4.1) of the full blocks of tokens[n_tokens]. Pure: it does
  * not look at any store.

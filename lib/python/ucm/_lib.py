@@ -143,6 +143,7 @@ SIGNATURES = {
     "ucm_store_namespace_create": (_I, [C.c_void_p, C.c_char_p, u8p]),
     "ucm_store_attachment_get": (_I, [C.c_void_p, u8p, C.c_char_p, C.c_void_p, C.c_size_t, szp]),
     "ucm_store_document_get": (_I, [C.c_void_p, u8p, C.c_char_p, C.c_char_p, C.c_size_t, u64p, u64p]),
+    "ucm_store_document_put": (_I, [C.c_void_p, u8p, C.c_char_p, C.c_char_p, u32p, C.c_size_t, C.c_char_p]),
     "ucm_hash_blocks": (_I, [u8p, u8p, u32p, C.c_size_t, C.c_uint32, u8p, C.c_size_t, szp]),
     "ucm_hash_root": (_I, [u8p, u8p]),
     "ucm_store_lookup": (_I, [C.c_void_p, u8p, u8p, C.c_size_t, u8p, szp]),

@@ -63,6 +63,17 @@ def hash_root(seed: Any) -> bytes:
     return out.tobytes()
 
 
+def _token_ids(token_ids: Any) -> np.ndarray:
+    """token_ids (a sequence or array of ints in [0, 2^32), one dimension) as contiguous uint32.
+    Raises ucm.Invalid."""
+    toks = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int64))
+    if toks.ndim != 1:
+        raise errors.Invalid(f"token_ids: expected one dimension, got shape {toks.shape}")
+    if toks.size and (toks.min() < 0 or toks.max() > 0xFFFFFFFF):
+        raise errors.Invalid("token_ids: ids must be in [0, 2^32)")
+    return np.ascontiguousarray(toks.astype(np.uint32))
+
+
 def hash_blocks(seed: Any, token_ids: Any, block_size: int, parent: Any = None) -> np.ndarray:
     """Chained block hashes (store_v1.md §4.1) of the full blocks of token_ids.
 
@@ -72,12 +83,7 @@ def hash_blocks(seed: Any, token_ids: Any, block_size: int, parent: Any = None) 
     Returns uint8 [floor(n / T)][16]. The same code as precompute, so a server's hashes of the same
     ids are the stored ones. Pure: no store is looked at."""
     s = id16(seed, "seed")
-    toks = np.ascontiguousarray(np.asarray(token_ids, dtype=np.int64))
-    if toks.ndim != 1:
-        raise errors.Invalid(f"token_ids: expected one dimension, got shape {toks.shape}")
-    if toks.size and (toks.min() < 0 or toks.max() > 0xFFFFFFFF):
-        raise errors.Invalid("token_ids: ids must be in [0, 2^32)")
-    toks = toks.astype(np.uint32)
+    toks = _token_ids(token_ids)
     if block_size <= 0:
         raise errors.Invalid(f"block_size: {block_size}, must be > 0")
     n = toks.size // block_size
@@ -355,6 +361,17 @@ class Store(Handle):
                 continue
             L.check(rc, f"document {doc_id}")
             return Document(doc_id, buf.value.decode("utf-8", "replace"), blocks.value, tokens.value)
+
+    def put_document(self, ns: Any, doc_id: str, token_ids: Any, source: str = "", input: str = "") -> None:
+        """Writers: registers document `doc_id` (store_v1.md §5.6) as `ucm precompute` does, once its
+        blocks are stored: token_ids are its prompt's ids; source its corpus file or "<file>:<line>";
+        input "" (text, tokenized) or "token_ids". Replaces an entry of the same id. Raises
+        ucm.NotFound (its last full block is not stored), ucm.Invalid (fewer ids than one block, a
+        read-only store). Calls ucm_store_document_put."""
+        toks = _token_ids(token_ids)
+        L.check(L.lib().ucm_store_document_put(self._handle(), u8ptr(id16(ns, "ns")), doc_id.encode(),
+                                               source.encode(), toks.ctypes.data_as(L.u32p), toks.size,
+                                               input.encode()), f"registering document {doc_id}")
 
     # -- blocks
     def lookup(self, ns: Any, hashes: Any) -> LookupResult:

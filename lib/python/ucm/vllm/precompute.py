@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import socket
 import sys
 import time
 from typing import List
@@ -33,6 +35,7 @@ def main(argv: List[str] = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     a = ap.parse_args(argv)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the summary alone
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
     from vllm.inputs import TokensPrompt
@@ -42,11 +45,13 @@ def main(argv: List[str] = None) -> int:
     from ucm.tokenize import read_corpus, read_template
 
     t0 = time.time()
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip(".") or "host"
+    shard = f"vllm-precompute-{host}"  # the connector's writer shard, then the registry's writer
     llm = LLM(model=a.model, dtype=a.dtype, max_model_len=a.max_model_len, enforce_eager=True,
               enable_prefix_caching=False,
               kv_transfer_config=KVTransferConfig(
                   kv_connector="UcmConnector", kv_connector_module_path="ucm.vllm.connector", kv_role="kv_both",
-                  kv_connector_extra_config={"store": a.store, "save": True, "load": True},
+                  kv_connector_extra_config={"store": a.store, "save": True, "load": True, "shard": shard},
                   kv_load_failure_policy="recompute"))
     tok = llm.get_tokenizer()
     pre, suf = read_template(a.template)
@@ -61,7 +66,8 @@ def main(argv: List[str] = None) -> int:
     done = skipped = tokens = 0
     sp = SamplingParams(temperature=0.0, max_tokens=1)
     batch: List = []
-    summary = {"documents": 0, "resumed": 0, "tokens": 0, "too_short": 0}
+    summary = {"documents": 0, "resumed": 0, "tokens": 0, "too_short": 0, "registered": 0}
+    docs: List = []  # (id, source, ids, input) of every document with at least one full block
 
     def flush():
         nonlocal batch
@@ -76,6 +82,7 @@ def main(argv: List[str] = None) -> int:
         if len(hashes) == 0:
             summary["too_short"] += 1
             continue
+        docs.append((e["id"], e.get("source", ""), ids, "token_ids" if "token_ids" in e else ""))
         store.refresh()
         if store.lookup(ns, hashes[-1:]).present[0]:
             summary["resumed"] += 1
@@ -91,20 +98,37 @@ def main(argv: List[str] = None) -> int:
             print(f"\rucm.vllm.precompute: {summary['documents']} documents ({summary['resumed']} resumed), "
                   f"{summary['tokens'] / max(el, 1e-9):.0f} tok/s", end="", file=sys.stderr)
     flush()
-    summary["seconds"] = time.time() - t0
-    summary["namespace"] = ns.name
     store.close()
     llm.llm_engine.engine_core.shutdown()  # the worker's connector finishes its queued dumps
+    summary["registered"] = register(a.store, shard, ns.id, docs)
+    summary["seconds"] = time.time() - t0
+    summary["namespace"] = ns.name
     print("", file=sys.stderr)
     if a.json:
         print(json.dumps(summary))
     else:
         print(f"ucm.vllm.precompute: {summary['documents']} documents stored ({summary['resumed']} resumed, "
-              f"{summary['too_short']} shorter than a block), {summary['tokens']} tokens in "
-              f"{summary['seconds']:.1f} s into {a.store} ({ns.name})")
+              f"{summary['too_short']} shorter than a block, {summary['registered']} registered), "
+              f"{summary['tokens']} tokens in {summary['seconds']:.1f} s into {a.store} ({ns.name})")
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # past vLLM's interpreter teardown, which can abort on CPU after all work is done
+
+
+def register(store_path: str, shard: str, ns_id: bytes, docs: List) -> int:
+    """Registers every document whose last full block is stored (its blocks are durable once the
+    engine has shut down); returns how many. A document whose blocks were not all saved (a dropped
+    save) stays unregistered, so a rerun computes it again."""
+    import ucm
+    n = 0
+    with ucm.Store(store_path, mode="c", shard=shard) as st:
+        for doc_id, source, ids, kind in docs:
+            try:
+                st.put_document(ns_id, doc_id, ids, source=source, input=kind)
+                n += 1
+            except ucm.NotFound as e:
+                print(f"ucm.vllm.precompute: document {doc_id} not registered: {e}", file=sys.stderr)
+    return n
 
 
 if __name__ == "__main__":
