@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <system_error>
 
-extern "C" __attribute__((visibility("default"))) int ucm_fake_remove_all_calls = 0;
+extern "C" {
+__attribute__((visibility("default"))) int ucm_fake_remove_all_calls = 0;
+}
 
 namespace std::filesystem {
 __attribute__((visibility("default"))) uintmax_t remove_all(const path&, error_code& ec) {
