@@ -256,13 +256,24 @@ class Follower final : public StoreFollower {
   // first from the blocks whose parent is not among them.
   template <class F>
   static void chain_order(const std::unordered_map<Key, BlockHash, KeyHash>& blocks, const F& visit) {
-    std::unordered_map<Key, std::vector<BlockHash>, KeyHash> children;  // (ns, parent) -> children
+    // (parent, child) edges sorted by parent: 48 bytes a block, no allocation per parent (a map
+    // of child vectors took about 120 bytes a block at a million blocks).
+    struct Edge {
+      Key parent;
+      BlockHash child;
+    };
+    std::vector<Edge> edges;
     std::vector<Key> roots;
     for (const auto& [k, parent] : blocks) {
       const Key pk{k.ns, parent};
-      if (blocks.count(pk)) children[pk].push_back(k.h);
+      if (blocks.count(pk)) edges.push_back({pk, k.h});
       else roots.push_back(k);
     }
+    auto before = [](const Key& a, const Key& b) {
+      const int c = std::memcmp(a.ns.data(), b.ns.data(), a.ns.size());
+      return c ? c < 0 : std::memcmp(a.h.data(), b.h.data(), a.h.size()) < 0;
+    };
+    std::sort(edges.begin(), edges.end(), [&](const Edge& x, const Edge& y) { return before(x.parent, y.parent); });
     std::vector<Key> stack;
     for (auto r = roots.rbegin(); r != roots.rend(); ++r) {
       stack.push_back(*r);
@@ -270,9 +281,11 @@ class Follower final : public StoreFollower {
         const Key k = stack.back();
         stack.pop_back();
         visit(k);
-        auto c = children.find(k);
-        if (c == children.end()) continue;
-        for (auto h = c->second.rbegin(); h != c->second.rend(); ++h) stack.push_back(Key{k.ns, *h});
+        auto lo = std::lower_bound(edges.begin(), edges.end(), k,
+                                   [&](const Edge& e, const Key& key) { return before(e.parent, key); });
+        auto hi = lo;
+        while (hi != edges.end() && hi->parent == k) ++hi;
+        for (auto e = hi; e != lo;) stack.push_back(Key{k.ns, (--e)->child});
       }
     }
   }
